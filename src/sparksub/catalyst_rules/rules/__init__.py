@@ -1,0 +1,18 @@
+"""The rewrite rules, one module per rule (each with a doctest and golden fixtures under
+``tests/fixtures/rules/<rule>.txt``), and the ordered batches the planner runs them in."""
+from sparksub.catalyst_rules.executor import FIXED_POINT, ONCE, Batch
+from sparksub.catalyst_rules.rules.close_strict_bounds import close_strict_bounds
+from sparksub.catalyst_rules.rules.comparisons_to_ranges import comparisons_to_ranges
+from sparksub.catalyst_rules.rules.merge_ranges import merge_ranges
+from sparksub.catalyst_rules.rules.orient_comparisons import orient_comparisons
+from sparksub.catalyst_rules.rules.plan_range_min import plan_range_min
+
+#: Logical normalisation, to a fixed point, then physical planning once (Catalyst's Optimizer, then
+#: its SparkPlanner). A new subscription class adds its planning rule to the last batch.
+BATCHES = (
+    Batch("Normalize range predicates", FIXED_POINT, (orient_comparisons, comparisons_to_ranges, merge_ranges)),
+    Batch("Close strict bounds", ONCE, (close_strict_bounds,)),
+    Batch("Plan operators", ONCE, (plan_range_min,)),
+)
+
+RULES = tuple(r for b in BATCHES for r in b.rules)

@@ -1,0 +1,170 @@
+"""The SQL front end: Spark SQL (through sqlglot's Spark dialect) plus sparksub's statements.
+
+Our statements are added to sqlglot's Spark parser as a dialect subclass, so the SELECTs inside them
+are parsed by sqlglot itself and no SQL is parsed by hand:
+
+    CREATE TABLE t (k STRING PRIMARY KEY, x DOUBLE, y DOUBLE)     -- sqlglot's own CREATE TABLE
+    CREATE SUBSCRIPTION name AS <select>
+    DROP SUBSCRIPTION [IF EXISTS] name
+    SHOW SUBSCRIPTIONS
+    EXPLAIN SUBSCRIPTION name | <select>
+    CREATE EVENT QUERY name AS <text>      -- recognised; the EVENT class is a later issue
+    DROP EVENT QUERY [IF EXISTS] name
+
+>>> stmt = parse_statement("CREATE SUBSCRIPTION alice AS SELECT MIN(per) FROM stock WHERE risk BETWEEN 20 AND 60")
+>>> type(stmt).__name__, stmt.name, stmt.query.sql(dialect="spark")
+('CreateSubscription', 'alice', 'SELECT MIN(per) FROM stock WHERE risk BETWEEN 20 AND 60')
+>>> parse_statement("SHOW SUBSCRIPTIONS")
+ShowSubscriptions()
+"""
+from __future__ import annotations
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.spark import Spark
+from sqlglot.errors import ParseError as SqlglotParseError
+from sqlglot.tokens import TokenType
+
+from sparksub.errors import ParseError
+
+__all__ = [
+    "CreateSubscription", "DropSubscription", "ShowSubscriptions", "ExplainSubscription",
+    "CreateEventQuery", "DropEventQuery", "SparksubSpark", "parse_statement", "parse_statements",
+    "parse_select",
+]
+
+
+class CreateSubscription(exp.Expression):
+    arg_types = {"this": True, "expression": True}
+
+    @property
+    def query(self) -> exp.Expression:
+        return self.args["expression"]
+
+
+class DropSubscription(exp.Expression):
+    arg_types = {"this": True, "exists": False}
+
+
+class ShowSubscriptions(exp.Expression):
+    arg_types = {}
+
+
+class ExplainSubscription(exp.Expression):
+    """``this`` is a subscription name (an Identifier) or a SELECT."""
+
+    arg_types = {"this": True}
+
+    @property
+    def target(self) -> str | exp.Expression:
+        t = self.args["this"]
+        return t.name if isinstance(t, exp.Identifier) else t
+
+
+class CreateEventQuery(exp.Expression):
+    arg_types = {"this": True, "expression": True}
+
+
+class DropEventQuery(exp.Expression):
+    arg_types = {"this": True, "exists": False}
+
+
+def _name(self, node: exp.Expression) -> str:  # pragma: no cover - trivial
+    return node.name
+
+
+class SparksubSpark(Spark):
+    """sqlglot's Spark dialect, taught sparksub's statements."""
+
+    class Tokenizer(Spark.Tokenizer):
+        # SHOW is a "command" in sqlglot (the rest of the line becomes one string token); we need
+        # its tokens to recognise SHOW SUBSCRIPTIONS, and hand every other SHOW back as a command.
+        COMMANDS = Spark.Tokenizer.COMMANDS - {TokenType.SHOW}
+        # Likewise EXPLAIN, which the Spark dialect tokenizes as a command keyword.
+        KEYWORDS = {**Spark.Tokenizer.KEYWORDS, "EXPLAIN": TokenType.VAR}
+
+    class Parser(Spark.Parser):
+        def _parse_statement(self):
+            if not self._curr:
+                return None
+            start = self._index
+            if self._match_text_seq("CREATE", "SUBSCRIPTION"):
+                name = self._parse_name("subscription")
+                self._expect_text("AS")
+                query = self._parse_select()
+                if not isinstance(query, exp.Query):
+                    self.raise_error("Expected a SELECT after AS")
+                return self.expression(CreateSubscription(this=name, expression=query))
+            if self._match_text_seq("DROP", "SUBSCRIPTION"):
+                exists = self._match_text_seq("IF", "EXISTS")
+                return self.expression(DropSubscription(this=self._parse_name("subscription"),
+                                                        exists=exists))
+            if self._match_text_seq("SHOW", "SUBSCRIPTIONS"):
+                return self.expression(ShowSubscriptions())
+            if self._match_text_seq("EXPLAIN", "SUBSCRIPTION"):
+                if self._curr and self._curr.token_type in (TokenType.SELECT, TokenType.L_PAREN,
+                                                                        TokenType.WITH):
+                    return self.expression(ExplainSubscription(this=self._parse_select()))
+                return self.expression(ExplainSubscription(this=self._parse_name("subscription")))
+            if self._match_text_seq("CREATE", "EVENT", "QUERY"):
+                name = self._parse_name("event query")
+                self._expect_text("AS")
+                # The event-algebra text has its own grammar (grammar/*.lark): keep it verbatim.
+                body_start = self._curr.start if self._curr else len(self.sql)
+                while self._curr:
+                    self._advance()
+                return self.expression(CreateEventQuery(this=name, expression=exp.Literal.string(
+                    self.sql[body_start:].strip())))
+            if self._match_text_seq("DROP", "EVENT", "QUERY"):
+                exists = self._match_text_seq("IF", "EXISTS")
+                return self.expression(DropEventQuery(this=self._parse_name("event query"), exists=exists))
+            self._retreat(start)
+            if self._match(TokenType.SHOW) or self._match_text_seq("EXPLAIN"):
+                # Not ours: keep the text whole, for Spark to run (engine.sql hands it on).
+                return self._parse_as_command(self._prev)
+            return super()._parse_statement()
+
+        def _parse_name(self, what: str) -> exp.Identifier:
+            ident = self._parse_id_var(any_token=False)
+            if not isinstance(ident, exp.Identifier):
+                self.raise_error(f"Expected a {what} name")
+            return ident
+
+        def _expect_text(self, text: str) -> None:
+            if not self._match_text_seq(text):
+                self.raise_error(f"Expected {text}")
+
+
+def _to_parse_error(err: SqlglotParseError, text: str) -> ParseError:
+    first = err.errors[0] if err.errors else {}
+    # sqlglot reports the column of the offending token's last character; point at its first.
+    col = int(first.get("col") or 1) - max(len(first.get("highlight") or "x") - 1, 0)
+    return ParseError(str(first.get("description") or err).split(". Line")[0], text,
+                      int(first.get("line") or 1), max(col, 1))
+
+
+def parse_statements(text: str) -> list[exp.Expression]:
+    """Parse a script of ``;``-separated statements. Raises :class:`ParseError` with line and column."""
+    try:
+        stmts = sqlglot.parse(text, read=SparksubSpark, error_level=sqlglot.ErrorLevel.IMMEDIATE)
+    except SqlglotParseError as err:
+        raise _to_parse_error(err, text) from None
+    except sqlglot.errors.TokenError as err:
+        raise ParseError(f"cannot tokenize: {err}", text, 1, 1) from None
+    return [s for s in stmts if s is not None]
+
+
+def parse_statement(text: str) -> exp.Expression:
+    """Parse exactly one statement."""
+    stmts = parse_statements(text)
+    if len(stmts) != 1:
+        raise ParseError(f"expected one statement, found {len(stmts)}", text, 1, 1)
+    return stmts[0]
+
+
+def parse_select(text: str) -> exp.Query:
+    """Parse a SELECT (a subscription body or a ``subscribe_many`` template)."""
+    stmt = parse_statement(text)
+    if not isinstance(stmt, exp.Query):
+        raise ParseError(f"expected a SELECT, found {type(stmt).__name__}", text, 1, 1)
+    return stmt

@@ -1,0 +1,268 @@
+"""The logical and physical plan IR: small, immutable, typed nodes (in the manner of Ibis).
+
+A subscription's SELECT becomes a tree of these nodes (``planner.logical``); rewrite rules
+(``catalyst_rules``) map trees to trees; the classifier reads the final tree. Nodes are frozen
+dataclasses, so a rule can never mutate its input, and ``str(node)`` is a stable one-line rendering
+used by EXPLAIN and by the golden rule fixtures.
+
+>>> plan = Aggregate(Filter(Scan("stock"), (Between("risk", Const(20.0), Const(60.0)),)), "MIN", "per")
+>>> str(plan)
+'Aggregate[MIN(per)](Filter[risk BETWEEN 20.0 AND 60.0](Scan[stock]))'
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Union
+
+__all__ = [
+    "Const", "Param", "Succ", "Pred", "Value", "ColumnRef", "Compare", "Between", "RangePred", "Opaque",
+    "Predicate", "Node", "Scan", "Filter", "Aggregate", "Project", "Distinct", "Sort", "Limit", "Join",
+    "RangeMinGroupScan", "render_value", "shape_of",
+]
+
+
+# ---- values: what a bound of a range can be ------------------------------------------------------
+
+@dataclass(frozen=True)
+class Const:
+    value: float
+
+    def __str__(self) -> str:
+        return repr(self.value) if not math.isinf(self.value) else ("+inf" if self.value > 0 else "-inf")
+
+
+@dataclass(frozen=True)
+class Param:
+    """A named template parameter (``:lo``); bound per subscription from a column of ``params``."""
+    name: str
+
+    def __str__(self) -> str:
+        return f":{self.name}"
+
+
+@dataclass(frozen=True)
+class Succ:
+    """The least value of the column's type above ``of`` (``x > a`` becomes ``x >= Succ(a)``)."""
+    of: "Value"
+    integral: bool
+
+    def __str__(self) -> str:
+        return f"succ({self.of})"
+
+
+@dataclass(frozen=True)
+class Pred:
+    """The greatest value of the column's type below ``of`` (``x < b`` becomes ``x <= Pred(b)``)."""
+    of: "Value"
+    integral: bool
+
+    def __str__(self) -> str:
+        return f"pred({self.of})"
+
+
+Value = Union[Const, Param, Succ, Pred]
+
+
+def render_value(v: Value | None, *, anonymous: bool = False) -> str:
+    if v is None:
+        return "unbounded"
+    if anonymous and isinstance(v, Const):
+        return "?"
+    if isinstance(v, (Succ, Pred)):
+        return f"{type(v).__name__.lower()}({render_value(v.of, anonymous=anonymous)})"
+    return str(v)
+
+
+# ---- predicates -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ColumnRef:
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Compare:
+    """``left op right``; the rules move the column to the left."""
+    left: Union[ColumnRef, Const, Param]
+    op: str  # one of = != < <= > >=
+    right: Union[ColumnRef, Const, Param]
+
+    def __str__(self) -> str:
+        return f"{self.left} {self.op} {self.right}"
+
+
+@dataclass(frozen=True)
+class Between:
+    column: str
+    low: Value
+    high: Value
+
+    def __str__(self) -> str:
+        return f"{self.column} BETWEEN {self.low} AND {self.high}"
+
+
+@dataclass(frozen=True)
+class RangePred:
+    """``low <= column <= high`` (closed after normalisation); ``None`` is an open end."""
+    column: str
+    low: Value | None
+    low_closed: bool
+    high: Value | None
+    high_closed: bool
+
+    def __str__(self) -> str:
+        lo = "(-inf" if self.low is None else ("[" if self.low_closed else "(") + str(self.low)
+        hi = "+inf)" if self.high is None else str(self.high) + ("]" if self.high_closed else ")")
+        return f"{self.column} IN {lo}, {hi}"
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """A predicate outside the range forms (OR, IN, functions, column-to-column): kept as SQL text."""
+    sql: str
+
+    def __str__(self) -> str:
+        return self.sql
+
+
+Predicate = Union[Compare, Between, RangePred, Opaque]
+
+
+# ---- plan nodes -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Node:
+    @property
+    def children(self) -> tuple["Node", ...]:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self)
+                     if isinstance(getattr(self, f.name), Node))
+
+    def with_children(self, children: tuple["Node", ...]) -> "Node":
+        it = iter(children)
+        changes = {f.name: next(it) for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), Node)}
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def transform_up(self, fn) -> "Node":
+        """Apply ``fn`` bottom-up (Catalyst's ``transformUp``); ``fn`` returns a node (maybe the same)."""
+        kids = tuple(c.transform_up(fn) for c in self.children)
+        node = self.with_children(kids) if kids != self.children else self
+        return fn(node)
+
+    def args_str(self) -> str:
+        return ""
+
+    def __str__(self) -> str:
+        inner = ", ".join(str(c) for c in self.children)
+        return f"{type(self).__name__}[{self.args_str()}]" + (f"({inner})" if inner else "")
+
+
+@dataclass(frozen=True)
+class Scan(Node):
+    table: str
+
+    def args_str(self) -> str:
+        return self.table
+
+
+@dataclass(frozen=True)
+class Filter(Node):
+    child: Node
+    conjuncts: tuple[Predicate, ...]
+
+    def args_str(self) -> str:
+        return " AND ".join(str(p) for p in self.conjuncts)
+
+
+@dataclass(frozen=True)
+class Aggregate(Node):
+    child: Node
+    func: str  # MIN MAX COUNT SUM AVG ...
+    column: str | None  # None for COUNT(*)
+
+    def args_str(self) -> str:
+        return f"{self.func}({self.column or '*'})"
+
+
+@dataclass(frozen=True)
+class Project(Node):
+    child: Node
+    columns: tuple[str, ...]
+
+    def args_str(self) -> str:
+        return ", ".join(self.columns)
+
+
+@dataclass(frozen=True)
+class Distinct(Node):
+    child: Node
+
+
+@dataclass(frozen=True)
+class Sort(Node):
+    child: Node
+    keys: tuple[tuple[str, bool], ...]  # (column, descending)
+
+    def args_str(self) -> str:
+        return ", ".join(c + (" DESC" if d else "") for c, d in self.keys)
+
+
+@dataclass(frozen=True)
+class Limit(Node):
+    child: Node
+    n: Value
+
+    def args_str(self) -> str:
+        return str(self.n)
+
+
+@dataclass(frozen=True)
+class Join(Node):
+    left: Node
+    right: Node
+    condition: str
+
+    def args_str(self) -> str:
+        return self.condition
+
+
+# ---- physical nodes (one per operator family) ------------------------------------------------------
+
+@dataclass(frozen=True)
+class RangeMinGroupScan(Node):
+    """RANGE_MIN / RANGE_MAX: ``MIN(y)`` (``MAX(y)``) over ``x`` in the closed range [low, high].
+
+    Every subscription with the same (table, x, y, MIN|MAX) shares one group operator, whatever its
+    constants: ``low``/``high`` say where each subscription's ends come from (a constant, a parameter
+    column, or unbounded), and ``bind`` turns them into numpy columns.
+    """
+    table: str
+    x: str
+    y: str
+    maximum: bool
+    low: Value | None
+    high: Value | None
+
+    @property
+    def klass(self) -> str:
+        return "RANGE_MAX" if self.maximum else "RANGE_MIN"
+
+    @property
+    def group_key(self) -> tuple:
+        return (self.klass, self.table, self.x, self.y)
+
+    def args_str(self) -> str:
+        return (f"{'MAX' if self.maximum else 'MIN'}({self.y}) over {self.x} IN "
+                f"[{render_value(self.low)}, {render_value(self.high)}] of {self.table}")
+
+
+def shape_of(node: Node) -> str:
+    """The plan with its constants blanked: how an unsupported subscription is named in errors."""
+    text = str(node)
+    # Constants render as Python reprs; blank anything that parses as a number.
+    import re
+    return re.sub(r"(?<![\w:])-?\d+(\.\d+)?(e[+-]?\d+)?", "?", text)
