@@ -369,8 +369,7 @@ class PointIndex2D:
         if args[0] != args[0] or args[2] != args[2] or args[4] != args[4] or args[6] != args[6]:
             return _EMPTY_I.copy()
         idx = self._static_candidates(*args)
-        if self._s_ndead and idx.size:
-            idx = idx[~self._s_dead[idx]]
+
         out = self._s_slot[idx]
         if self._d_n:
             dm = self._delta_mask(*args)

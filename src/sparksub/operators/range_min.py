@@ -63,7 +63,7 @@ _NINF = -math.inf
 _MAXF = 1.7976931348623157e308  # largest finite float: "<= +inf" over finite stored Y values
 _nextafter = math.nextafter
 _isfinite = math.isfinite
-_PROBE = 4  # leaf entries probed one by one before a vectorised scan (most Mar ends are a few X away)
+_PROBE = 1  # leaf entries probed one by one before a vectorised scan (most Mar ends are a few X away)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -783,12 +783,12 @@ class RangeMinCore:
     # ---- updates --------------------------------------------------------------------------------------------
     def upsert(self, key, x: float, y: float) -> Outcome:
         """Insert tuple ``key`` at (x, y), or update it.  An X-move is a delete step then an insert step."""
-        c = self.counters
-        c["updates"] += 1
         x = float(x)
         y = float(y)
         if not (_isfinite(x) and _isfinite(y)):
             raise BadUpdate(f"non-finite X or Y for key {key!r}: ({x!r}, {y!r})")
+        c = self.counters
+        c["updates"] += 1
         if self.maximum:
             y = -y
         old = self.tree._pos.get(key)
@@ -806,10 +806,10 @@ class RangeMinCore:
 
     def delete(self, key) -> Outcome:
         """Delete tuple ``key`` = Δ(t: x, y_o → ∞) (digest C.8).  ``BadUpdate`` if unknown."""
-        self.counters["updates"] += 1
         old = self.tree._pos.get(key)
         if old is None:
             raise BadUpdate(f"delete of unknown key {key!r}")
+        self.counters["updates"] += 1
         return Outcome((self._delete_step(key, old[0], old[1]),))
 
     def _good(self, x: float, yn: float, lx: float, rx: float) -> Step:

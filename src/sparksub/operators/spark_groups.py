@@ -1,0 +1,112 @@
+"""Thin Spark wrapper: run group operators inside Spark tasks (Arrow batches, ``mapInArrow``).
+
+A group's state lives where its tasks run. The driver keeps the conceptual database (the rows) and
+each group's subscriptions; what a task needs is shipped as a :class:`GroupReplica`: a *base*
+snapshot (a Spark broadcast, rebuilt only when subscriptions change or the log grows long) plus the
+*log* of update batches applied since. A Python worker caches the materialised group between tasks,
+keyed by (engine, group, base, log position), so a warm worker applies only the new batch; a cold one
+(a new executor, a restarted worker, a recomputed partition) rebuilds from base + log. Either way the
+output is the same: the operator is deterministic, so recomputing a partition is safe.
+
+One partition per group (000 §2.3.2: a range-min group's updates are sequential — each update's
+classification depends on the previous ones; DS-CN, the distributed variant, is in docs/).
+"""
+from __future__ import annotations
+
+import pickle
+import uuid
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from sparksub.operators.range_min_group import GroupSnapshot, RangeMinGroup
+
+__all__ = ["GroupReplica", "materialize", "run_groups", "BATCH_SCHEMA"]
+
+BATCH_SCHEMA_FIELDS = [("group_id", pa.string()), ("x", pa.float64()), ("y", pa.float64()),
+                       ("op", pa.int8()), ("seq", pa.int64())]
+
+# Worker-process cache: (engine_uid, group_id) -> (base_id, log_position, group).
+_CACHE: dict[tuple[str, str], tuple[str, int, RangeMinGroup]] = {}
+
+
+@dataclass
+class GroupReplica:
+    """How to rebuild one group anywhere: base snapshot + the update log since it."""
+    engine_uid: str
+    group_id: str
+    base_id: str
+    base: object  # a pyspark Broadcast of pickled GroupSnapshot bytes, or the bytes themselves
+    log: list = field(default_factory=list)  # pyarrow Tables (key, x, y, op, seq), oldest first
+
+    def base_snapshot(self) -> GroupSnapshot:
+        raw = self.base.value if hasattr(self.base, "value") else self.base
+        return pickle.loads(raw)
+
+
+def new_base_id() -> str:
+    return uuid.uuid4().hex
+
+
+def materialize(replica: GroupReplica, upto: int | None = None) -> RangeMinGroup:
+    """The group with every logged batch applied (the first ``upto`` of them). Removes it from the
+    cache: the caller puts it back with :func:`remember` once the next batch succeeded, so a task that
+    fails half-way never leaves a half-applied group behind."""
+    upto = len(replica.log) if upto is None else upto
+    entry = _CACHE.pop((replica.engine_uid, replica.group_id), None)
+    if entry is not None and entry[0] == replica.base_id and entry[1] <= upto:
+        _, applied, group = entry
+    else:
+        group, applied = RangeMinGroup.from_snapshot(replica.base_snapshot()), 0
+    for batch in replica.log[applied:upto]:
+        group.apply(batch, "none")
+    return group
+
+
+def remember(replica: GroupReplica, position: int, group: RangeMinGroup) -> None:
+    _CACHE[(replica.engine_uid, replica.group_id)] = (replica.base_id, position, group)
+
+
+def _operator(replicas: dict[str, GroupReplica], mode: str, schema: pa.Schema):
+    def range_min_group_operator(batches):
+        # Rows arrive grouped by group_id (one partition per group) and sorted by seq.
+        pending: dict[str, list[pa.RecordBatch]] = {}
+        for rb in batches:
+            for gid in pa.compute.unique(rb.column("group_id")).to_pylist():
+                part = rb.filter(pa.compute.equal(rb.column("group_id"), gid))
+                pending.setdefault(gid, []).append(part)
+        for gid, parts in pending.items():
+            replica = replicas[gid]
+            group = materialize(replica)
+            table = pa.Table.from_batches(parts).sort_by("seq")
+            out = group.apply(table, mode)
+            remember(replica, len(replica.log) + 1, group)
+            for rb in out.cast(schema).to_batches():
+                yield rb
+    range_min_group_operator.__name__ = f"range_min_group_{mode}"
+    return range_min_group_operator
+
+
+def run_groups(spark, replicas: dict[str, GroupReplica], batch: pa.Table, mode: str, schema: pa.Schema):
+    """Run ``batch`` (columns group_id, key, x, y, op, seq) through each group's operator in Spark.
+
+    Returns a Spark DataFrame (checkpointed locally, so the operator runs exactly once per call).
+    """
+    n = max(len(replicas), 1)
+    df = spark.createDataFrame(batch)
+    df = df.repartition(n, "group_id").sortWithinPartitions("group_id", "seq")
+    out = df.mapInArrow(_operator(replicas, mode, schema), _ddl(schema))
+    return out.localCheckpoint(eager=True)
+
+
+def plan_string(spark, replicas: dict[str, GroupReplica], batch: pa.Table, mode: str, schema: pa.Schema) -> str:
+    """Spark's physical plan for running ``batch`` through the groups (not executed)."""
+    df = spark.createDataFrame(batch)
+    df = df.repartition(max(len(replicas), 1), "group_id").sortWithinPartitions("group_id", "seq")
+    out = df.mapInArrow(_operator(replicas, mode, schema), _ddl(schema))
+    return out._jdf.queryExecution().executedPlan().treeString()
+
+
+def _ddl(schema: pa.Schema) -> str:
+    names = {pa.string(): "string", pa.float64(): "double", pa.int64(): "bigint", pa.int8(): "tinyint"}
+    return ", ".join(f"`{f.name}` {names[f.type]}" for f in schema)

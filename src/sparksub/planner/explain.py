@@ -1,0 +1,29 @@
+"""EXPLAIN SUBSCRIPTION: our plan (class, template, group, rule trace, algorithm, indexes, message
+format, reformulated predicate, live statistics) and the Spark physical plan the group runs in."""
+from __future__ import annotations
+
+from sparksub.planner.classifier import Planned
+
+__all__ = ["explain_text"]
+
+
+def explain_text(target: str, planned: Planned, entry, group, spark_plan: str) -> str:
+    lines = [f"== Subscription: {target} ==",
+             f"SQL: {planned.sql}",
+             f"Class: {planned.klass}",
+             f"Template: {planned.template}",
+             f"Group: {entry.group_id if entry else '(none yet)'}"
+             f" ({len(entry.points) if entry else 0} subscriptions)",
+             "", "== Logical plan ==", str(planned.logical),
+             "", "== Rule trace ==" if planned.trace else "== Rule trace == (no rule changed the plan)"]
+    lines += [str(t) for t in planned.trace]
+    lines += ["", "== Physical plan ==", str(planned.physical)]
+    if group is not None:
+        lines += ["", "== Operator =="]
+        lines += [f"{k}: {v}" for k, v in group.explain().items()]
+    else:
+        lines += ["", "== Operator ==", "algorithm: update classification + Mar/Hull/EMar (000 §2-3)",
+                  "message format: <NEW_MIN, INNER_L, INNER_R, OUTER_L, OUTER_R>",
+                  "reformulated predicate: (OUTER_L < x1 <= INNER_L) AND (INNER_R <= x2 < OUTER_R)"]
+    lines += ["", "== Spark physical plan ==", spark_plan.rstrip()]
+    return "\n".join(lines)
