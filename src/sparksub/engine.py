@@ -77,7 +77,8 @@ class GroupEntry:
     group_id: str
     physical: ir.RangeMinGroupScan
     points: SubscriptionPoints
-    templates: dict = field(default_factory=dict)  # template text -> number of subscriptions
+    templates: list = field(default_factory=list)  # template texts; template_of[slot] indexes it
+    template_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     replica: spark_groups.GroupReplica | None = None
     log_rows: int = 0
     subscribers: Subscribers | None = None  # the deliver() side, seeded lazily
@@ -169,8 +170,7 @@ class Engine:
             self._check_new_ids([sub_id])
             x1, x2 = bind_range(planned.physical, {}, 1, ids=np.array([sub_id], dtype=object))
             entry = self._group_for(planned.physical)
-            entry.points.add([sub_id], x1, x2)
-            entry.templates[planned.template] = entry.templates.get(planned.template, 0) + 1
+            self._note_template(entry, entry.points.add([sub_id], x1, x2), planned.template)
             self._records[sub_id] = SubscriptionRecord(planned, entry.group_id)
             self._changed(entry, subscriptions=True)
 
@@ -193,8 +193,8 @@ class Engine:
             x1, x2 = bind_range(planned.physical, cols, ids.size, ids=ids)
             self._check_new_ids(ids)
             entry = self._group_for(planned.physical)
-            entry.points.add(ids, x1, x2)  # raises on duplicates inside the batch, adding nothing
-            entry.templates[planned.template] = entry.templates.get(planned.template, 0) + int(ids.size)
+            slots = entry.points.add(ids, x1, x2)  # raises on duplicates inside the batch, adding nothing
+            self._note_template(entry, slots, planned.template)
             self._bulk.setdefault(entry.group_id, []).append(SubscriptionRecord(planned, entry.group_id, True))
             self._changed(entry, subscriptions=True)
         return int(ids.size)
@@ -215,11 +215,18 @@ class Engine:
         with self._lock:
             entry = self._find_group(sub_id)
             entry.points.remove([sub_id])
-            rec = self._records.pop(sub_id, None)
-            if rec is not None:
-                t = rec.planned.template
-                entry.templates[t] -= 1
+            self._records.pop(sub_id, None)
             self._changed(entry, subscriptions=True)
+
+    @staticmethod
+    def _note_template(entry: GroupEntry, slots: np.ndarray, template: str) -> None:
+        if template not in entry.templates:
+            entry.templates.append(template)
+        if slots.size and slots.max() >= entry.template_of.size:
+            grown = np.zeros(max(int(slots.max()) + 1, 2 * entry.template_of.size), dtype=np.int32)
+            grown[: entry.template_of.size] = entry.template_of
+            entry.template_of = grown
+        entry.template_of[slots] = entry.templates.index(template)
 
     def _find_group(self, sub_id: str, required: bool = True) -> GroupEntry | None:
         for entry in self._groups.values():
@@ -247,7 +254,8 @@ class Engine:
         """SHOW SUBSCRIPTIONS: one row per group and template (a million bulk subscriptions are one row)."""
         out = []
         for entry in self._groups.values():
-            for template, n in entry.templates.items():
+            counts = np.bincount(entry.template_of[entry.points.live_slots()], minlength=len(entry.templates))
+            for template, n in zip(entry.templates, counts.tolist()):
                 if n:
                     out.append({"group": entry.group_id, "class": entry.physical.klass,
                                 "template": template, "subscriptions": n})
@@ -526,10 +534,12 @@ def _to_arrow(data) -> pa.Table:
     if isinstance(data, (list, tuple)):
         if not data:
             raise BadUpdate("an empty list of rows has no columns; pass a DataFrame or dict of arrays")
-        if isinstance(data[0], dict):
-            return pa.Table.from_pylist(list(data))
         if hasattr(data[0], "asDict"):
-            return pa.Table.from_pylist([r.asDict() for r in data])
+            data = [r.asDict() for r in data]
+        if isinstance(data[0], dict):
+            # pyarrow takes the schema from the first row; rows may differ (a delete has only the key)
+            names = list(dict.fromkeys(k for row in data for k in row))
+            return pa.table({k: [row.get(k) for row in data] for k in names})
     raise BadUpdate(f"cannot read rows from a {type(data).__name__}: pass a Spark or pandas DataFrame, "
                     f"an Arrow table, a dict of arrays or a list of dicts")
 

@@ -338,3 +338,27 @@ def test_deliver_and_unicast_agree_with_recomputation(data):
 def test_byte_accounting():
     assert MESSAGE_BYTES == 48 and UNICAST_ROW_BYTES == 24
     assert message_bytes(3) == 144 and unicast_bytes(10) == 240 and message_bytes(0) == 0
+
+
+def test_pandas_messages_and_value_inputs():
+    pd = pytest.importorskip("pandas")
+    subs = Subscribers()
+    subs.add(pd.Series(["u", "v"]), pd.Series([0.0, -INF]), pd.Series([4.0, INF]),
+             values=pa.array([2.0, None]))
+    assert subs.value("u") == 2.0 and math.isnan(subs.value("v"))
+    subs.set_values(["u", "v"], [None, 3.0])
+    assert math.isnan(subs.value("u")) and subs.value("v") == 3.0
+    subs.set_values(["u"], 7.0)
+    assert subs.value("u") == 7.0
+    with pytest.raises(ValueError):
+        subs.set_values(["u", "v"], [1.0])
+    with pytest.raises(TypeError):
+        subs.add([1], [0.0], [1.0])
+    df = pd.DataFrame({"seq": [0, 0], "step": [0, 1], "new_value": [1.0, np.nan],
+                       "inner_l": [1.0, 1.0], "inner_r": [2.0, 2.0],
+                       "outer_l": [-INF, -INF], "outer_r": [INF, INF], "group_id": ["G", "G"]})
+    out = subs.deliver(df)
+    assert rows_of(out) == {("v", None, 0), ("u", None, 0)}
+    assert out.column("group_id").to_pylist() == ["G", "G"]
+    mi, sl = match(subs.points, df)
+    assert mi.tolist() == [0, 0, 1, 1]

@@ -104,6 +104,15 @@ def _as_id_list(ids) -> list:
     return list(ids)
 
 
+def _to_float(values) -> np.ndarray:
+    """float64 numpy array; nulls become NaN."""
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    if hasattr(values, "to_numpy"):                     # pandas
+        return values.to_numpy(dtype=np.float64, na_value=np.nan)
+    return np.asarray(values, dtype=np.float64).reshape(-1)
+
+
 class SubscriptionPoints:
     """Registry of one subscription group: string ids <-> int slots, bounds, and the point index.
 
@@ -168,6 +177,9 @@ class SubscriptionPoints:
         if n == 0:
             return np.empty(0, dtype=np.int64)
         # --- validate everything before touching any state
+        for sid in ids:
+            if not isinstance(sid, str):
+                raise TypeError(f"subscription ids must be strings, got {sid!r}")
         if not self._slot_of.keys().isdisjoint(ids) or len(set(ids)) != n:
             seen: set = set()
             for sid in ids:
@@ -442,7 +454,9 @@ class Subscribers:
         """Register subscribers (see :meth:`SubscriptionPoints.add`) with initial values (default NaN)."""
         ids = _as_id_list(ids)
         if values is not None:
-            values = np.asarray(values, dtype=np.float64).reshape(-1)
+            values = _to_float(values) if hasattr(values, "dtype") or isinstance(
+                values, (pa.Array, pa.ChunkedArray)) else np.array(
+                [np.nan if v is None else v for v in values], dtype=np.float64)
             if values.size != len(ids):
                 raise ValueError(f"length mismatch: {len(ids)} ids, {values.size} values")
         slots = self.points.add(ids, x1, x2)
@@ -458,9 +472,14 @@ class Subscribers:
     def set_values(self, ids, values) -> None:
         """Set current values (NaN or None = empty); :class:`UnknownSubscription` if an id is absent."""
         slots = self.points.slots_of(ids)
-        vals = np.asarray([np.nan if v is None else v for v in values]
-                          if not isinstance(values, np.ndarray) else values, dtype=np.float64)
-        vals = np.broadcast_to(vals.reshape(-1) if vals.ndim else vals, slots.shape)
+        if values is None or np.isscalar(values):
+            vals = np.full(slots.size, np.nan if values is None else float(values))
+        elif isinstance(values, (np.ndarray, pa.Array, pa.ChunkedArray)) or hasattr(values, "dtype"):
+            vals = _to_float(values)
+        else:
+            vals = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        if vals.size != slots.size:
+            raise ValueError(f"length mismatch: {slots.size} ids, {vals.size} values")
         self._fit()
         self._values[slots] = vals
 

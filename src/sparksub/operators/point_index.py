@@ -9,7 +9,7 @@ analogue with the same sqrt shape:
 * **Static part**, rebuilt in bulk.  The points are sorted by x1 and cut into buckets of
   ``bucket_size`` consecutive points (default ``max(256, isqrt(M))``); inside a bucket they are
   sorted by x2.  Each point carries the global int64 key ``bucket * (M + 1) + rank(x2)``, where
-  ``rank(x2)`` is the number of static points with a smaller x2, so the key array is sorted and
+  ``rank(x2)`` is the point's position in x2 order, so the key array is sorted and
   one ``np.searchsorted`` locates the x2-slice of *every* covered bucket at once.  A query
   binary-searches its x1 range to a run of buckets, maps its x2 bounds into rank space once,
   finds each bucket's slice with that one vectorised search, gathers the slices, and masks
@@ -166,10 +166,16 @@ class PointIndex2D:
         if slots.size and int(slots.min()) < 0:
             raise ValueError(f"slots must be non-negative, got {int(slots.min())}")
         if slots.size > 1:
-            s = np.sort(slots)
-            d = np.flatnonzero(s[1:] == s[:-1])
-            if d.size:
-                raise ValueError(f"duplicate slot {int(s[d[0]])} in batch")
+            mx = int(slots.max())
+            if mx <= 8 * slots.size + (1 << 16):             # dense: O(max slot) counting
+                c = np.bincount(slots, minlength=0)
+                if c.max() > 1:
+                    raise ValueError(f"duplicate slot {int(np.argmax(c > 1))} in batch")
+            else:
+                s = np.sort(slots)
+                d = np.flatnonzero(s[1:] == s[:-1])
+                if d.size:
+                    raise ValueError(f"duplicate slot {int(s[d[0]])} in batch")
         return slots
 
     def add_many(self, slots, x1, x2) -> None:
@@ -190,6 +196,9 @@ class PointIndex2D:
             if present.any():
                 raise ValueError(f"slot {int(slots[np.argmax(present)])} already present")
         self._grow_slot_map(mx)
+        if self._d_n + n > self._threshold():        # bulk: straight into a rebuilt static part
+            self._rebuild((slots, x1, x2))
+            return
         # append to the delta
         need = self._d_n + n
         if need > len(self._d_x1):
@@ -242,17 +251,24 @@ class PointIndex2D:
 
     def rebuild(self) -> None:
         """Merge the delta and drop tombstones: rebuild the static part from every live point."""
-        keep = ~self._s_dead
+        self._rebuild(None)
+
+    def _rebuild(self, extra) -> None:
         dn = self._d_n
         dal = self._d_alive[:dn]
-        if self._s_ndead == 0:
-            x1 = np.concatenate([self._s_x1, self._d_x1[:dn][dal]])
-            x2 = np.concatenate([self._s_x2, self._d_x2[:dn][dal]])
-            sl = np.concatenate([self._s_slot, self._d_slot[:dn][dal]])
-        else:
-            x1 = np.concatenate([self._s_x1[keep], self._d_x1[:dn][dal]])
-            x2 = np.concatenate([self._s_x2[keep], self._d_x2[:dn][dal]])
-            sl = np.concatenate([self._s_slot[keep], self._d_slot[:dn][dal]])
+        parts = [[], [], []]
+        if self._M:
+            keep = None if self._s_ndead == 0 else ~self._s_dead
+            for p, arr in zip(parts, (self._s_slot, self._s_x1, self._s_x2)):
+                p.append(arr if keep is None else arr[keep])
+        if self._d_live:
+            for p, arr in zip(parts, (self._d_slot, self._d_x1, self._d_x2)):
+                p.append(arr[:dn][dal])
+        if extra is not None:
+            for p, arr in zip(parts, extra):
+                p.append(arr)
+        sl, x1, x2 = (np.concatenate(p) if len(p) > 1 else (p[0] if p else a)
+                      for p, a in zip(parts, (_EMPTY_I, _EMPTY_F, _EMPTY_F)))
         self._build(sl, x1, x2)
         self._d_n = 0
         self._d_live = 0
@@ -277,27 +293,26 @@ class PointIndex2D:
             return
         B = self._bucket_size_arg or max(256, isqrt(M))
         K = M + 1
-        o1 = np.argsort(x1, kind="stable")
-        x1o = x1[o1]
-        x2o = x2[o1]
-        # rank(x2) = number of points with a smaller x2 (ties share the rank)
-        o2 = np.argsort(x2o)
-        sx2 = x2o[o2]
-        first = np.arange(M, dtype=np.int64)
-        if M > 1:
-            first[1:][sx2[1:] == sx2[:-1]] = 0
-        np.maximum.accumulate(first, out=first)
+        nb = (M + B - 1) // B
+        # bucket of each point = its position in x1 order // B (ties in x1 may straddle buckets)
+        o1 = np.argsort(x1)
+        bucket = np.empty(M, dtype=np.int16 if nb < 2 ** 15 else np.int64)
+        bucket[o1] = np.arange(M, dtype=np.int64) // B
+        # rank(x2) = position in x2 order.  Tied x2 values get distinct but adjacent ranks
+        # [first, last]; a bound mapped with searchsorted 'left'/'right' on the sorted x2 lands at
+        # first / last + 1, so open and closed bounds split ties exactly as float comparisons do.
+        o2 = np.argsort(x2)
+        # layout = x2 order, stably regrouped by bucket (a radix sort for int16 bucket ids)
+        lay = o2[np.argsort(bucket[o2], kind="stable")]
         rank = np.empty(M, dtype=np.int64)
-        rank[o2] = first
-        key = (np.arange(M, dtype=np.int64) // B) * K + rank
-        o3 = np.argsort(key, kind="stable")
+        rank[o2] = np.arange(M, dtype=np.int64)
         self._B, self._K = B, K
-        self._x1_sorted = x1o
-        self._x2_sorted = sx2
-        self._s_key = key[o3]
-        self._s_x1 = x1o[o3]
-        self._s_x2 = x2o[o3]
-        self._s_slot = slots[o1][o3]
+        self._x1_sorted = x1[o1]
+        self._x2_sorted = x2[o2]
+        self._s_key = bucket[lay].astype(np.int64) * K + rank[lay]
+        self._s_x1 = x1[lay]
+        self._s_x2 = x2[lay]
+        self._s_slot = slots[lay]
         self._s_dead = np.zeros(M, dtype=bool)
         self._where[self._s_slot] = _STATIC
         self._pos[self._s_slot] = np.arange(M, dtype=np.int64)
@@ -369,7 +384,8 @@ class PointIndex2D:
         if args[0] != args[0] or args[2] != args[2] or args[4] != args[4] or args[6] != args[6]:
             return _EMPTY_I.copy()
         idx = self._static_candidates(*args)
-
+        if self._s_ndead and idx.size:
+            idx = idx[~self._s_dead[idx]]
         out = self._s_slot[idx]
         if self._d_n:
             dm = self._delta_mask(*args)

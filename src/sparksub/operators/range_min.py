@@ -5,24 +5,30 @@ Pure-Python core (numpy + sortedcontainers, no pyspark) of the RANGE_MIN / RANGE
 
 Sources
 -------
-* 000 = Chandramouli, Phillips, Yang, "Value-based notification conditions in large-scale publish/subscribe
-  systems" / Chandramouli, Xie, Yang, SIGMOD 2006 ("[CXY06]"), §2 (Mar, Theorem 1, Corollary 1: update
-  classification, message/subscription reformulation) and §3 (upper hull, EMar, Theorem 2).
-* dissertation ch. 5 (§5.2-§5.3): Definition 7 (Mar), Theorem 16, Corollary 6 (ignorable / good / bad),
-  Definition 8 (upper hull), Theorem 17 (EMar), §5.3.1 the A2B-tree with FINDR/SEARCHR, insertions and
-  deletions as updates from/to infinity.  The digest ``notes/dissertation-ch2-3-5.md`` Part C (C.5-C.8)
-  restates the exact tie rules implemented here ("Precise, implementable hull/EMar rules", rules 1-7).
+* 000 = B. Chandramouli, J. Xie, J. Yang, "On the Database/Network Interface in Large-Scale Publish/Subscribe
+  Systems", SIGMOD 2006 ("[CXY06]").  §2.3.1 (S-CN): Definition 1 (Mar), Theorem 1, Corollary 1 (update
+  classification: ignorable / good / bad), message/subscription reformulation, Definition 2 (upper hull),
+  Theorem 2 (EMar); §3: the A2B-tree and the Mar / Hull / EMar computations.
+* Dissertation ch. 5 (§5.2-§5.3; same results renumbered Definition 7/8, Theorem 16/17, Corollary 6), whose
+  §5.3.1 adds FINDR/SEARCHR, the exact EMar tie rules, and insertions/deletions as updates from/to infinity.
+  The digest ``notes/dissertation-ch2-3-5.md`` Part C (C.5-C.8) restates them; "digest C.6 rule n" below refers
+  to its "Precise, implementable hull/EMar rules".
 
 Update processing (:class:`RangeMinCore`)
 -----------------------------------------
-An update is ``Δ(t: x, y_o → y_n)``; an insertion is ``Δ(t: x, ∞ → y_n)`` and a deletion ``Δ(t: x, y_o → ∞)``
-(digest C.8).  Every update is classified (Corollary 6) and turned into notification messages
+An update is ``Δ(t: x, y_o → y_n)``; an insertion is ``Δ(t: x, ∞ → y_n)`` and a deletion
+``Δ(t: x, y_o → ∞)`` (digest C.8).  Every update is classified (000 Corollary 1 = dissertation Corollary 6)
+and turned into notification messages
 
     ⟨NEW_VALUE, INNER_L, INNER_R, OUTER_L, OUTER_R⟩          (:class:`Message`)
 
 * ignorable: no message.
 * good: one message ``⟨y_n, x, x, Mar(x, y_n)⟩`` with Mar taken w.r.t. ``P ∖ {t}``.
 * bad: one message for the peak and one per LHull / RHull point, with EMar outer ends (digest C.6 rules 1-7).
+
+An insertion is good or ignorable.  A deletion is labelled bad or ignorable (digest C.8), also in the corner
+case where Corollary 6 read literally would say good (Mar(x, ∞) = Mar(x, y_o)): the single peak message
+``⟨None, x, x, Mar⟩`` is the same either way.  A Y-increase can be good (Mar(x, y_n) = Mar(x, y_o)).
 
 **Reformulated subscription predicate.**  A subscription ``[x1, x2]`` (either end may be infinite, i.e. open)
 is the stateless predicate (see :func:`matches`)::
@@ -61,16 +67,17 @@ __all__ = ["A2BTree", "RangeMinCore", "Message", "Step", "Outcome", "matches"]
 _INF = math.inf
 _NINF = -math.inf
 _MAXF = 1.7976931348623157e308  # largest finite float: "<= +inf" over finite stored Y values
+_NAN = math.nan
 _nextafter = math.nextafter
 _isfinite = math.isfinite
-_PROBE = 1  # leaf entries probed one by one before a vectorised scan (most Mar ends are a few X away)
+_PROBE = 4  # leaf entries probed one by one before a vectorised scan (most Mar ends are a few X away)
 
 
 # --------------------------------------------------------------------------------------------------------------
 # Messages and outcomes
 # --------------------------------------------------------------------------------------------------------------
 class Message(NamedTuple):
-    """A reformulated notification ⟨NEW_VALUE, INNER_L, INNER_R, OUTER_L, OUTER_R⟩ (000 §2.2; dissertation §5.2).
+    """A notification ⟨NEW_VALUE, INNER_L, INNER_R, OUTER_L, OUTER_R⟩ (000 §2.3.1; dissertation §5.2).
 
     ``new_value`` is in the user's sign, ``None`` when the range becomes empty (peak at ∞).  Outer ends may be
     ±inf (open Mar / EMar ends)."""
@@ -111,7 +118,7 @@ _IGNORABLE = Outcome((_IGNORABLE_STEP,))
 
 
 def matches(message: Message, x1: float, x2: float) -> bool:
-    """The reformulated (stateless) range-MIN subscription predicate (000 §2.2; digest C.5).
+    """The reformulated (stateless) range-MIN subscription predicate (000 §2.3.1; digest C.5).
 
     ``(OUTER_L < x1 <= INNER_L) and (INNER_R <= x2 < OUTER_R)``; an infinite OUTER bound also admits the same
     infinite subscription end (an open subscription end is "contained" in an open Mar end).
@@ -164,6 +171,11 @@ class A2BTree:
         self._S = 1  # segment-tree leaf offset (power of two >= #leaves)
         self._seg: list[float] = [_INF, _INF]
         self._rmq = None  # cached (allx, sparse table) for range_min_many; None after a mutation
+        # location cache: X last located (leaf index, in-leaf position); NaN = invalid.  Valid until the next
+        # structural change, so the FIND calls of one update reuse the lookup done by its min-field update.
+        self._loc_x = _NAN
+        self._loc_li = 0
+        self._loc_p = 0
         self.counters = counters if counters is not None else {}
         self.counters.setdefault("find", 0)
 
@@ -199,6 +211,7 @@ class A2BTree:
             seg[k] = a if a <= b else b
         self._S = S
         self._seg = seg
+        self._loc_x = _NAN
 
     def _leaf_mins(self) -> list[float]:
         S = self._S
@@ -224,9 +237,16 @@ class A2BTree:
 
     def _set_m(self, x: float, v: float) -> None:
         """The per-X min at existing x changed to v: update the leaf entry and the path above it."""
-        li = bisect_left(self._maxk, x)
+        if x == self._loc_x:
+            li = self._loc_li
+            p = self._loc_p
+        else:
+            li = bisect_left(self._maxk, x)
+            p = int(self._lxs[li].searchsorted(x))
+            self._loc_x = x
+            self._loc_li = li
+            self._loc_p = p
         m = self._lm[li]
-        p = int(self._lxs[li].searchsorted(x))
         old = m.item(p)
         m[p] = v
         k = self._S + li
@@ -277,6 +297,9 @@ class A2BTree:
         ln[li] = n + 1
         if y < self._seg[self._S + li]:
             self._seg_set(li, y)
+        self._loc_x = x
+        self._loc_li = li
+        self._loc_p = p
 
     def _split(self, li: int) -> None:
         n = self._ln[li]
@@ -298,6 +321,7 @@ class A2BTree:
     def _delete_x(self, x: float) -> None:
         """Remove distinct X from the upper tier; drop an empty leaf, merge a nearly empty one."""
         self._rmq = None
+        self._loc_x = _NAN
         li = bisect_left(self._maxk, x)
         xs = self._lxs[li]
         m = self._lm[li]
@@ -467,6 +491,7 @@ class A2BTree:
         self._pos = pos
         self._lower = lower
         self._rmq = None
+        self._loc_x = _NAN
 
     # ---- queries --------------------------------------------------------------------------------------------
     def min_at(self, x: float, exclude=None) -> float:
@@ -489,19 +514,25 @@ class A2BTree:
             y = _nextafter(y, _NINF)  # m < y  <=>  m <= nextdown(y) for floats
         elif y > _MAXF:
             y = _MAXF
-        maxk = self._maxk
-        li = bisect_right(maxk, x)
-        if li >= len(maxk):
-            return _INF, _NINF
         seg = self._seg
         S = self._S
+        if x == self._loc_x:
+            li = self._loc_li
+            p = self._loc_p + 1  # x itself sits at _loc_p
+        else:
+            maxk = self._maxk
+            li = bisect_right(maxk, x)
+            if li >= len(maxk):
+                return _INF, _NINF
+            p = -1
         if seg[S + li] <= y:
             xs = self._lxs[li]
             n = self._ln[li]
-            p = int(xs.searchsorted(x, "right"))
+            if p < 0:
+                p = int(xs.searchsorted(x, "right"))
             if p < n:
                 m = self._lm[li]
-                # probe a few entries, then one vectorised scan (000 §3.1: first entry with min <= y)
+                # probe a few entries, then one vectorised scan for the first entry with min <= y (000 §3)
                 e = p + _PROBE if p + _PROBE < n else n
                 for j in range(p, e):
                     v = m.item(j)
@@ -545,18 +576,24 @@ class A2BTree:
             y = _nextafter(y, _NINF)
         elif y > _MAXF:
             y = _MAXF
-        maxk = self._maxk
-        L = len(maxk)
-        if L == 0:
-            return _NINF, _NINF
-        li = bisect_left(maxk, x)
-        if li >= L:
-            li = L - 1
         seg = self._seg
         S = self._S
+        if x == self._loc_x:
+            li = self._loc_li
+            p = self._loc_p  # entries [0, p) are < x
+        else:
+            maxk = self._maxk
+            L = len(maxk)
+            if L == 0:
+                return _NINF, _NINF
+            li = bisect_left(maxk, x)
+            if li >= L:
+                li = L - 1
+            p = -1
         if seg[S + li] <= y:
             xs = self._lxs[li]
-            p = int(xs.searchsorted(x, "left"))  # entries [0, p) are < x
+            if p < 0:
+                p = int(xs.searchsorted(x, "left"))  # entries [0, p) are < x
             if p > 0:
                 m = self._lm[li]
                 e = p - _PROBE if p > _PROBE else 0
@@ -686,7 +723,9 @@ class A2BTree:
         iv = i[valid]
         jv = j[valid]
         k = np.frexp((jv - iv + 1).astype(np.float64))[1] - 1  # floor(log2(len)), exact for ints
-        out[valid] = np.minimum(table[k, iv], table[k, jv - (1 << k) + 1])
+        flat = table.ravel()
+        row = k * table.shape[1]
+        out[valid] = np.minimum(flat.take(row + iv), flat.take(row + jv - (1 << k) + 1))
         return out
 
     # ---- debugging ------------------------------------------------------------------------------------------
@@ -732,11 +771,14 @@ class RangeMinCore:
     """Server-side S-CN processing of range-MIN (or, with ``maximum=True``, range-MAX) subscriptions.
 
     Holds the table's (key, x, y) tuples in an :class:`A2BTree`, classifies each update (Corollary 6) and
-    reformulates it into :class:`Message` s (000 §2-3; dissertation §5.2-5.3).  Subscriptions are never looked
-    at: a subscriber for ``[x1, x2]`` evaluates :func:`matches` on each message (predicate in the module
-    docstring).  Cost per update O(k log N), k = number of messages.
+    reformulates it into :class:`Message` s (000 §2.3.1 and §3; dissertation §5.2-5.3).  Subscriptions are
+    never looked at: a subscriber for ``[x1, x2]`` evaluates :func:`matches` on each message (predicate in the
+    module docstring).  Cost per update O(k log N), k = number of messages.
 
     Y is negated internally in MAX mode.  X and Y must be finite (:class:`BadUpdate` otherwise).
+
+    ``counters``: ``updates`` = accepted upsert/delete calls; ``ignorable`` / ``good`` / ``bad`` = steps (an
+    X-move counts two); ``messages`` = messages emitted; ``find`` = FINDL/FINDR calls on the A2B-tree.
     """
 
     def __init__(self, maximum: bool = False, *, leaf_capacity: int = 256):
@@ -760,7 +802,7 @@ class RangeMinCore:
 
     # ---- loading and queries --------------------------------------------------------------------------------
     def load(self, keys, xs, ys) -> None:
-        """Bulk-load tuples (no messages)."""
+        """Bulk-load tuples without producing messages (fast path into an empty core; else row by row)."""
         xs = np.asarray(xs, dtype=np.float64)
         ys = np.asarray(ys, dtype=np.float64)
         if not (np.isfinite(xs).all() and np.isfinite(ys).all()):
@@ -867,7 +909,8 @@ class RangeMinCore:
         return self._bad(x, mp, yo, *tree.find_left(x, mp, True), *tree.find_right(x, mp, True))
 
     def _bad(self, x: float, yp: float, yo: float, lx: float, ly: float, rx: float, ry: float) -> Step:
-        """Hull + EMar reformulation of a bad update (000 §3, Theorem 2; dissertation Theorem 17; digest C.6).
+        """Hull + EMar reformulation of a bad update (000 §2.3.1 Def. 2, Theorem 2, §3; dissertation Theorem 17;
+        digest C.6).
 
         (lx, ly) / (rx, ry) are the first points left / right of x with per-X min < y_p (or the ±inf sentinels).
         """
