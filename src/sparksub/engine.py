@@ -27,7 +27,7 @@ from sparksub.planner.classifier import Planned, bind_range, parameters_of, plan
 from sparksub.operators.delivery import SubscriptionPoints, Subscribers
 from sparksub.operators.range_min_group import (CN_RELAX_SCHEMA, DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA,
                                                 UPSERT, GroupSnapshot)
-from sparksub.operators import spark_groups
+from sparksub.operators import spark_groups, spark_stream
 
 __all__ = ["Engine", "spark_session"]
 
@@ -309,6 +309,39 @@ class Engine:
                 if mode == "reformulated" and e.subscribers is not None:
                     e.subscribers_version = e.version
             return df
+
+    def stream(self, table: str, streaming_df, mode: str = "unicast"):
+        """Run the subscriptions on ``table`` over a stream of updates: a streaming DataFrame of
+        notifications (Structured Streaming; ``operators/spark_stream.py``).
+
+        ``streaming_df`` has the table's columns, an optional ``_op`` (``'upsert'`` default, or
+        ``'delete'``) and an optional integer ``_seq``. Rows of one micro-batch apply in ``_seq`` order
+        (notifications carry ``seq = _seq``); without ``_seq``, in input order (per partition, rows in
+        their position; ``seq = (micro-batch ordinal << 32) + rank``). Output: ``publish``'s columns for
+        ``mode`` plus a nullable ``reason``. A malformed row (null key, NaN in a numeric column, a value
+        of the wrong type, an unknown ``_op``, a delete of an unknown key) does not stop the stream: it
+        is emitted once as a row with ``op = 'rejected'``, its ``seq`` and ``reason`` (other columns
+        null), and counted (``spark_stream.stream_stats(df)``). State (the rows per group) lives in
+        Spark's state store and survives restarts from the checkpoint; the subscriptions and, for a new
+        checkpoint, the initial rows are those of the engine when ``stream`` is called. The stream's
+        updates do not flow back into the engine (``result``/``publish`` do not see them).
+        """
+        if mode not in ("unicast", "reformulated"):
+            raise ValueError(f"unknown mode {mode!r}; expected 'unicast' or 'reformulated'")
+        schema = _schema_for(mode)
+        with self._lock:
+            state = self._table(table)
+            groups = self._groups_on(state)
+            if not groups:
+                raise SparksubError(f"no subscriptions on table {table!r}: a stream serves the "
+                                    f"subscriptions registered when it starts")
+            specs = {}
+            for e in groups:
+                if e.replica is not None and e.replica.log:
+                    e.replica = None  # the stream seeds its state from the base: make it current
+                specs[e.group_id] = (e.physical.x, e.physical.y, self._replica(state, e).base)
+            return spark_stream.run_stream(self.spark, streaming_df, state.definition, specs, mode,
+                                           schema, self.uid)
 
     def result(self, sub_id: str):
         """The subscription's current result: the MIN (MAX) over its range, None when empty."""

@@ -1,0 +1,452 @@
+"""Thin Spark wrapper: the RANGE_MIN / RANGE_MAX group operators on Structured Streaming.
+
+``run_stream`` turns a streaming DataFrame of table updates into a streaming DataFrame of
+notifications. The plan (names as Spark's EXPLAIN prints them)::
+
+    TransformWithStateInPySpark range_min_group_stream(...)      one state partition per group
+    +- Exchange hashpartitioning(group_id), REQUIRED_BY_STATEFUL_OPERATOR
+       +- Generate explode([group structs])                       every row goes to every group
+          +- MapInArrow range_min_group_stream_order(...)         input order (only without ``_seq``)
+             +- <the user's streaming source>
+
+**State** (Spark's state store, RocksDB, per ``group_id``):
+
+* MapState ``rows``: table key -> ``(x, y)`` (doubles, null allowed) for every row of the table (a row
+  with a null X or Y is kept: it is in no range, but it exists for a later delete);
+* ValueState ``meta``: ``(applied, rebuilds)`` -- micro-batches applied to this group so far, and how
+  often the index was rebuilt from the MapState.
+
+The state is the truth; the in-memory index (a materialised :class:`RangeMinGroup`, A2B-tree + the
+subscriptions' point index) is a cache in the Python worker, keyed by (engine uid, group, stream id)
+and valid only for the same streaming query *run* (``spark.jobGroup.id`` = the run id) and the same
+``applied`` counter. Anything else -- a first task in this worker, a restart (new run id), a replayed or
+retried micro-batch (``applied`` in the state store is behind the cache's) -- rebuilds the index from
+the MapState plus the subscriptions of the broadcast base snapshot. On the first micro-batch (no state
+yet) the rows come from the base snapshot and are written into the MapState.
+
+**Order.** Within one micro-batch rows apply in ascending ``_seq`` when the stream has that integer
+column (``seq`` of the notifications = ``_seq``). Without it the order is derived by
+``range_min_group_stream_order``: ``(input partition id << 33) + row position in the partition`` (what
+``monotonically_increasing_id()`` computes -- that function itself is not allowed on streams), and the
+notifications carry ``seq = (applied << 32) + rank`` where ``applied`` is the micro-batch's ordinal
+for this stream (0-based, micro-batches without rows do not count) and ``rank`` the row's position in
+that order. A file source replays a micro-batch from the same files (the offset log records them),
+split the same way while ``spark.sql.files.maxPartitionBytes``/``openCostInBytes`` and the default
+parallelism are unchanged, so the derived order is deterministic on replay; rows of one file keep
+their line order, but Spark orders the splits of *several* files in one micro-batch by size, not by
+name: give the stream a ``_seq`` when that order matters.
+
+**Malformed rows** (DESIGN §7) are set aside, counted, and emitted with ``op = 'rejected'`` and a
+``reason``; the stream goes on. Row-local checks run in Spark SQL (null key, unknown ``_op``, null
+``_seq``, a value that does not cast to the column's type, NaN in a numeric column of an upsert); a
+delete of an unknown key is found by the operator (it needs the state). Every group sees every row and
+skips the rejected ones; only the first group (by id) emits them, so each appears once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import threading
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from sparksub.errors import BadUpdate
+from sparksub.operators.range_min_group import DELETE, UPSERT, GroupSnapshot, RangeMinGroup
+
+__all__ = ["run_stream", "stream_stats", "output_schema", "REJECTED", "STAT_NAMES"]
+
+REJECTED = "rejected"
+STAT_NAMES = ("micro_batches", "seeded", "rebuilt", "cache_hits", "updates", "rejected", "notifications")
+
+#: Worker-process cache: (engine uid, group id, stream id) -> (query id, run id, applied, group, null_keys).
+_CACHE: dict[tuple[str, str, str], tuple] = {}
+
+#: Driver side: stream id -> the Spark accumulator of that stream's counters.
+_STATS: dict[str, object] = {}
+
+_SPARK_DDL = {pa.string(): "string", pa.float64(): "double", pa.int64(): "bigint", pa.int8(): "tinyint"}
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+_NAME_LOCK = threading.Lock()
+
+
+def output_schema(schema: pa.Schema) -> pa.Schema:
+    """The mode's schema plus a nullable ``reason`` (set on rejected rows only)."""
+    return schema.append(pa.field("reason", pa.string()))
+
+
+class _Deferred:
+    """Holds a Broadcast pickled, unpickled on first use. transformWithStateInPandas unpickles the
+    processor in a driver-side Python process too (to learn the state schemas), where no broadcast is
+    loaded; pickling the Broadcast inside this wrapper still registers it with the UDF, so the
+    executors' workers do get it."""
+
+    def __init__(self, obj):
+        self._obj, self._raw = obj, None
+
+    def __getstate__(self):
+        raw = self._raw if self._obj is None else pickle.dumps(self._obj, protocol=pickle.HIGHEST_PROTOCOL)
+        return {"raw": raw}
+
+    def __setstate__(self, state):
+        self._obj, self._raw = None, state["raw"]
+
+    def get(self):
+        if self._obj is None:
+            self._obj = pickle.loads(self._raw)
+        return self._obj
+
+
+@dataclass
+class GroupSpec:
+    """One group as the stream needs it: its columns and where its base snapshot lives."""
+    group_id: str
+    x: str
+    y: str
+    base: _Deferred  # a pyspark Broadcast of the pickled GroupSnapshot (or the bytes themselves)
+
+    def snapshot(self) -> GroupSnapshot:
+        base = self.base.get()
+        return pickle.loads(base.value if hasattr(base, "value") else base)
+
+
+@dataclass
+class StreamSpec:
+    engine_uid: str
+    stream_id: str
+    table: str
+    key_type: str             # the key's Spark type in the state (bigint, double, string, ...)
+    mode: str
+    schema: pa.Schema         # output_schema(mode's schema)
+    groups: dict              # group_id -> GroupSpec
+    primary: str              # the group that emits rejected rows
+    seq_given: bool           # the stream has _seq: seq = _seq; else seq = (applied << 32) + rank
+    stats: object = None      # an Accumulator of dict counters, or None (e.g. Spark Connect)
+
+
+# ---- Spark side (driver) ---------------------------------------------------------------------------
+
+def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: pa.Schema,
+               engine_uid: str):
+    """The streaming DataFrame of notifications. ``groups``: group_id -> (x column, y column, base),
+    ``base`` being the broadcast pickled :class:`GroupSnapshot` (``GroupReplica.base``)."""
+    from pyspark.sql import functions as F
+
+    cols = list(streaming_df.columns)
+    names = table_def.column_names
+    unknown = sorted(set(cols) - set(names) - {"_op", "_seq"})
+    if unknown:
+        raise BadUpdate(f"unknown column(s) {unknown} in the stream of updates to {table_def.name!r} "
+                        f"(columns: {', '.join(names)}, and optional _op, _seq)")
+    missing = [c for c in names if c not in cols]
+    if missing:
+        raise BadUpdate(f"the stream of updates to {table_def.name!r} lacks column(s) {missing}")
+    types = dict(streaming_df.dtypes)
+    seq_given = "_seq" in cols
+    if seq_given and types["_seq"] not in _INTEGRAL:
+        raise BadUpdate(f"_seq must be an integer column, got {types['_seq']}", None, "_seq")
+
+    df = streaming_df.select(*names, *(["_op"] if "_op" in cols else []), *(["_seq"] if seq_given else []))
+    if seq_given:
+        order = F.col("_seq").cast("bigint")
+    else:
+        df = df.mapInArrow(_order_function(), _add_field(df.schema, "_ord"))
+        order = F.col("_ord")
+
+    tname = table_def.name
+    op = F.lower(F.col("_op").cast("string")) if "_op" in cols else F.lit(None).cast("string")
+    is_delete = F.coalesce(op == F.lit("delete"), F.lit(False))
+    typed = {}
+    reason = F.when(F.col(table_def.key).isNull(),
+                    F.lit(f"null key {table_def.key!r} in an update to {tname!r}"))
+    if "_op" in cols:
+        reason = reason.when(op.isNotNull() & ~op.isin("upsert", "delete"),
+                             F.concat(F.lit("_op must be 'upsert' or 'delete', got '"),
+                                      F.col("_op").cast("string"), F.lit("'")))
+    if seq_given:
+        reason = reason.when(F.col("_seq").isNull(), F.lit("null _seq"))
+    for c, ctype in table_def.columns:
+        target = _canonical_type(ctype)
+        typed[c] = F.col(c) if types[c] == target else F.col(c).try_cast(target)
+        if types[c] != target:
+            reason = reason.when(~is_delete & F.col(c).isNotNull() & typed[c].isNull(),
+                                 F.concat(F.lit(f"column {c!r} of {tname!r} is {ctype}, cannot read "),
+                                          F.col(c).cast("string")))
+        if target == "double":
+            reason = reason.when(~is_delete & F.coalesce(F.isnan(typed[c]), F.lit(False)),
+                                 F.lit(f"NaN in numeric column {c!r} of {tname!r} "
+                                       f"(use null for a missing value)"))
+    key_type = _canonical_type(table_def.type_of(table_def.key))
+    key = typed[table_def.key]
+    if key_type in ("bigint", "double"):  # keep a pandas integer column free of nulls (rejected anyway)
+        key = F.coalesce(key, F.lit(0).cast(key_type))
+
+    per_group = F.array(*[F.struct(F.lit(gid).alias("group_id"),
+                                   typed[x].cast("double").alias("x"), typed[y].cast("double").alias("y"))
+                          for gid, (x, y, _) in sorted(groups.items())])
+    rows = (df.select(F.explode(per_group).alias("g"), key.alias("key"), op.alias("op"),
+                      order.alias("ord"), reason.alias("reason"))
+              .select("g.group_id", "key", "g.x", "g.y", "op", "ord", "reason"))
+
+    stream_id = uuid.uuid4().hex
+    stats = _new_stats(spark, stream_id)
+    spec = StreamSpec(engine_uid, stream_id, tname, key_type, mode, output_schema(schema),
+                      {gid: GroupSpec(gid, x, y, _Deferred(base)) for gid, (x, y, base) in groups.items()},
+                      min(groups), seq_given, stats)
+    processor = _processor_class()(spec)
+    out_ddl = ", ".join(f"`{f.name}` {_SPARK_DDL[f.type]}" for f in spec.schema)
+    out = _transform_with_state(rows.groupBy("group_id"), processor, out_ddl, "range_min_group_stream")
+    out.sparksub_stream_id = stream_id  # for stream_stats(out)
+    return out
+
+
+def stream_stats(df_or_id) -> dict:
+    """The counters of one stream (a DataFrame returned by ``run_stream``/``Engine.stream``, or its
+    ``sparksub_stream_id``), summed over all tasks so far: micro_batches (group micro-batches applied),
+    seeded (groups whose state was seeded from the base snapshot), rebuilt (index rebuilt from the state
+    store), cache_hits, updates (valid rows applied, summed over groups), rejected (rows set aside),
+    notifications (output rows other than rejected ones)."""
+    sid = df_or_id if isinstance(df_or_id, str) else df_or_id.sparksub_stream_id
+    acc = _STATS.get(sid)
+    value = dict(acc.value) if acc is not None else {}
+    return {k: int(value.get(k, 0)) for k in STAT_NAMES}
+
+
+def _new_stats(spark, stream_id: str):
+    try:
+        sc = spark.sparkContext
+    except Exception:  # Spark Connect: no accumulators, no counters
+        return None
+    from pyspark.accumulators import AccumulatorParam
+
+    class _DictSum(AccumulatorParam):
+        def zero(self, value):
+            return {}
+
+        def addInPlace(self, a, b):
+            for k, v in b.items():
+                a[k] = a.get(k, 0) + v
+            return a
+
+    acc = sc.accumulator({}, _DictSum())
+    _STATS[stream_id] = acc
+    return acc
+
+
+def _transform_with_state(grouped, processor, out_ddl: str, name: str):
+    """``grouped.transformWithStateInPandas`` with the Python function named ``name`` in EXPLAIN.
+
+    PySpark names the UDF after ``TransformWithStateInPandasUdfUtils.transformWithStateUDF`` and offers
+    no parameter for it; the name is read once, when the UDF is built, so it is swapped for that call.
+    """
+    from pyspark.sql.streaming import stateful_processor_util as spu
+
+    fn = getattr(spu.TransformWithStateInPandasUdfUtils, "transformWithStateUDF", None)
+    with _NAME_LOCK:
+        old = getattr(fn, "__name__", None)
+        try:
+            if fn is not None:
+                fn.__name__ = name
+            return grouped.transformWithStateInPandas(statefulProcessor=processor, outputStructType=out_ddl,
+                                                      outputMode="Append", timeMode="None")
+        finally:
+            if fn is not None and old is not None:
+                fn.__name__ = old
+
+
+def _order_function():
+    def range_min_group_stream_order(batches):
+        """Append ``_ord`` = (partition id << 33) + position in the partition (= monotonically_increasing_id)."""
+        from pyspark import TaskContext
+        tc = TaskContext.get()
+        base = (tc.partitionId() if tc is not None else 0) << 33
+        i = 0
+        for rb in batches:
+            yield rb.append_column("_ord", pa.array(np.arange(base + i, base + i + rb.num_rows, dtype=np.int64)))
+            i += rb.num_rows
+    return range_min_group_stream_order
+
+
+def _add_field(schema, name: str):
+    from pyspark.sql.types import LongType, StructField, StructType
+    return StructType(list(schema.fields) + [StructField(name, LongType(), False)])
+
+
+def _canonical_type(spark_type: str) -> str:
+    if spark_type in _INTEGRAL:
+        return "bigint"
+    if spark_type in ("float", "double", "decimal"):
+        return "double"
+    return spark_type
+
+
+# ---- the stateful processor (runs in the Python workers) -------------------------------------------
+
+def _processor_class():
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class RangeMinGroupStream(StatefulProcessor):
+        """One group's updates of one micro-batch -> its notifications, state in the state store."""
+
+        def __init__(self, spec: StreamSpec):
+            self.spec = spec
+
+        def init(self, handle) -> None:
+            self.rows = handle.getMapState("rows", f"key {self.spec.key_type}", "x double, y double")
+            self.meta = handle.getValueState("meta", "applied long, rebuilds long")
+
+        def handleInputRows(self, key, rows, timerValues):
+            frames = [pdf for pdf in rows if len(pdf)]
+            if frames:
+                pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+                yield apply_micro_batch(self.spec, key[0], pdf, self.rows, self.meta)
+
+        def close(self) -> None:
+            pass
+
+    return RangeMinGroupStream
+
+
+def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, rows_state, meta_state) -> pd.DataFrame:
+    """Apply one micro-batch of one group (``pdf``: key, x, y, op, ord, reason) against its state."""
+    stats = dict.fromkeys(STAT_NAMES, 0)
+    stats["micro_batches"] = 1
+    group_spec = spec.groups[gid]
+    pdf = pdf.iloc[np.argsort(pdf["ord"].to_numpy(), kind="stable")]
+    query_id, run_id = _query_identity()
+    ident = (spec.engine_uid, gid, spec.stream_id)
+
+    if not meta_state.exists():
+        applied, rebuilds = 0, 0
+        group, null_keys = _seed(group_spec, rows_state)
+        stats["seeded"] = 1
+    else:
+        applied, rebuilds = (int(v) for v in meta_state.get())
+        cached = _CACHE.pop(ident, None)
+        if cached is not None and cached[:3] == (query_id, run_id, applied):
+            group, null_keys = cached[3], cached[4]
+            stats["cache_hits"] = 1
+        else:
+            group, null_keys = _rebuild(group_spec, rows_state)
+            rebuilds += 1
+            stats["rebuilt"] = 1
+
+    n = len(pdf)
+    keys = pdf["key"].tolist()
+    xs = pdf["x"].to_numpy(dtype=np.float64, na_value=np.nan)
+    ys = pdf["y"].to_numpy(dtype=np.float64, na_value=np.nan)
+    ops = pdf["op"].tolist()
+    reasons = pdf["reason"].tolist()
+    if spec.seq_given:
+        seqs = pdf["ord"].to_numpy(dtype=np.int64)
+    else:
+        seqs = (np.int64(applied) << np.int64(32)) + np.arange(n, dtype=np.int64)
+
+    valid = np.zeros(n, dtype=bool)
+    valid_ops = np.zeros(n, dtype=np.int8)
+    final: dict = {}  # key -> (x, y) or None (deleted): the state writes of this micro-batch
+    rej_seq, rej_reason = [], []
+    core = group.core
+    for i in range(n):
+        reason = reasons[i]
+        if reason is None or reason != reason:  # None or NaN (pandas' null)
+            k = keys[i]
+            if ops[i] == "delete":
+                exists = final[k] is not None if k in final else (k in null_keys or core.get(k) is not None)
+                if exists:
+                    final[k] = None
+                    valid[i], valid_ops[i] = True, DELETE
+                else:
+                    reason = f"delete of unknown key {k!r} from {spec.table!r}"
+            else:
+                final[k] = (xs[i], ys[i])
+                valid[i], valid_ops[i] = True, UPSERT
+        if not valid[i] and gid == spec.primary:
+            rej_seq.append(int(seqs[i]))
+            rej_reason.append(str(reason))
+
+    idx = np.flatnonzero(valid)
+    batch = pa.table({
+        "key": pa.array([keys[i] for i in idx]),
+        "x": pa.array(xs[idx], pa.float64()), "y": pa.array(ys[idx], pa.float64()),
+        "op": pa.array(valid_ops[idx], pa.int8()), "seq": pa.array(seqs[idx], pa.int64()),
+    })
+    notes = group.apply(batch, spec.mode) if len(idx) else None
+
+    for k, v in final.items():  # the state store: one write per key touched
+        if v is None:
+            null_keys.discard(k)
+            rows_state.removeKey((k,))
+        else:
+            x, y = v
+            if x != x or y != y:
+                null_keys.add(k)
+            else:
+                null_keys.discard(k)
+            rows_state.updateValue((k,), (None if x != x else float(x), None if y != y else float(y)))
+    meta_state.update((applied + 1, rebuilds))
+    _CACHE[ident] = (query_id, run_id, applied + 1, group, null_keys)
+
+    out = _output(spec, gid, notes, rej_seq, rej_reason)
+    stats["updates"] = int(len(idx))
+    stats["rejected"] = len(rej_seq)
+    stats["notifications"] = out.num_rows - len(rej_seq)
+    if spec.stats is not None:
+        spec.stats.add(stats)
+    return out.to_pandas()
+
+
+def _output(spec: StreamSpec, gid: str, notes, rej_seq, rej_reason) -> pa.Table:
+    schema = spec.schema
+    parts = []
+    if notes is not None and notes.num_rows:
+        parts.append(notes.append_column("reason", pa.nulls(notes.num_rows, pa.string())))
+    if rej_seq:
+        m = len(rej_seq)
+        cols = {f.name: pa.nulls(m, f.type) for f in schema}
+        cols["op"] = pa.array([REJECTED] * m, pa.string())
+        cols["seq"] = pa.array(rej_seq, pa.int64())
+        cols["group_id"] = pa.array([gid] * m, pa.string())
+        cols["reason"] = pa.array(rej_reason, pa.string())
+        parts.append(pa.table(cols, schema=schema))
+    if not parts:
+        return schema.empty_table()
+    out = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts])
+    return out.sort_by([("seq", "ascending")]) if len(parts) > 1 else out
+
+
+def _query_identity() -> tuple:
+    """(query id, run id) of the streaming query running this task, (None, None) outside one."""
+    from pyspark import TaskContext
+    tc = TaskContext.get()
+    if tc is None:
+        return None, None
+    return tc.getLocalProperty("sql.streaming.queryId"), tc.getLocalProperty("spark.jobGroup.id")
+
+
+def _seed(group_spec: GroupSpec, rows_state):
+    """First micro-batch: the group from the base snapshot, its rows written to the MapState."""
+    snap = group_spec.snapshot()
+    for k, x, y in zip(snap.keys.tolist(), snap.xs.tolist(), snap.ys.tolist()):
+        rows_state.updateValue((k,), (None if x != x else x, None if y != y else y))
+    null_keys = {k for k, x, y in zip(snap.keys.tolist(), snap.xs, snap.ys) if x != x or y != y}
+    return RangeMinGroup.from_snapshot(snap), null_keys
+
+
+def _rebuild(group_spec: GroupSpec, rows_state):
+    """The group from the rows in the state store and the subscriptions of the base snapshot."""
+    snap = group_spec.snapshot()
+    keys, xs, ys = [], [], []
+    for (k,), (x, y) in rows_state.iterator():
+        keys.append(k)
+        xs.append(np.nan if x is None else x)
+        ys.append(np.nan if y is None else y)
+    xs_a, ys_a = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+    keys_a = np.empty(len(keys), dtype=object)
+    keys_a[:] = keys
+    snap = dataclasses.replace(snap, keys=keys_a, xs=xs_a, ys=ys_a)
+    null_keys = {k for k, x, y in zip(keys, xs_a, ys_a) if x != x or y != y}
+    return RangeMinGroup.from_snapshot(snap), null_keys
