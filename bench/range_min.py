@@ -17,11 +17,14 @@ Workload (000 Table 1 / dissertation Table 5.1), all with fixed seeds:
   distinct and every update is non-ignorable, as in the paper's server-side runs);
 * subscriptions ``MIN(per) WHERE risk BETWEEN lo AND hi``: midpoint ~ N(5000, 1500), length ~ |N(1000, 1000)|,
   both ends clipped into [0, 10000];
-* updates: pick an object uniformly, random-walk its Y by N(0, 50) (clipped to the domain); with
-  probability 0.5% the update is a *spike* instead: Y drops to U(0, 1) and the object's *next* update bounces
-  it back to its old Y.  That next update is scheduled 1-100 updates later (uniform), or earlier if the
-  object is drawn again first; otherwise, with ~N/U updates per object per window, most spikes would never
-  bounce inside the window and spiked objects would pile up at Y ~ 0.
+* updates: pick an object uniformly, random-walk its Y by N(0, 50), kept in the domain by *reflection* at
+  0 and 10000 (not clipping: a clipped walk piles probability mass on exactly Y = 0, an atom that grows during
+  the run, ties every nearby range's minimum at 0 and lets no spike lower it; the reflected walk keeps the
+  initial uniform distribution stationary, the paper's "converges to a stationary distribution"); with
+  probability 0.5% the update is a *spike* instead: Y drops to U(0, 0.01) (below every other object's Y, in
+  practice) and the object's *next* update bounces it back to its old Y.  That next update is scheduled
+  1-100 updates later (uniform), or earlier if the object is drawn again first; otherwise, with far fewer
+  updates than objects per window, most spikes would never bounce inside the window.
 """
 from __future__ import annotations
 
@@ -50,6 +53,7 @@ DOMAIN = 10_000.0
 SEED_OBJECTS, SEED_SUBS, SEED_UPDATES = 11, 22, 33
 SPIKE_RATE = 0.005
 WALK_SIGMA = 50.0
+SPIKE_LOW = 0.01
 BOUNCE_MAX_DELAY = 100
 #: Bytes of one CN-relax delivery: the raw update (X, new Y as float64, seq as int64) = 3 * 8.
 CN_UPDATE_BYTES = 3 * 8
@@ -96,7 +100,7 @@ def make_updates(ys0: np.ndarray, n: int, seed: int = SEED_UPDATES) -> Stream:
     pick = r.integers(0, n_obj, n)
     step = r.normal(0.0, WALK_SIGMA, n)
     spike = r.random(n) < SPIKE_RATE
-    low = r.uniform(0.0, 1.0, n)
+    low = r.uniform(0.0, SPIKE_LOW, n)
     delay = r.integers(1, BOUNCE_MAX_DELAY + 1, n)
     pending: dict[int, float] = {}          # spiked object -> its Y before the spike
     due: list[tuple[int, int]] = []         # heap of (time, object) bounce slots
@@ -121,10 +125,18 @@ def make_updates(ys0: np.ndarray, n: int, seed: int = SEED_UPDATES) -> Stream:
             heapq.heappush(due, (t + int(delay[t]), i))
             out_kind[t] = 1
         else:
-            y[i] = min(max(y[i] + step[t], 0.0), DOMAIN)
+            y[i] = _reflect(y[i] + step[t])
         out_obj[t] = i
         out_y[t] = y[i]
     return Stream(out_obj, out_y, out_kind)
+
+
+def _reflect(v: float) -> float:
+    if v < 0.0:
+        v = -v
+    if v > DOMAIN:
+        v = 2 * DOMAIN - v
+    return min(max(v, 0.0), DOMAIN)  # a step larger than the domain (never, at sigma 50) is clipped
 
 
 def group_batch(keys, xs, stream: Stream, lo: int, hi: int, seq0: int = 0) -> pa.Table:
@@ -234,39 +246,62 @@ class ModeResult:
         return self.bytes / self.updates
 
 
-def run_modes(keys, xs, ys, points: SubscriptionPoints, stream: Stream, windows: int) -> dict[str, ModeResult]:
-    """Each mode on a fresh copy of the initial table, the same stream, timed per consecutive window."""
-    n = len(stream)
-    edges = np.linspace(0, n, windows + 1).astype(int)
-    batches = [group_batch(keys, xs, stream, int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
-    results = {}
+@dataclass
+class Setup:
+    keys: np.ndarray
+    xs: np.ndarray
+    ys: np.ndarray
+    points: SubscriptionPoints
+    batches: list            # the stream's consecutive windows, as group batches
+
+
+def run_modes(setups: dict, windows: int) -> dict:
+    """Every mode on every setup: a fresh copy of the initial table per (setup, mode), the same stream,
+    timed per consecutive window.  Windows are interleaved across setups (window 1 of every setup, then
+    window 2, ...) so that a load change on a shared machine hits every setup alike, not just one."""
+    results = {c: {} for c in setups}
     for mode in MODES:
-        g = RangeMinGroup("bench", "stock", "risk", "per", False)
-        g.points = points   # apply() only reads the subscription index: the three modes share one copy
-        g.load(keys, xs, ys)
+        groups = {}
+        for c, su in setups.items():
+            g = RangeMinGroup("bench", "stock", "risk", "per", False)
+            g.points = su.points   # apply() only reads the subscription index: the modes share one copy
+            g.load(su.keys, su.xs, su.ys)
+            groups[c] = g
+        ups = {c: [] for c in setups}
+        rows = dict.fromkeys(setups, 0)
         gc.collect()
-        ups, rows = [], 0
-        for b in batches:
-            t0 = time.perf_counter()
-            out = g.apply(b, mode)
-            dt = time.perf_counter() - t0
-            ups.append(b.num_rows / dt)
-            rows += out.num_rows
-        c = g.core.counters
-        mix = {k: c[k] for k in ("ignorable", "good", "bad")}
-        if mode == "reformulated":
-            res = ModeResult(mode, ups, n, c["messages"], -1, c["messages"] * MESSAGE_BYTES, mix)
-        elif mode == "unicast":
-            res = ModeResult(mode, ups, n, rows, rows, rows * UNICAST_ROW_BYTES, mix)
-        else:
-            d = g.counters["cn_relax_deliveries"]
-            res = ModeResult(mode, ups, n, n, d, d * CN_UPDATE_BYTES, mix)
-        results[mode] = res
-        del g
-    # a subscription matches at most one reformulated message per step (Theorems 16/17), so the
-    # subscriptions the S-CN messages reach are exactly the S-UN rows
-    results["reformulated"].deliveries = results["unicast"].deliveries
+        for w in range(windows):
+            for c, su in setups.items():
+                b = su.batches[w]
+                t0 = time.perf_counter()
+                out = groups[c].apply(b, mode)
+                dt = time.perf_counter() - t0
+                ups[c].append(b.num_rows / dt)
+                rows[c] += out.num_rows
+        for c, g in groups.items():
+            n = sum(b.num_rows for b in setups[c].batches)
+            cnt = g.core.counters
+            mix = {k: cnt[k] for k in ("ignorable", "good", "bad")}
+            if mode == "reformulated":
+                r = ModeResult(mode, ups[c], n, cnt["messages"], -1, cnt["messages"] * MESSAGE_BYTES, mix)
+            elif mode == "unicast":
+                r = ModeResult(mode, ups[c], n, rows[c], rows[c], rows[c] * UNICAST_ROW_BYTES, mix)
+            else:
+                d = g.counters["cn_relax_deliveries"]
+                r = ModeResult(mode, ups[c], n, n, d, d * CN_UPDATE_BYTES, mix)
+            results[c][mode] = r
+        del groups
+        gc.collect()
+    for r in results.values():
+        # a subscription matches at most one reformulated message per step (Theorems 16/17), so the
+        # subscriptions the S-CN messages reach are exactly the S-UN rows
+        r["reformulated"].deliveries = r["unicast"].deliveries
     return results
+
+
+def windows_of(keys, xs, stream: Stream, windows: int) -> list:
+    edges = np.linspace(0, len(stream), windows + 1).astype(int)
+    return [group_batch(keys, xs, stream, int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
 
 
 # ---------------------------------------------------------------------------------------- part 2
@@ -449,13 +484,19 @@ def main(argv=None) -> int:
         f"pyspark {info['pyspark']}; load average (1/5/15 min) at start {info['load_start']}")
 
     # ---- part 1 -------------------------------------------------------------------------------
-    n_updates = 6_000 if quick else 30_000
+    n_updates = 9_000 if quick else 30_000
     windows = 3
     configs = [(100_000, 100_000), (100_000, 250_000), (100_000, 500_000), (100_000, 1_000_000),
                (10_000, 1_000_000)]
     log(f"\n## 1. Server time and messages per update ({n_updates:,} updates per run, "
         f"{windows} consecutive windows of {n_updates // windows:,})")
-    objs, subs_, streams, res, reg_times = {}, {}, {}, {}, {}
+    objs, subs_, streams, setups, reg_times = {}, {}, {}, {}, {}
+    wk, wx, wy = make_objects(10_000, seed=99)
+    wpts = SubscriptionPoints()
+    wpts.add(*make_subscriptions(10_000, seed=98))
+    run_modes({"warm-up": Setup(wk, wx, wy, wpts, windows_of(wk, wx, make_updates(wy, 3_000, seed=97), 3))},
+              windows)  # warm-up, untimed
+    del wpts
     for n_obj, n_sub in configs:
         if n_obj not in objs:
             objs[n_obj] = make_objects(n_obj)
@@ -463,18 +504,19 @@ def main(argv=None) -> int:
         if n_sub not in subs_:
             subs_[n_sub] = make_subscriptions(n_sub)
         keys, xs, ys = objs[n_obj]
-        ids, lo, hi = subs_[n_sub]
         pts = SubscriptionPoints()
         t0 = time.perf_counter()
-        pts.add(ids, lo, hi)
+        pts.add(*subs_[n_sub])
         reg_times[(n_obj, n_sub)] = time.perf_counter() - t0
-        res[(n_obj, n_sub)] = r = run_modes(keys, xs, ys, pts, streams[n_obj], windows)
-        del pts
+        setups[(n_obj, n_sub)] = Setup(keys, xs, ys, pts, windows_of(keys, xs, streams[n_obj], windows))
+    del subs_
+    res = run_modes(setups, windows)
+    del setups
+    for (n_obj, n_sub), r in res.items():
         log(f"{n_obj:>9,} objects x {n_sub:>9,} subs: " + "; ".join(
             f"{m} {r[m].ups:>9,.0f} upd/s, {r[m].msgs_per_update:,.2f} msg/upd, "
             f"{r[m].deliveries_per_update:,.1f} deliv/upd" for m in MODES))
     kinds = np.bincount(streams[100_000].kind, minlength=3)
-    del subs_
     gc.collect()
 
     # ---- part 3 (before Spark starts: no JVM competing for the cores) ----------------------------
@@ -571,8 +613,8 @@ def report(info, quick, n_updates, windows, configs, res, kinds, reg_times, reg,
     L.append("**Workload** (000 Table 1 / dissertation Table 5.1, fixed seeds): X (`risk`) and Y (`per`) in "
              "[0, 10000]; objects uniform (float X); subscription midpoints N(5000, 1500), lengths "
              "|N(1000, 1000)| clipped into the domain; updates = per-object random walk on Y (step N(0, 50), "
-             f"clipped), 0.5% spikes (Y -> U(0, 1)) whose object's next update (1-100 updates later) bounces "
-             f"back to the old Y. Stream mix: {kinds[0]:,} walk / {kinds[1]:,} spike / {kinds[2]:,} bounce "
+             f"reflected at the domain ends), 0.5% spikes (Y -> U(0, {SPIKE_LOW})) whose object's next update "
+             f"(1-100 updates later) bounces back to the old Y. Stream mix: {kinds[0]:,} walk / {kinds[1]:,} spike / {kinds[2]:,} bounce "
              f"updates out of {int(kinds.sum()):,}.\n")
 
     L.append("## Targets\n")
@@ -582,8 +624,9 @@ def report(info, quick, n_updates, windows, configs, res, kinds, reg_times, reg,
     L.append("## 1. Server time and messages per update\n")
     L.append(f"Pure operators (`RangeMinGroup.apply`), one Python process, no Spark. Each mode starts from a "
              f"fresh copy of the same initial table and processes the same {n_updates:,} updates as "
-             f"{windows} consecutive windows of {n_updates // windows:,} (one `apply` call each); "
-             f"**updates/s is the median of the {windows} windows**. Messages = what the server sends: "
+             f"{windows} consecutive windows of {n_updates // windows:,} (one `apply` call each; the windows of the "
+             f"different configurations are interleaved in time, so load changes on the machine hit them alike); "
+             f"**updates/s is the median of the {windows} windows**; µs/update is its inverse. Messages = what the server sends: "
              f"reformulated messages ({MESSAGE_BYTES} B), unicast rows ({UNICAST_ROW_BYTES} B), and for CN-relax "
              f"the raw update once ({CN_UPDATE_BYTES} B), which the network delivers to every subscription "
              f"whose range holds its X. Deliveries = subscriptions reached.\n")
@@ -592,12 +635,12 @@ def report(info, quick, n_updates, windows, configs, res, kinds, reg_times, reg,
         r = res[c]
         for m in MODES:
             x = r[m]
-            rows.append([f"{c[0]:,}", f"{c[1]:,}", LABEL[m], fmt_int(x.ups),
+            rows.append([f"{c[0]:,}", f"{c[1]:,}", LABEL[m], fmt_int(x.ups), fmt_num(1e6 / x.ups, 1),
                          ", ".join(fmt_int(v) for v in x.window_ups),
                          fmt_num(x.msgs_per_update), fmt_num(x.deliveries_per_update),
                          fmt_num(x.bytes_per_update) if m != "cn_relax" else
                          f"{fmt_num(CN_UPDATE_BYTES)} sent / {fmt_num(x.bytes_per_update)} delivered"])
-    L.append(md_table(["objects", "subscriptions", "mode", "updates/s (median)", "windows (updates/s)",
+    L.append(md_table(["objects", "subscriptions", "mode", "updates/s (median)", "µs/update", "windows (updates/s)",
                        "server messages/update", "deliveries/update", "bytes/update"], rows) + "\n")
 
     L.append("Ratios (same workload, side by side):\n")

@@ -146,6 +146,7 @@ def run(args) -> int:
         chunk = events.iloc[start:start + args.batch]
         try:
             notes = engine.publish(table, chunk, mode=args.mode).toPandas()
+            notes = notes.sort_values("seq", kind="stable")  # groups come out one after another
         except SparksubError as err:
             print(f"{path}: rows {start}..{start + len(chunk) - 1}: {err}", file=sys.stderr)
             return 2

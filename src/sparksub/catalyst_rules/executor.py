@@ -40,7 +40,7 @@ class RuleApplication:
     after: str
 
     def __str__(self) -> str:
-        return f"[{self.batch} #{self.iteration}] {self.rule}:\n    {self.before}\n => {self.after}"
+        return f"[{self.batch}, iteration {self.iteration}] {self.rule}:\n    {self.before}\n => {self.after}"
 
 
 class RuleExecutor:

@@ -1,0 +1,48 @@
+"""EXPLAIN SUBSCRIPTION snapshots (``fixtures/explain/<name>.txt``). Spark's expression ids (``#123``)
+and plan ids are normalised away; everything else must match line for line. To accept a deliberate
+change, run with ``SPARKSUB_UPDATE_SNAPSHOTS=1`` and review the diff."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from sparksub import Engine
+
+pytestmark = pytest.mark.spark
+SNAPSHOTS = Path(__file__).parent / "fixtures" / "explain"
+
+
+def normalise(text: str) -> str:
+    text = re.sub(r"#\d+L?", "#N", text)
+    return re.sub(r"plan_id=\d+", "plan_id=N", text)
+
+
+def check(name: str, text: str) -> None:
+    path = SNAPSHOTS / f"{name}.txt"
+    text = normalise(text).rstrip() + "\n"
+    if os.environ.get("SPARKSUB_UPDATE_SNAPSHOTS") or not path.exists():
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+@pytest.fixture
+def stock_engine(spark):
+    e = Engine(spark)
+    e.sql("CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)")
+    e.load("stock", {"symbol": ["a", "b", "c", "d"], "risk": [10.0, 20.0, 30.0, 40.0], "per": [4.0, 3.0, 2.0, 1.0]})
+    return e
+
+
+def test_explain_single_subscription(stock_engine):
+    stock_engine.sql("CREATE SUBSCRIPTION alice AS SELECT MIN(per) FROM stock WHERE 20 < risk AND risk <= 60")
+    check("alice", stock_engine.sql("EXPLAIN SUBSCRIPTION alice"))
+
+
+def test_explain_bulk_template_and_unregistered_select(stock_engine):
+    stock_engine.subscribe_many("SELECT MAX(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
+                                {"id": ["m1", "m2", "m3"], "lo": [0, 15, 25], "hi": [20, 35, 45]})
+    check("bulk_max", stock_engine.explain("m2"))
+    check("unregistered", stock_engine.explain("SELECT MIN(per) FROM stock WHERE risk >= 25"))
