@@ -167,9 +167,9 @@ class Engine:
             raise InvalidSubscription(f"subscription {sub_id!r} has parameters "
                                       f"{list(parameters_of(planned.physical))}: use subscribe_many")
         with self._lock:
-            self._check_new_ids([sub_id])
             x1, x2 = bind_range(planned.physical, {}, 1, ids=np.array([sub_id], dtype=object))
             entry = self._group_for(planned.physical)
+            self._check_new_ids([sub_id], entry)
             self._note_template(entry, entry.points.add([sub_id], x1, x2), planned.template)
             self._records[sub_id] = SubscriptionRecord(planned, entry.group_id)
             self._changed(entry, subscriptions=True)
@@ -191,25 +191,23 @@ class Engine:
             ids = ids.astype(str).astype(object)
         with self._lock:
             x1, x2 = bind_range(planned.physical, cols, ids.size, ids=ids)
-            self._check_new_ids(ids)
             entry = self._group_for(planned.physical)
+            self._check_new_ids(ids, entry)
             slots = entry.points.add(ids, x1, x2)  # raises on duplicates inside the batch, adding nothing
             self._note_template(entry, slots, planned.template)
             self._bulk.setdefault(entry.group_id, []).append(SubscriptionRecord(planned, entry.group_id, True))
             self._changed(entry, subscriptions=True)
         return int(ids.size)
 
-    def _check_new_ids(self, ids) -> None:
+    def _check_new_ids(self, ids, target: GroupEntry | None = None) -> None:
+        """Ids are unique per engine: check them against every group but ``target``, whose own
+        ``SubscriptionPoints.add`` rejects duplicates (within the batch too) before adding anything."""
         for entry in self._groups.values():
-            if len(ids) > 64:
-                existing = entry.points.ids_of(entry.points.live_slots())
-                dup = np.intersect1d(np.asarray(ids, dtype=str), existing.astype(str))
-                if dup.size:
-                    raise DuplicateSubscription(f"subscription {dup[0]!r} already exists")
-            else:
-                for i in ids:
-                    if i in entry.points:
-                        raise DuplicateSubscription(f"subscription {i!r} already exists")
+            if entry is target or not len(entry.points):
+                continue
+            clash = next((i for i in ids if i in entry.points), None)
+            if clash is not None:
+                raise DuplicateSubscription(f"subscription {clash!r} already exists")
 
     def unsubscribe(self, sub_id: str) -> None:
         with self._lock:
