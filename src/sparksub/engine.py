@@ -7,7 +7,6 @@ applies, so a bad statement or batch leaves everything as it was (DESIGN §7).
 """
 from __future__ import annotations
 
-import itertools
 import pickle
 import threading
 import uuid
@@ -80,6 +79,7 @@ class GroupEntry:
     templates: list = field(default_factory=list)  # template texts; template_of[slot] indexes it
     template_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     replica: spark_groups.GroupReplica | None = None
+    base_stale: bool = False  # subscriptions or loaded rows changed since the replica's base
     log_rows: int = 0
     subscribers: Subscribers | None = None  # the deliver() side, seeded lazily
     subscribers_version: int = -1
@@ -97,7 +97,7 @@ class Engine:
         self._groups: dict[tuple, GroupEntry] = {}
         self._records: dict[str, SubscriptionRecord] = {}   # single subscriptions
         self._bulk: dict[str, list[SubscriptionRecord]] = {}  # group_id -> bulk templates
-        self._seq = itertools.count()
+        self._next_seq = 0  # seq of the next published row (consecutive across publish calls)
         self._lock = threading.RLock()
 
     # ---- Spark ------------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ class Engine:
     def _changed(self, entry: GroupEntry, subscriptions: bool = False) -> None:
         entry.version += 1
         if subscriptions:
-            entry.replica = None  # the base snapshot holds the subscriptions: rebuild it lazily
+            entry.base_stale = True  # the base snapshot holds the subscriptions: rebuild it lazily
 
     def subscriptions(self) -> list[dict]:
         """SHOW SUBSCRIPTIONS: one row per group and template (a million bulk subscriptions are one row)."""
@@ -285,21 +285,22 @@ class Engine:
             state = self._table(table)
             batch = self._validated(state, updates)
             groups = self._groups_on(state)
-            seq0 = next(self._seq)
-            seqs = np.arange(seq0, seq0 + batch.num_rows, dtype=np.int64)
-            self._seq = itertools.count(seq0 + batch.num_rows)
+            seqs = np.arange(self._next_seq, self._next_seq + batch.num_rows, dtype=np.int64)
             group_batches = {e.group_id: self._group_batch(state, e, batch, seqs) for e in groups}
             replicas = {}
             for e in groups:
                 if mode == "reformulated":
                     self._sync_subscribers(e)
-                replicas[e.group_id] = self._replica(state, e)
+                replicas[e.group_id] = self._replica(state, e)  # as of before this batch
+            if groups:
+                combined = pa.concat_tables([b.append_column("group_id", pa.array([g] * b.num_rows, pa.string()))
+                                             for g, b in group_batches.items()])
+                df = spark_groups.run_groups(self.spark, replicas, combined, mode, schema)
+            else:
+                df = self.spark.createDataFrame(schema.empty_table())
+            # Only now, with the notifications computed, does the batch become part of the state.
             self._apply_rows(state, batch)
-            if not groups:
-                return self.spark.createDataFrame(schema.empty_table())
-            combined = pa.concat_tables([b.append_column("group_id", pa.array([g] * b.num_rows, pa.string()))
-                                         for g, b in group_batches.items()])
-            df = spark_groups.run_groups(self.spark, replicas, combined, mode, schema)
+            self._next_seq += batch.num_rows
             for e in groups:  # the batch is now part of every group's state: log it
                 e.replica.log.append(group_batches[e.group_id])
                 e.log_rows += batch.num_rows
@@ -496,11 +497,14 @@ class Engine:
                              entry.points.x2[slots].copy(), keys, xs, ys)
 
     def _replica(self, state: TableState, entry: GroupEntry) -> spark_groups.GroupReplica:
-        if entry.replica is None or entry.log_rows > LOG_COMPACTION_ROWS:
+        if entry.replica is None or entry.base_stale or entry.log_rows > LOG_COMPACTION_ROWS:
+            if entry.replica is not None and hasattr(entry.replica.base, "unpersist"):
+                entry.replica.base.unpersist(blocking=False)  # executors drop the superseded base
             raw = pickle.dumps(self._snapshot(state, entry), protocol=pickle.HIGHEST_PROTOCOL)
             base = self.spark.sparkContext.broadcast(raw)
             entry.replica = spark_groups.GroupReplica(self.uid, entry.group_id, spark_groups.new_base_id(), base)
             entry.log_rows = 0
+            entry.base_stale = False
         return entry.replica
 
     def _materialized(self, state: TableState, entry: GroupEntry):
