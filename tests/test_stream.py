@@ -13,11 +13,10 @@ import os
 import random
 from collections import Counter
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
-from sparksub import Engine
+from sparksub import BadUpdate, Engine
 from sparksub.operators import spark_stream
 from sparksub.operators.range_min_group import DELETE, UPSERT, RangeMinGroup
 
@@ -112,8 +111,10 @@ def seq_of(file_no: int, line: int) -> int:
 
 # ---- the oracle: the pure operator on the same valid rows, same order ---------------------------------
 
-def expected(spark):
-    e = make_engine(spark)
+def expected(mode: str = "unicast"):
+    """The pure operators' output on the valid rows of every file (as a multiset) and the rejected
+    rows' expected reasons by seq."""
+    e = make_engine(None)  # nothing here needs Spark
     state = e._tables["t"]
     groups = [RangeMinGroup.from_snapshot(e._snapshot(state, entry)) for entry in e._groups.values()]
     notes, rejected = Counter(), {}
@@ -130,9 +131,16 @@ def expected(spark):
             "seq": pa.array([seq_of(f, j) for j, _ in valid], pa.int64()),
         })
         for g in groups:
-            for r in g.apply(batch, "unicast").to_pylist():
-                notes[(r["subscription_id"], r["op"], _v(r["value"]), r["seq"])] += 1
+            notes.update(_key(r) for r in g.apply(batch, mode).to_pylist())
     return notes, rejected
+
+
+def _key(row: dict) -> tuple:
+    """A notification as a hashable tuple (value columns with null and NaN alike)."""
+    return tuple(sorted((k, _v(v) if k in _FLOATS else v) for k, v in row.items() if k != "reason"))
+
+
+_FLOATS = {"value", "new_value", "inner_l", "inner_r", "outer_l", "outer_r"}
 
 
 def _v(value):
@@ -141,17 +149,22 @@ def _v(value):
 
 # ---- running a stream ---------------------------------------------------------------------------------
 
-def drop_file(directory: str, file_no: int, tmp: str) -> None:
+def drop_file(directory: str, file_no: int, tmp: str, shuffled: bool = False) -> None:
+    """Write file ``file_no`` as JSON lines; ``shuffled``: lines in a random order, each with its
+    ``_seq`` (= the seq the derived order gives the unshuffled file)."""
+    lines = [dict(row, _seq=seq_of(file_no, j)) if shuffled else row for j, (row, _) in enumerate(FILES[file_no])]
+    if shuffled:
+        random.Random(file_no).shuffle(lines)
     path = os.path.join(tmp, f".f{file_no}.tmp")
     with open(path, "w") as fh:
-        for row, _ in FILES[file_no]:
+        for row in lines:
             fh.write(json.dumps(row) + "\n")  # NaN is written as the token NaN, which Spark reads
     os.rename(path, os.path.join(directory, f"part-{file_no:02d}.json"))  # appears atomically
 
 
-def start(spark, engine, src_dir, out_dir, ckpt_dir):
-    src = spark.readStream.schema(STREAM_SCHEMA).option("maxFilesPerTrigger", 1).json(src_dir)
-    df = engine.stream("t", src)
+def start(spark, engine, src_dir, out_dir, ckpt_dir, mode="unicast", schema=STREAM_SCHEMA):
+    src = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(src_dir)
+    df = engine.stream("t", src, mode=mode)
     q = (df.writeStream.format("parquet").option("path", out_dir).option("checkpointLocation", ckpt_dir)
          .outputMode("append").start())
     return df, q
@@ -163,49 +176,71 @@ def read_output(spark, out_dir):
 
 @pytest.fixture(scope="module")
 def runs(spark, tmp_path_factory):
-    """Run A: uninterrupted, 6 files. Run B, beside it: 3 files, stop, then a fresh engine (new uid,
-    nothing cached) restarts from the same checkpoint and gets 3 more files. The two runs go side by
-    side (each file to both, then both drained), which halves the wall time on 2 cores."""
+    """Three queries side by side (each file goes to all, then all are drained; this overlaps their
+    fixed costs on 2 cores):
+
+    A: unicast, derived order, uninterrupted, 6 files;
+    B: the same, but stopped after 3 files; a fresh engine (new uid, nothing cached) restarts it from
+       the same checkpoint and it gets 3 more files;
+    C: reformulated, files with their lines shuffled and a ``_seq`` column giving the order back.
+    """
     base = tmp_path_factory.mktemp("stream")
-    dirs = {n: str(base / n) for n in ("in_a", "out_a", "ck_a", "in_b", "out_b", "ck_b", "tmp")}
-    for n in ("in_a", "in_b", "tmp"):
+    dirs = {n: str(base / n) for n in ("in_a", "out_a", "ck_a", "in_b", "out_b", "ck_b",
+                                        "in_c", "out_c", "ck_c", "tmp")}
+    for n in ("in_a", "in_b", "in_c", "tmp"):
         os.makedirs(dirs[n])
-    out, queries = {}, []
+    out, queries, live = {}, [], {}
 
-    def feed(files, qa, qb):
+    def feed(files):
         for f in files:
-            drop_file(dirs["in_a"], f, dirs["tmp"])
-            drop_file(dirs["in_b"], f, dirs["tmp"])
-            qa.processAllAvailable()
-            qb.processAllAvailable()
+            for name in live:
+                drop_file(dirs["in_" + name], f, dirs["tmp"], shuffled=(name == "c"))
+            for q in live.values():
+                q.processAllAvailable()
 
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
     try:
-        df_a, qa = start(spark, make_engine(spark), dirs["in_a"], dirs["out_a"], dirs["ck_a"])
-        queries.append(qa)
-        df_b1, qb = start(spark, make_engine(spark), dirs["in_b"], dirs["out_b"], dirs["ck_b"])
-        queries.append(qb)
-        feed(range(3), qa, qb)
-        qb.stop()
+        # A: its two groups in two state partitions (run in parallel); B and C: both groups in one
+        # partition (fewer tasks and Python workers on 2 cores). A checkpoint keeps its partition count.
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+        df_a, live["a"] = start(spark, make_engine(spark), dirs["in_a"], dirs["out_a"], dirs["ck_a"])
+        spark.conf.set("spark.sql.shuffle.partitions", "1")
+        df_b1, live["b"] = start(spark, make_engine(spark), dirs["in_b"], dirs["out_b"], dirs["ck_b"])
+        df_c, live["c"] = start(spark, make_engine(spark), dirs["in_c"], dirs["out_c"], dirs["ck_c"],
+                                mode="reformulated", schema=STREAM_SCHEMA + ", _seq bigint")
+        queries.extend(live.values())
+        feed(range(3))
+        live["b"].stop()
         out["b_before_restart"] = read_output(spark, dirs["out_b"])
-        df_b2, qb = start(spark, make_engine(spark), dirs["in_b"], dirs["out_b"], dirs["ck_b"])
-        queries.append(qb)
-        feed(range(3, N_FILES), qa, qb)
+        df_b2, live["b"] = start(spark, make_engine(spark), dirs["in_b"], dirs["out_b"], dirs["ck_b"])
+        queries.append(live["b"])
+        feed(range(3, N_FILES))
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            qa.explain()
+            live["a"].explain()
         out["explain"] = buf.getvalue()
     finally:
         for q in queries:
             q.stop()
-    out["a"], out["b"] = read_output(spark, dirs["out_a"]), read_output(spark, dirs["out_b"])
-    out["stats_a"] = spark_stream.stream_stats(df_a)
+        spark.conf.set("spark.sql.shuffle.partitions", partitions)
+    for name in ("a", "b", "c"):
+        out[name] = read_output(spark, dirs["out_" + name])
+    out["stats_a"], out["stats_c"] = spark_stream.stream_stats(df_a), spark_stream.stream_stats(df_c)
     out["stats_b1"], out["stats_b2"] = spark_stream.stream_stats(df_b1), spark_stream.stream_stats(df_b2)
     return out
 
 
 def _notes(rows):
-    return Counter((r["subscription_id"], r["op"], _v(r["value"]), r["seq"]) for r in rows
-                   if r["op"] != spark_stream.REJECTED)
+    return Counter(_key(r) for r in rows if r["op"] != spark_stream.REJECTED)
+
+
+def _rejected(rows, want_rejected):
+    rejected = {r["seq"]: r["reason"] for r in rows if r["op"] == spark_stream.REJECTED}
+    assert len(rejected) == sum(1 for r in rows if r["op"] == spark_stream.REJECTED)  # each once
+    assert set(rejected) == set(want_rejected)
+    for seq, reason in rejected.items():
+        assert want_rejected[seq] in reason, (seq, reason)
+    assert all(r["reason"] is None for r in rows if r["op"] != spark_stream.REJECTED)
 
 
 def _full(rows):
@@ -213,18 +248,14 @@ def _full(rows):
 
 
 def test_stream_equals_pure_operator(spark, runs):
-    want, want_rejected = expected(spark)
+    want, want_rejected = expected("unicast")
     got = runs["a"]
     assert sum(want.values()) > 80  # the workload does notify
     assert _notes(got) == want
-    rejected = {r["seq"]: r["reason"] for r in got if r["op"] == spark_stream.REJECTED}
-    assert len(rejected) == sum(1 for r in got if r["op"] == spark_stream.REJECTED)  # each once
-    assert set(rejected) == set(want_rejected)
-    for seq, reason in rejected.items():
-        assert want_rejected[seq] in reason, (seq, reason)
-    assert all(r["reason"] is None for r in got if r["op"] != spark_stream.REJECTED)
+    _rejected(got, want_rejected)
     stats = runs["stats_a"]
     assert stats["seeded"] == 2 and stats["micro_batches"] == 2 * N_FILES
+    assert stats["seeded"] + stats["cache_hits"] + stats["caught_up"] + stats["rebuilt"] == stats["micro_batches"]
     assert stats["rejected"] == len(want_rejected)
     assert stats["notifications"] == sum(want.values())
     # Spark's EXPLAIN names our operators
@@ -243,13 +274,126 @@ def test_restart_from_checkpoint_loses_and_duplicates_nothing(runs):
     assert after["micro_batches"] == 2 * 3
 
 
-def test_stream_rejects_bad_stream_schema(spark):
+def test_reformulated_stream_in_seq_order(runs):
+    want, want_rejected = expected("reformulated")
+    got = runs["c"]
+    assert sum(want.values()) > 20
+    assert _notes(got) == want
+    _rejected(got, want_rejected)
+    assert runs["stats_c"]["seeded"] == 2
+
+
+def test_stream_rejects_bad_stream_schema(spark, tmp_path):
     e = make_engine(spark)
-    src = spark.readStream.schema("k string, x int, y double, colour string").json("/nonexistent-dir")
-    with pytest.raises(Exception, match="unknown column"):
+    src = spark.readStream.schema("k string, x int, y double, colour string").json(str(tmp_path))
+    with pytest.raises(BadUpdate, match="unknown column"):
         e.stream("t", src)
-    src = spark.readStream.schema("k string, x int, y double, _seq string").json("/nonexistent-dir")
-    with pytest.raises(Exception, match="_seq must be an integer"):
+    with pytest.raises(BadUpdate, match="lacks column"):
+        e.stream("t", spark.readStream.schema("k string, x int").json(str(tmp_path)))
+    src = spark.readStream.schema("k string, x int, y double, _seq string").json(str(tmp_path))
+    with pytest.raises(BadUpdate, match="_seq must be an integer"):
         e.stream("t", src)
     with pytest.raises(ValueError, match="unknown mode"):
-        e.stream("t", spark.readStream.schema("k string, x int, y double").json("/x"), mode="bogus")
+        e.stream("t", spark.readStream.schema("k string, x int, y double").json(str(tmp_path)), mode="bogus")
+
+
+# ---- the worker-side operator without Spark: every path to the index (seed, cache hit, catch-up from
+# the log ring, rebuild from the state store) must give the same notifications ----------------------
+
+class _Map:
+    def __init__(self):
+        self.d = {}
+
+    def updateValue(self, k, v):
+        self.d[k] = v
+
+    def removeKey(self, k):
+        self.d.pop(k, None)
+
+    def iterator(self):
+        return iter(list(self.d.items()))
+
+
+class _Value:
+    def __init__(self):
+        self.v = None
+
+    def exists(self):
+        return self.v is not None
+
+    def get(self):
+        return self.v
+
+    def update(self, v):
+        self.v = v
+
+
+class _List:
+    def __init__(self):
+        self.rows = []
+
+    def put(self, rows):
+        self.rows = list(rows)
+
+    def clear(self):
+        self.rows = []
+
+    def get(self):
+        return iter(self.rows)
+
+
+class _Stats(Counter):
+    def add(self, d):
+        self.update(d)
+
+
+def _micro_batch_frame(file_no: int):
+    """What the Spark side hands the operator for one file (SQL-level checks already made)."""
+    import pandas as pd
+    recs = []
+    for j, (row, bad) in enumerate(FILES[file_no]):
+        sql_bad = bad if bad not in (None, "unknown key") else None
+        x = row.get("x")
+        recs.append({"key": row["k"], "x": float(x) if isinstance(x, int) else None,
+                     "y": row.get("y"), "op": (row.get("_op") or "").lower() or None,
+                     "ord": j, "reason": sql_bad})
+    return pd.DataFrame(recs)
+
+
+@pytest.mark.parametrize("schedule", ["one worker", "two workers", "restarts"])
+def test_operator_paths_agree(schedule):
+    import pickle
+    from sparksub.operators.range_min_group import UNICAST_SCHEMA
+    e = make_engine(None)
+    state = e._tables["t"]
+    groups = {entry.group_id: spark_stream.GroupSpec(
+        entry.group_id, "x", "y", spark_stream._Deferred(pickle.dumps(e._snapshot(state, entry))))
+        for entry in e._groups.values()}
+    stats = _Stats()
+    spec = spark_stream.StreamSpec(e.uid, "s1", "t", "string", "unicast",
+                                   spark_stream.output_schema(UNICAST_SCHEMA), groups, min(groups), False, stats)
+    states = {g: spark_stream.GroupState(_Map(), _Value(), [_List() for _ in range(spark_stream.LOG_SLOTS)])
+              for g in groups}
+    workers = [{}, {}]
+    saved = spark_stream._CACHE
+    got = []
+    try:
+        for f in range(N_FILES):
+            if schedule == "one worker":
+                spark_stream._CACHE = workers[0]
+            elif schedule == "two workers":  # 0 0 1 0 1 1: behind by one or two micro-batches
+                spark_stream._CACHE = workers[[0, 0, 1, 0, 1, 1][f]]
+            else:  # a fresh worker every other micro-batch: rebuild from the state store
+                spark_stream._CACHE = {} if f % 2 else workers[0]
+            pdf = _micro_batch_frame(f)
+            for g in sorted(groups):
+                got.extend(spark_stream.apply_micro_batch(spec, g, pdf, states[g]).to_dict("records"))
+    finally:
+        spark_stream._CACHE = saved
+    want, want_rejected = expected("unicast")
+    got = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in got]
+    assert _notes(got) == want
+    _rejected(got, want_rejected)
+    assert stats["seeded"] == 2 and stats["micro_batches"] == 2 * N_FILES
+    path = {"one worker": "cache_hits", "two workers": "caught_up", "restarts": "rebuilt"}[schedule]
+    assert stats[path] >= 2, dict(stats)

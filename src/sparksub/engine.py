@@ -315,8 +315,9 @@ class Engine:
 
         ``streaming_df`` has the table's columns, an optional ``_op`` (``'upsert'`` default, or
         ``'delete'``) and an optional integer ``_seq``. Rows of one micro-batch apply in ``_seq`` order
-        (notifications carry ``seq = _seq``); without ``_seq``, in input order (per partition, rows in
-        their position; ``seq = (micro-batch ordinal << 32) + rank``). Output: ``publish``'s columns for
+        (notifications carry ``seq = _seq``); without ``_seq``, in input order (input partitions in
+        turn, each in row order; ``seq = (micro-batch ordinal << 32) + rank``; deterministic when a
+        file source replays a micro-batch). Output: ``publish``'s columns for
         ``mode`` plus a nullable ``reason``. A malformed row (null key, NaN in a numeric column, a value
         of the wrong type, an unknown ``_op``, a delete of an unknown key) does not stop the stream: it
         is emitted once as a row with ``op = 'rejected'``, its ``seq`` and ``reason`` (other columns
@@ -337,7 +338,7 @@ class Engine:
             specs = {}
             for e in groups:
                 if e.replica is not None and e.replica.log:
-                    e.replica = None  # the stream seeds its state from the base: make it current
+                    e.base_stale = True  # the stream seeds its state from the base: make it current
                 specs[e.group_id] = (e.physical.x, e.physical.y, self._replica(state, e).base)
             return spark_stream.run_stream(self.spark, streaming_df, state.definition, specs, mode,
                                            schema, self.uid)

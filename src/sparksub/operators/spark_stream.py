@@ -14,15 +14,21 @@ notifications. The plan (names as Spark's EXPLAIN prints them)::
 * MapState ``rows``: table key -> ``(x, y)`` (doubles, null allowed) for every row of the table (a row
   with a null X or Y is kept: it is in no range, but it exists for a later delete);
 * ValueState ``meta``: ``(applied, rebuilds)`` -- micro-batches applied to this group so far, and how
-  often the index was rebuilt from the MapState.
+  often the index was rebuilt from the MapState;
+* ListStates ``log0`` .. ``log3``: a ring holding the valid rows ``(batch, key, x, y, op, seq)`` of the
+  last ``LOG_SLOTS`` micro-batches (slot ``batch % LOG_SLOTS``).
 
 The state is the truth; the in-memory index (a materialised :class:`RangeMinGroup`, A2B-tree + the
 subscriptions' point index) is a cache in the Python worker, keyed by (engine uid, group, stream id)
-and valid only for the same streaming query *run* (``spark.jobGroup.id`` = the run id) and the same
-``applied`` counter. Anything else -- a first task in this worker, a restart (new run id), a replayed or
-retried micro-batch (``applied`` in the state store is behind the cache's) -- rebuilds the index from
-the MapState plus the subscriptions of the broadcast base snapshot. On the first micro-batch (no state
-yet) the rows come from the base snapshot and are written into the MapState.
+and usable only by the same streaming query *run* (``spark.jobGroup.id`` is the run id). If its
+``applied`` counter equals the state's, it is used as is; if it is behind by at most ``LOG_SLOTS``
+(Spark gives a group's next task to whichever Python worker is idle, so a worker often last saw the
+group a batch or two ago), the missing micro-batches are replayed from the log ring; otherwise -- a
+first task in this worker, a restart (new run id), a replayed or retried micro-batch (the cache is
+*ahead* of the state store) -- the index is rebuilt from the MapState plus the subscriptions of the
+broadcast base snapshot. On the first micro-batch (no state yet) the rows come from the base snapshot
+and are written into the MapState. State writes per micro-batch: one MapState write per distinct key
+touched (one round trip each to the JVM), one ListState put, one ValueState update.
 
 **Order.** Within one micro-batch rows apply in ascending ``_seq`` when the stream has that integer
 column (``seq`` of the notifications = ``_seq``). Without it the order is derived by
@@ -60,7 +66,14 @@ from sparksub.operators.range_min_group import DELETE, UPSERT, GroupSnapshot, Ra
 __all__ = ["run_stream", "stream_stats", "output_schema", "REJECTED", "STAT_NAMES"]
 
 REJECTED = "rejected"
-STAT_NAMES = ("micro_batches", "seeded", "rebuilt", "cache_hits", "updates", "rejected", "notifications")
+STAT_NAMES = ("micro_batches", "seeded", "cache_hits", "caught_up", "rebuilt", "updates", "rejected",
+              "notifications")
+#: Micro-batches of valid rows kept in the state (a ring of ListStates), to bring a stale cached index
+#: up to date instead of rebuilding it: Spark hands a group's task to any idle Python worker.
+LOG_SLOTS = 4
+#: Groups cached per Python worker (each entry is a whole index).
+CACHE_ENTRIES = 32
+_NO_SEQ = -(2 ** 63)  # a null _seq (the row is rejected; its seq comes out null)
 
 #: Worker-process cache: (engine uid, group id, stream id) -> (query id, run id, applied, group, null_keys).
 _CACHE: dict[tuple[str, str, str], tuple] = {}
@@ -106,7 +119,7 @@ class GroupSpec:
     group_id: str
     x: str
     y: str
-    base: _Deferred  # a pyspark Broadcast of the pickled GroupSnapshot (or the bytes themselves)
+    base: _Deferred  # holds a Broadcast of the pickled GroupSnapshot (or those bytes themselves)
 
     def snapshot(self) -> GroupSnapshot:
         base = self.base.get()
@@ -151,7 +164,7 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
 
     df = streaming_df.select(*names, *(["_op"] if "_op" in cols else []), *(["_seq"] if seq_given else []))
     if seq_given:
-        order = F.col("_seq").cast("bigint")
+        order = F.coalesce(F.col("_seq").cast("bigint"), F.lit(_NO_SEQ).cast("bigint"))
     else:
         df = df.mapInArrow(_order_function(), _add_field(df.schema, "_ord"))
         order = F.col("_ord")
@@ -206,8 +219,9 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
 def stream_stats(df_or_id) -> dict:
     """The counters of one stream (a DataFrame returned by ``run_stream``/``Engine.stream``, or its
     ``sparksub_stream_id``), summed over all tasks so far: micro_batches (group micro-batches applied),
-    seeded (groups whose state was seeded from the base snapshot), rebuilt (index rebuilt from the state
-    store), cache_hits, updates (valid rows applied, summed over groups), rejected (rows set aside),
+    seeded (groups whose state was seeded from the base snapshot), cache_hits, caught_up (a stale
+    cached index brought up to date from the log ring), rebuilt (index rebuilt from the state store),
+    updates (valid rows applied, summed over groups), rejected (rows set aside),
     notifications (output rows other than rejected ones)."""
     sid = df_or_id if isinstance(df_or_id, str) else df_or_id.sparksub_stream_id
     acc = _STATS.get(sid)
@@ -295,14 +309,18 @@ def _processor_class():
             self.spec = spec
 
         def init(self, handle) -> None:
-            self.rows = handle.getMapState("rows", f"key {self.spec.key_type}", "x double, y double")
-            self.meta = handle.getValueState("meta", "applied long, rebuilds long")
+            kt = self.spec.key_type
+            self.state = GroupState(
+                rows=handle.getMapState("rows", f"key {kt}", "x double, y double"),
+                meta=handle.getValueState("meta", "applied long, rebuilds long"),
+                log=[handle.getListState(f"log{i}", f"batch long, key {kt}, x double, y double, op int, "
+                                                    f"seq long") for i in range(LOG_SLOTS)])
 
         def handleInputRows(self, key, rows, timerValues):
             frames = [pdf for pdf in rows if len(pdf)]
             if frames:
                 pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-                yield apply_micro_batch(self.spec, key[0], pdf, self.rows, self.meta)
+                yield apply_micro_batch(self.spec, key[0], pdf, self.state)
 
         def close(self) -> None:
             pass
@@ -310,29 +328,23 @@ def _processor_class():
     return RangeMinGroupStream
 
 
-def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, rows_state, meta_state) -> pd.DataFrame:
+@dataclass
+class GroupState:
+    """One group's state variables (the handles of the state store; in tests, any look-alike)."""
+    rows: object      # MapState  key -> (x, y)
+    meta: object      # ValueState (applied, rebuilds)
+    log: list         # LOG_SLOTS ListStates: slot b % LOG_SLOTS holds micro-batch b's valid rows
+
+
+def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: GroupState) -> pd.DataFrame:
     """Apply one micro-batch of one group (``pdf``: key, x, y, op, ord, reason) against its state."""
     stats = dict.fromkeys(STAT_NAMES, 0)
     stats["micro_batches"] = 1
-    group_spec = spec.groups[gid]
     pdf = pdf.iloc[np.argsort(pdf["ord"].to_numpy(), kind="stable")]
     query_id, run_id = _query_identity()
     ident = (spec.engine_uid, gid, spec.stream_id)
-
-    if not meta_state.exists():
-        applied, rebuilds = 0, 0
-        group, null_keys = _seed(group_spec, rows_state)
-        stats["seeded"] = 1
-    else:
-        applied, rebuilds = (int(v) for v in meta_state.get())
-        cached = _CACHE.pop(ident, None)
-        if cached is not None and cached[:3] == (query_id, run_id, applied):
-            group, null_keys = cached[3], cached[4]
-            stats["cache_hits"] = 1
-        else:
-            group, null_keys = _rebuild(group_spec, rows_state)
-            rebuilds += 1
-            stats["rebuilt"] = 1
+    group, null_keys, applied, rebuilds, how = _group_for(spec, gid, state, ident, query_id, run_id)
+    stats[how] = 1
 
     n = len(pdf)
     keys = pdf["key"].tolist()
@@ -365,7 +377,7 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, rows_state,
                 final[k] = (xs[i], ys[i])
                 valid[i], valid_ops[i] = True, UPSERT
         if not valid[i] and gid == spec.primary:
-            rej_seq.append(int(seqs[i]))
+            rej_seq.append(None if seqs[i] == _NO_SEQ else int(seqs[i]))
             rej_reason.append(str(reason))
 
     idx = np.flatnonzero(valid)
@@ -375,20 +387,20 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, rows_state,
         "op": pa.array(valid_ops[idx], pa.int8()), "seq": pa.array(seqs[idx], pa.int64()),
     })
     notes = group.apply(batch, spec.mode) if len(idx) else None
+    _track_null_keys(null_keys, final)
 
     for k, v in final.items():  # the state store: one write per key touched
         if v is None:
-            null_keys.discard(k)
-            rows_state.removeKey((k,))
+            state.rows.removeKey((k,))
         else:
-            x, y = v
-            if x != x or y != y:
-                null_keys.add(k)
-            else:
-                null_keys.discard(k)
-            rows_state.updateValue((k,), (None if x != x else float(x), None if y != y else float(y)))
-    meta_state.update((applied + 1, rebuilds))
-    _CACHE[ident] = (query_id, run_id, applied + 1, group, null_keys)
+            state.rows.updateValue((k,), (_opt(v[0]), _opt(v[1])))
+    slot = state.log[applied % LOG_SLOTS]
+    if len(idx):
+        slot.put([(applied, keys[i], _opt(xs[i]), _opt(ys[i]), int(valid_ops[i]), int(seqs[i])) for i in idx])
+    else:
+        slot.clear()
+    state.meta.update((applied + 1, rebuilds))
+    _remember(ident, (query_id, run_id, applied + 1, group, null_keys))
 
     out = _output(spec, gid, notes, rej_seq, rej_reason)
     stats["updates"] = int(len(idx))
@@ -397,6 +409,69 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, rows_state,
     if spec.stats is not None:
         spec.stats.add(stats)
     return out.to_pandas()
+
+
+def _group_for(spec: StreamSpec, gid: str, state: GroupState, ident, query_id, run_id):
+    """(group, null_keys, applied, rebuilds, how): the group's index as of the state store's version,
+    ``how`` one of seeded / cache_hits / caught_up / rebuilt."""
+    group_spec = spec.groups[gid]
+    if not state.meta.exists():
+        group, null_keys = _seed(group_spec, state.rows)
+        return group, null_keys, 0, 0, "seeded"
+    applied, rebuilds = (int(v) for v in state.meta.get())
+    cached = _CACHE.pop(ident, None)
+    if cached is not None and cached[:2] == (query_id, run_id):
+        at, group, null_keys = cached[2], cached[3], cached[4]
+        if at == applied:
+            return group, null_keys, applied, rebuilds, "cache_hits"
+        if at < applied <= at + LOG_SLOTS and _catch_up(group, null_keys, state.log, at, applied):
+            return group, null_keys, applied, rebuilds, "caught_up"
+    group, null_keys = _rebuild(group_spec, state.rows)
+    return group, null_keys, applied, rebuilds + 1, "rebuilt"
+
+
+def _catch_up(group: RangeMinGroup, null_keys: set, log: list, at: int, applied: int) -> bool:
+    """Replay micro-batches ``at .. applied-1`` from the log slots into a cached group that another
+    worker's tasks left behind. False (the group is then discarded) if a slot does not hold them."""
+    batches = []
+    for b in range(at, applied):
+        rows = list(log[b % LOG_SLOTS].get())
+        if any(r[0] != b for r in rows):
+            return False
+        batches.append(rows)
+    for rows in batches:
+        if not rows:
+            continue
+        keys, xs, ys, ops, seqs = zip(*((r[1], r[2], r[3], r[4], r[5]) for r in rows))
+        group.apply(pa.table({
+            "key": pa.array(list(keys)), "x": pa.array(list(xs), pa.float64()),
+            "y": pa.array(list(ys), pa.float64()), "op": pa.array(list(ops), pa.int8()),
+            "seq": pa.array(list(seqs), pa.int64())}), "none")
+        final = {}
+        for k, x, y, op in zip(keys, xs, ys, ops):
+            final[k] = None if op == DELETE else (np.nan if x is None else x, np.nan if y is None else y)
+        _track_null_keys(null_keys, final)
+    return True
+
+
+def _track_null_keys(null_keys: set, final: dict) -> None:
+    """Keys of rows with a null X or Y: in no range (not in the index) but present (deletable)."""
+    for k, v in final.items():
+        if v is not None and (v[0] != v[0] or v[1] != v[1]):
+            null_keys.add(k)
+        else:
+            null_keys.discard(k)
+
+
+def _opt(v):
+    return None if v is None or v != v else float(v)
+
+
+def _remember(ident, entry) -> None:
+    _CACHE.pop(ident, None)
+    _CACHE[ident] = entry
+    while len(_CACHE) > CACHE_ENTRIES:  # oldest first: a stopped stream's groups go eventually
+        _CACHE.pop(next(iter(_CACHE)))
 
 
 def _output(spec: StreamSpec, gid: str, notes, rej_seq, rej_reason) -> pa.Table:
