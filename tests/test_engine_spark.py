@@ -176,3 +176,37 @@ def test_explain_shows_plan_trace_operator_and_spark_plan(spark):
                    "MapInArrow range_min_group_unicast", "Exchange"):
         assert needle in text, needle
     assert "Class: RANGE_MAX" in e.explain("SELECT MAX(per) FROM stock WHERE risk >= 3")
+
+
+def test_a_failing_group_does_not_stop_the_others(spark):
+    import pyarrow as pa
+
+    from sparksub.operators import spark_groups
+
+    e = fig1_engine(spark)
+    e.sql("CREATE SUBSCRIPTION lo AS SELECT MIN(per) FROM stock WHERE risk BETWEEN 25 AND 60")
+    e.sql("CREATE SUBSCRIPTION hi AS SELECT MAX(per) FROM stock WHERE risk BETWEEN 25 AND 60")
+    # Corrupt the MAX group's shipped state: its task fails, the MIN group's must not.
+    state = e._tables["stock"]
+    entries = {en.physical.klass: en for en in e._groups.values()}
+    good = e._replica(state, entries["RANGE_MIN"])
+    broken = spark_groups.GroupReplica(e.uid, entries["RANGE_MAX"].group_id, "broken", b"not a snapshot")
+    spark_groups._CACHE.clear()
+    batch = pa.table({"key": ["t3"], "x": [30.0], "y": [1.0], "op": pa.array([0], pa.int8()),
+                      "seq": pa.array([0], pa.int64())})
+    combined = pa.concat_tables([batch.append_column("group_id", pa.array([g.group_id], pa.string()))
+                                 for g in (good, broken)])
+    from sparksub.engine import _schema_for
+    df, failed = spark_groups.run_groups(spark, {good.group_id: good, broken.group_id: broken}, combined,
+                                         "unicast", _schema_for("unicast"))
+    rows = sorted(df.collect(), key=lambda r: r.op)
+    assert failed == {broken.group_id}
+    assert [(r.op, r.group_id) for r in rows] == [("error", broken.group_id), ("update", good.group_id)]
+    assert "UnpicklingError" in rows[0].reason and rows[1].value == 1.0 and rows[1].reason is None
+    # Through the engine: a failed group is rebuilt from the rows, so later results stay exact.
+    entries["RANGE_MAX"].replica, entries["RANGE_MAX"].base_stale = broken, False
+    out = e.publish("stock", [{"symbol": "t3", "risk": 30.0, "per": 1.0}]).collect()
+    assert {(r.subscription_id, r.op) for r in out} == {("lo", "update"), (None, "error")}
+    assert e.result("hi") == 12.0 and e.result("lo") == 1.0
+    out = e.publish("stock", [{"symbol": "t4", "risk": 40.0, "per": 20.0}]).collect()
+    assert [(r.subscription_id, r.value) for r in out] == [("hi", 20.0)]

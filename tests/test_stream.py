@@ -297,58 +297,20 @@ def test_stream_rejects_bad_stream_schema(spark, tmp_path):
         e.stream("t", spark.readStream.schema("k string, x int, y double").json(str(tmp_path)), mode="bogus")
 
 
-# ---- the worker-side operator without Spark: every path to the index (seed, cache hit, catch-up from
-# the log ring, rebuild from the state store) must give the same notifications ----------------------
-
-class _Map:
-    def __init__(self):
-        self.d = {}
-
-    def updateValue(self, k, v):
-        self.d[k] = v
-
-    def removeKey(self, k):
-        self.d.pop(k, None)
-
-    def iterator(self):
-        return iter(list(self.d.items()))
-
-
-class _Value:
-    def __init__(self):
-        self.v = None
-
-    def exists(self):
-        return self.v is not None
-
-    def get(self):
-        return self.v
-
-    def update(self, v):
-        self.v = v
-
-
-class _List:
-    def __init__(self):
-        self.rows = []
-
-    def put(self, rows):
-        self.rows = list(rows)
-
-    def clear(self):
-        self.rows = []
-
-    def get(self):
-        return iter(self.rows)
-
+# ---- the worker-side operator without Spark: the real stateful processor under PySpark's TwsTester (an
+# in-memory state store, no SparkSession). Every path to the index (seed, cache hit, catch-up from the
+# log ring, rebuild from the state store) must give the same notifications and leave the same state ----
 
 class _Stats(Counter):
+    """Stands in for the Spark accumulator of the stream's counters."""
+
     def add(self, d):
         self.update(d)
 
 
 def _micro_batch_frame(file_no: int):
-    """What the Spark side hands the operator for one file (SQL-level checks already made)."""
+    """What the Spark side hands the operator for one file (SQL-level checks already made). Plain column
+    names: in TWS pandas frames, Python columns starting with ``_`` are renamed."""
     import pandas as pd
     recs = []
     for j, (row, bad) in enumerate(FILES[file_no]):
@@ -360,9 +322,27 @@ def _micro_batch_frame(file_no: int):
     return pd.DataFrame(recs)
 
 
+def final_rows() -> dict:
+    """The table as the oracle ends with it: the base rows with every file's valid rows applied, in the
+    MapState's shape ``(key,) -> (x, y)``."""
+    table = {(k,): (float(x), y) for k, (x, y) in ROWS.items()}
+    for lines in FILES:
+        for row, bad in lines:
+            if bad is not None:
+                continue
+            if row.get("_op") == "delete":
+                del table[(row["k"],)]
+            else:
+                table[(row["k"],)] = (float(row["x"]), row.get("y"))
+    return table
+
+
 @pytest.mark.parametrize("schedule", ["one worker", "two workers", "restarts"])
 def test_operator_paths_agree(schedule):
     import pickle
+
+    from pyspark.sql.streaming.tws_tester import TwsTester
+
     from sparksub.operators.range_min_group import UNICAST_SCHEMA
     e = make_engine(None)
     state = e._tables["t"]
@@ -372,8 +352,7 @@ def test_operator_paths_agree(schedule):
     stats = _Stats()
     spec = spark_stream.StreamSpec(e.uid, "s1", "t", "string", "unicast",
                                    spark_stream.output_schema(UNICAST_SCHEMA), groups, min(groups), False, stats)
-    states = {g: spark_stream.GroupState(_Map(), _Value(), [_List() for _ in range(spark_stream.LOG_SLOTS)])
-              for g in groups}
+    tester = TwsTester(spark_stream._processor_class()(spec))  # one state store for both groups
     workers = [{}, {}]
     saved = spark_stream._CACHE
     got = []
@@ -387,7 +366,7 @@ def test_operator_paths_agree(schedule):
                 spark_stream._CACHE = {} if f % 2 else workers[0]
             pdf = _micro_batch_frame(f)
             for g in sorted(groups):
-                got.extend(spark_stream.apply_micro_batch(spec, g, pdf, states[g]).to_dict("records"))
+                got.extend(tester.testInPandas(g, pdf).to_dict("records"))
     finally:
         spark_stream._CACHE = saved
     want, want_rejected = expected("unicast")
@@ -397,3 +376,17 @@ def test_operator_paths_agree(schedule):
     assert stats["seeded"] == 2 and stats["micro_batches"] == 2 * N_FILES
     path = {"one worker": "cache_hits", "two workers": "caught_up", "restarts": "rebuilt"}[schedule]
     assert stats[path] >= 2, dict(stats)
+    # the state the processor left: every group holds the oracle's final table, has applied every
+    # micro-batch, counts its rebuilds, and its log ring holds the last LOG_SLOTS micro-batches
+    table = final_rows()
+    rebuilds = 0
+    for g in groups:
+        assert tester.peekMapState("rows", g) == table
+        applied, n = tester.peekValueState("meta", g)
+        assert applied == N_FILES
+        rebuilds += n
+        for b in range(N_FILES - spark_stream.LOG_SLOTS, N_FILES):
+            logged = tester.peekListState(f"log{b % spark_stream.LOG_SLOTS}", g)
+            assert logged and {r[0] for r in logged} == {b}
+            assert len(logged) == sum(bad is None for _, bad in FILES[b])
+    assert rebuilds == stats["rebuilt"]

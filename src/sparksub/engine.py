@@ -24,8 +24,8 @@ from sparksub.planner import ir
 from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES, Catalog, TableDef
 from sparksub.planner.classifier import Planned, bind_range, parameters_of, plan_subscription
 from sparksub.operators.delivery import SubscriptionPoints, Subscribers
-from sparksub.operators.range_min_group import (CN_RELAX_SCHEMA, DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA,
-                                                UPSERT, GroupSnapshot)
+from sparksub.operators.range_min_group import (DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA, UPSERT, GroupSnapshot,
+                                                with_reason)
 from sparksub.operators import spark_groups, spark_stream
 
 __all__ = ["Engine", "spark_session"]
@@ -278,7 +278,10 @@ class Engine:
 
         ``mode``: ``'unicast'`` (one row per affected subscription: subscription_id, op, value, seq,
         group_id) or ``'reformulated'`` (the messages: group_id, seq, step, op, new_value, inner_l,
-        inner_r, outer_l, outer_r).
+        inner_r, outer_l, outer_r); both end with a nullable ``reason``. Should a group's operator fail,
+        its notifications for this batch are replaced by one ``op = 'error'`` row whose ``reason``
+        names the failure, the other groups are unaffected, and the failed group is rebuilt from the
+        table's rows on its next use (DESIGN §7).
         """
         schema = _schema_for(mode)
         with self._lock:
@@ -295,13 +298,18 @@ class Engine:
             if groups:
                 combined = pa.concat_tables([b.append_column("group_id", pa.array([g] * b.num_rows, pa.string()))
                                              for g, b in group_batches.items()])
-                df = spark_groups.run_groups(self.spark, replicas, combined, mode, schema)
+                df, failed = spark_groups.run_groups(self.spark, replicas, combined, mode, schema)
             else:
-                df = self.spark.createDataFrame(schema.empty_table())
+                df, failed = self.spark.createDataFrame(schema.empty_table()), set()
             # Only now, with the notifications computed, does the batch become part of the state.
             self._apply_rows(state, batch)
             self._next_seq += batch.num_rows
             for e in groups:  # the batch is now part of every group's state: log it
+                if e.group_id in failed:
+                    # Its 'error' row is in the output; rebuild it from the rows next time (DESIGN §7).
+                    e.base_stale = True
+                    e.version += 1
+                    continue
                 e.replica.log.append(group_batches[e.group_id])
                 e.log_rows += batch.num_rows
                 e.version += 1
@@ -326,9 +334,7 @@ class Engine:
         checkpoint, the initial rows are those of the engine when ``stream`` is called. The stream's
         updates do not flow back into the engine (``result``/``publish`` do not see them).
         """
-        if mode not in ("unicast", "reformulated"):
-            raise ValueError(f"unknown mode {mode!r}; expected 'unicast' or 'reformulated'")
-        schema = _schema_for(mode)
+        schema = _mode_schema(mode)  # run_stream adds the ``reason`` column
         with self._lock:
             state = self._table(table)
             groups = self._groups_on(state)
@@ -537,7 +543,7 @@ class Engine:
                            "group_id": pa.array([gid], pa.string())})
         replica = spark_groups.GroupReplica(self.uid, gid, "explain", b"")
         try:
-            return spark_groups.plan_string(self.spark, {gid: replica}, sample, "unicast", UNICAST_SCHEMA)
+            return spark_groups.plan_string(self.spark, {gid: replica}, sample, "unicast", _schema_for("unicast"))
         except Exception as err:  # EXPLAIN must not fail because Spark is unavailable
             return f"(Spark plan unavailable: {err})"
 
@@ -587,8 +593,13 @@ def _param_columns(params) -> dict:
     return {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
 
 
-def _schema_for(mode: str) -> pa.Schema:
-    schemas = {"unicast": UNICAST_SCHEMA, "reformulated": MESSAGE_SCHEMA, "cn_relax": CN_RELAX_SCHEMA}
+def _mode_schema(mode: str) -> pa.Schema:
+    schemas = {"unicast": UNICAST_SCHEMA, "reformulated": MESSAGE_SCHEMA}
     if mode not in schemas:
         raise ValueError(f"unknown mode {mode!r}; expected 'unicast' or 'reformulated'")
     return schemas[mode]
+
+
+def _schema_for(mode: str) -> pa.Schema:
+    """The output schema of ``publish`` and ``stream``: the mode's columns plus a nullable ``reason``."""
+    return with_reason(_mode_schema(mode))

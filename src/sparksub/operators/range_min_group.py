@@ -28,7 +28,7 @@ from sparksub.operators.delivery import (MESSAGE_BYTES, UNICAST_ROW_BYTES, Subsc
 from sparksub.operators.range_min import RangeMinCore
 
 __all__ = ["RangeMinGroup", "GroupSnapshot", "UPSERT", "DELETE", "MESSAGE_SCHEMA", "UNICAST_SCHEMA",
-           "MODES"]
+           "MODES", "with_reason"]
 
 UPSERT, DELETE = 0, 1
 MODES = ("unicast", "reformulated", "cn_relax", "none")
@@ -42,6 +42,13 @@ UNICAST_SCHEMA = pa.schema([
     ("subscription_id", pa.string()), ("op", pa.string()), ("value", pa.float64()), ("seq", pa.int64()),
     ("group_id", pa.string()),
 ])
+
+
+def with_reason(schema: pa.Schema) -> pa.Schema:
+    """An output schema plus the nullable ``reason`` of rejected (stream) or failed (group) rows."""
+    return schema.append(pa.field("reason", pa.string()))
+
+
 CN_RELAX_SCHEMA = pa.schema([("group_id", pa.string()), ("seq", pa.int64()), ("deliveries", pa.int64())])
 
 

@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+from pyspark.accumulators import AccumulatorParam
 
 from sparksub.operators.range_min_group import GroupSnapshot, RangeMinGroup
 
@@ -67,7 +68,16 @@ def remember(replica: GroupReplica, position: int, group: RangeMinGroup) -> None
     _CACHE[(replica.engine_uid, replica.group_id)] = (replica.base_id, position, group)
 
 
-def _operator(replicas: dict[str, GroupReplica], mode: str, schema: pa.Schema):
+def _error_batch(schema: pa.Schema, gid: str, seq: int, err: Exception) -> pa.RecordBatch:
+    row = {f.name: [None] for f in schema}
+    row.update(group_id=[gid], op=["error"], seq=[seq], reason=[f"{type(err).__name__}: {err}"])
+    return pa.RecordBatch.from_pydict(row, schema=schema)
+
+
+def _operator(replicas: dict[str, GroupReplica], mode: str, schema: pa.Schema, failures=None):
+    """The task body. ``schema`` ends with a nullable ``reason``; a group whose operator fails yields
+    one ``op = 'error'`` row naming the failure instead of its notifications, and is reported through
+    ``failures`` (an accumulator), so that the other groups' notifications still come out (DESIGN §7)."""
     def range_min_group_operator(batches):
         # Rows arrive grouped by group_id (one partition per group) and sorted by seq.
         pending: dict[str, list[pa.RecordBatch]] = {}
@@ -77,26 +87,46 @@ def _operator(replicas: dict[str, GroupReplica], mode: str, schema: pa.Schema):
                 pending.setdefault(gid, []).append(part)
         for gid, parts in pending.items():
             replica = replicas[gid]
-            group = materialize(replica)
             table = pa.Table.from_batches(parts).sort_by("seq")
-            out = group.apply(table, mode)
+            try:
+                group = materialize(replica)
+                out = group.apply(table, mode)
+            except Exception as err:  # noqa: BLE001 - reported as a row and to the driver
+                if failures is not None:
+                    failures.add({gid})
+                yield _error_batch(schema, gid, int(table.column("seq")[0].as_py()), err)
+                continue
             remember(replica, len(replica.log) + 1, group)
+            out = out.append_column("reason", pa.nulls(out.num_rows, pa.string()))
             for rb in out.cast(schema).to_batches():
                 yield rb
     range_min_group_operator.__name__ = f"range_min_group_{mode}"
     return range_min_group_operator
 
 
+class _SetUnion(AccumulatorParam):
+    """Accumulator of the ids of groups whose operator failed."""
+
+    def zero(self, value):
+        return set()
+
+    def addInPlace(self, a, b):
+        return a | b
+
+
 def run_groups(spark, replicas: dict[str, GroupReplica], batch: pa.Table, mode: str, schema: pa.Schema):
     """Run ``batch`` (columns group_id, key, x, y, op, seq) through each group's operator in Spark.
 
-    Returns a Spark DataFrame (checkpointed locally, so the operator runs exactly once per call).
+    Returns ``(DataFrame, failed group ids)``; the DataFrame is checkpointed locally, so the operator
+    runs exactly once per call. ``schema`` must end with the nullable ``reason`` column.
     """
+    failures = spark.sparkContext.accumulator(set(), _SetUnion())
     n = max(len(replicas), 1)
     df = spark.createDataFrame(batch)
     df = df.repartition(n, "group_id").sortWithinPartitions("group_id", "seq")
-    out = df.mapInArrow(_operator(replicas, mode, schema), _ddl(schema))
-    return out.localCheckpoint(eager=True)
+    out = df.mapInArrow(_operator(replicas, mode, schema, failures), _ddl(schema))
+    out = out.localCheckpoint(eager=True)
+    return out, set(failures.value)
 
 
 def plan_string(spark, replicas: dict[str, GroupReplica], batch: pa.Table, mode: str, schema: pa.Schema) -> str:

@@ -61,7 +61,7 @@ import pandas as pd
 import pyarrow as pa
 
 from sparksub.errors import BadUpdate
-from sparksub.operators.range_min_group import DELETE, UPSERT, GroupSnapshot, RangeMinGroup
+from sparksub.operators.range_min_group import DELETE, UPSERT, GroupSnapshot, RangeMinGroup, with_reason
 
 __all__ = ["run_stream", "stream_stats", "output_schema", "REJECTED", "STAT_NAMES"]
 
@@ -88,7 +88,7 @@ _NAME_LOCK = threading.Lock()
 
 def output_schema(schema: pa.Schema) -> pa.Schema:
     """The mode's schema plus a nullable ``reason`` (set on rejected rows only)."""
-    return schema.append(pa.field("reason", pa.string()))
+    return with_reason(schema)
 
 
 class _Deferred:
