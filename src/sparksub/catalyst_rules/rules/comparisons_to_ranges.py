@@ -7,8 +7,7 @@
 """
 from __future__ import annotations
 
-import dataclasses
-
+from sparksub.catalyst_rules.patterns import conjunct_rule
 from sparksub.planner import ir
 
 
@@ -24,11 +23,4 @@ def _to_range(p: ir.Predicate) -> ir.Predicate:
     return p
 
 
-def comparisons_to_ranges(plan: ir.Node, catalog) -> ir.Node:
-    def rule(node: ir.Node) -> ir.Node:
-        if isinstance(node, ir.Filter):
-            conj = tuple(_to_range(p) for p in node.conjuncts)
-            if conj != node.conjuncts:
-                return dataclasses.replace(node, conjuncts=conj)
-        return node
-    return plan.transform_up(rule)
+comparisons_to_ranges = conjunct_rule("comparisons_to_ranges", _to_range)

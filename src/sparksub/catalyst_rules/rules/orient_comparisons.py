@@ -7,8 +7,7 @@
 """
 from __future__ import annotations
 
-import dataclasses
-
+from sparksub.catalyst_rules.patterns import conjunct_rule
 from sparksub.planner import ir
 
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
@@ -20,11 +19,4 @@ def _orient(p: ir.Predicate) -> ir.Predicate:
     return p
 
 
-def orient_comparisons(plan: ir.Node, catalog) -> ir.Node:
-    def rule(node: ir.Node) -> ir.Node:
-        if isinstance(node, ir.Filter):
-            conj = tuple(_orient(p) for p in node.conjuncts)
-            if conj != node.conjuncts:
-                return dataclasses.replace(node, conjuncts=conj)
-        return node
-    return plan.transform_up(rule)
+orient_comparisons = conjunct_rule("orient_comparisons", _orient)
