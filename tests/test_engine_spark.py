@@ -210,3 +210,11 @@ def test_a_failing_group_does_not_stop_the_others(spark):
     assert e.result("hi") == 12.0 and e.result("lo") == 1.0
     out = e.publish("stock", [{"symbol": "t4", "risk": 40.0, "per": 20.0}]).collect()
     assert [(r.subscription_id, r.value) for r in out] == [("hi", 20.0)]
+
+
+def test_plain_spark_sql_sees_current_rows(spark):
+    e = fig1_engine(spark)
+    e.publish("stock", [{"symbol": "t4", "_op": "delete"}, {"symbol": "zz", "risk": 1.0, "per": 2.0}])
+    rows = e.sql("SELECT symbol, per FROM stock WHERE risk < 35 ORDER BY symbol").collect()
+    assert [(r.symbol, r.per) for r in rows] == [("t2", 3.0), ("t3", 8.0), ("zz", 2.0)]
+    assert e.table("stock").count() == len(FIG1)

@@ -137,7 +137,20 @@ class Engine:
         if isinstance(stmt, (st.CreateEventQuery, st.DropEventQuery)):
             raise SparksubError("event queries (CREATE/DROP EVENT QUERY) are not available yet: "
                                 "the EVENT class is issue #6")
+        # Plain Spark SQL: our tables it names are visible to it as temp views of their current rows.
+        for t in stmt.find_all(exp.Table):
+            if t.name in self.catalog:
+                self.table(t.name).createOrReplaceTempView(t.name)
         return self.spark.sql(stmt.sql(dialect="spark"))
+
+    def table(self, name: str):
+        """The current rows of a declared table, as a Spark DataFrame."""
+        with self._lock:
+            state = self._table(name)
+            tdef = state.definition
+            columns = list(zip(*state.rows.values())) or [[] for _ in tdef.columns]
+            data = pa.table({c: pa.array(list(v), _arrow_type(t)) for (c, t), v in zip(tdef.columns, columns)})
+            return self.spark.createDataFrame(data)
 
     def create_table(self, table: TableDef) -> None:
         if table.key is None:

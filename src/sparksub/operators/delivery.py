@@ -378,10 +378,10 @@ def _old_values(old_value_of_step0, seqs: np.ndarray) -> np.ndarray:
     if old_value_of_step0 is None or seqs.size == 0:
         return out
     if isinstance(old_value_of_step0, Mapping):
-        for i, s in enumerate(seqs.tolist()):
-            v = old_value_of_step0.get(s)
+        # Few seqs are X-moves: look each of them up once, not once per matched row.
+        for s, v in old_value_of_step0.items():
             if v is not None:
-                out[i] = float(v)
+                out[seqs == s] = float(v)
         return out
     arr = old_value_of_step0
     if isinstance(arr, (pa.Array, pa.ChunkedArray)):

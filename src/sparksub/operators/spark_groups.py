@@ -22,10 +22,7 @@ from pyspark.accumulators import AccumulatorParam
 
 from sparksub.operators.range_min_group import GroupSnapshot, RangeMinGroup
 
-__all__ = ["GroupReplica", "materialize", "run_groups", "BATCH_SCHEMA"]
-
-BATCH_SCHEMA_FIELDS = [("group_id", pa.string()), ("x", pa.float64()), ("y", pa.float64()),
-                       ("op", pa.int8()), ("seq", pa.int64())]
+__all__ = ["GroupReplica", "materialize", "remember", "run_groups", "plan_string"]
 
 # Worker-process cache: (engine_uid, group_id) -> (base_id, log_position, group).
 _CACHE: dict[tuple[str, str], tuple[str, int, RangeMinGroup]] = {}
@@ -49,11 +46,11 @@ def new_base_id() -> str:
     return uuid.uuid4().hex
 
 
-def materialize(replica: GroupReplica, upto: int | None = None) -> RangeMinGroup:
-    """The group with every logged batch applied (the first ``upto`` of them). Removes it from the
-    cache: the caller puts it back with :func:`remember` once the next batch succeeded, so a task that
-    fails half-way never leaves a half-applied group behind."""
-    upto = len(replica.log) if upto is None else upto
+def materialize(replica: GroupReplica) -> RangeMinGroup:
+    """The group with every logged batch applied. Removes it from the cache: the caller puts it back
+    with :func:`remember` once the next batch succeeded, so a task that fails half-way never leaves a
+    half-applied group behind."""
+    upto = len(replica.log)
     entry = _CACHE.pop((replica.engine_uid, replica.group_id), None)
     if entry is not None and entry[0] == replica.base_id and entry[1] <= upto:
         _, applied, group = entry
@@ -121,20 +118,20 @@ def run_groups(spark, replicas: dict[str, GroupReplica], batch: pa.Table, mode: 
     runs exactly once per call. ``schema`` must end with the nullable ``reason`` column.
     """
     failures = spark.sparkContext.accumulator(set(), _SetUnion())
-    n = max(len(replicas), 1)
-    df = spark.createDataFrame(batch)
-    df = df.repartition(n, "group_id").sortWithinPartitions("group_id", "seq")
-    out = df.mapInArrow(_operator(replicas, mode, schema, failures), _ddl(schema))
-    out = out.localCheckpoint(eager=True)
+    out = _plan(spark, replicas, batch, mode, schema, failures).localCheckpoint(eager=True)
     return out, set(failures.value)
 
 
 def plan_string(spark, replicas: dict[str, GroupReplica], batch: pa.Table, mode: str, schema: pa.Schema) -> str:
     """Spark's physical plan for running ``batch`` through the groups (not executed)."""
+    return _plan(spark, replicas, batch, mode, schema)._jdf.queryExecution().executedPlan().treeString()
+
+
+def _plan(spark, replicas, batch: pa.Table, mode: str, schema: pa.Schema, failures=None):
+    # One partition per group, rows in seq order within it.
     df = spark.createDataFrame(batch)
     df = df.repartition(max(len(replicas), 1), "group_id").sortWithinPartitions("group_id", "seq")
-    out = df.mapInArrow(_operator(replicas, mode, schema), _ddl(schema))
-    return out._jdf.queryExecution().executedPlan().treeString()
+    return df.mapInArrow(_operator(replicas, mode, schema, failures), _ddl(schema))
 
 
 def _ddl(schema: pa.Schema) -> str:
