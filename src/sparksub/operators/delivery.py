@@ -378,10 +378,17 @@ def _old_values(old_value_of_step0, seqs: np.ndarray) -> np.ndarray:
     if old_value_of_step0 is None or seqs.size == 0:
         return out
     if isinstance(old_value_of_step0, Mapping):
-        # Few seqs are X-moves: look each of them up once, not once per matched row.
-        for s, v in old_value_of_step0.items():
-            if v is not None:
-                out[seqs == s] = float(v)
+        # Vectorised lookup: a matched row per affected subscription can be millions per batch.
+        known = {s: v for s, v in old_value_of_step0.items() if v is not None}
+        if not known:
+            return out
+        keys = np.fromiter(known.keys(), dtype=np.int64, count=len(known))
+        vals = np.fromiter(known.values(), dtype=np.float64, count=len(known))
+        order = np.argsort(keys)
+        keys, vals = keys[order], vals[order]
+        pos = np.minimum(np.searchsorted(keys, seqs), keys.size - 1)
+        hit = keys[pos] == seqs
+        out[hit] = vals[pos[hit]]
         return out
     arr = old_value_of_step0
     if isinstance(arr, (pa.Array, pa.ChunkedArray)):
