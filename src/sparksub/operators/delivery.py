@@ -32,7 +32,7 @@ matching message).  Rows are ordered by ``seq`` then by subscription slot.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa

@@ -22,7 +22,7 @@ from sqlglot import exp
 from sparksub.catalyst_rules import RuleExecutor
 from sparksub.catalyst_rules.executor import RuleApplication
 from sparksub.catalyst_rules.rules import BATCHES
-from sparksub.errors import AnalysisError, InvalidSubscription, UnsupportedSubscription
+from sparksub.errors import InvalidSubscription, UnsupportedSubscription
 from sparksub.planner import ir
 from sparksub.planner.catalog import Catalog
 from sparksub.planner.logical import to_logical
