@@ -68,7 +68,8 @@ REJECTED = [
     ("SELECT SUM(per) FROM stock WHERE risk BETWEEN 1 AND 2", "Aggregate[SUM(per)]"),
     ("SELECT symbol, per FROM stock WHERE risk BETWEEN 1 AND 2 ORDER BY per LIMIT 5", "Limit[?](Sort[per]"),
     ("SELECT DISTINCT per FROM stock WHERE risk BETWEEN 1 AND 2", "Distinct[]"),
-    ("SELECT * FROM stock WHERE risk > 3", "Project[*]"),
+    ("SELECT * FROM stock WHERE risk > per", "risk > per"),
+    ("SELECT symbol, per + 1 FROM stock WHERE risk > 3", "per + ?"),
     ("SELECT MIN(per) FROM stock WHERE risk BETWEEN 1 AND 2 OR risk > 9", "OR"),
     ("SELECT MIN(per) FROM stock WHERE risk BETWEEN 1 AND 2 AND per < 3", "per IN"),
     ("SELECT MIN(per) FROM stock WHERE risk = 5", "risk = ?"),
@@ -163,3 +164,36 @@ def test_subscribe_many_one_group_many_templates():
     groups = {r["group"] for r in e.sql("SHOW SUBSCRIPTIONS")}
     assert groups == {"range_min:stock.per@risk", "range_max:stock.per@risk"}
     assert len(e.subscription_ids()) == n + 2
+
+
+@pytest.mark.parametrize("sql,dnf", [
+    ("SELECT * FROM stock WHERE risk > 3", [[("risk", ">=", (NEXT(3, 9),))]]),
+    ("SELECT symbol FROM stock WHERE sector = 'tech' AND rank IN (1, 2)",
+     [[("sector", "=", ("tech",)), ("rank", "in", (1.0, 2.0))]]),
+    ("SELECT * FROM stock WHERE sector IS NULL OR (sector != 'x' AND risk BETWEEN 1 AND 2)",
+     [[("sector", "is_null", ())], [("sector", "!=", ("x",)), ("risk", "between", (1.0, 2.0))]]),
+    ("SELECT * FROM stock WHERE 'm' < sector", [[("sector", ">", ("m",))]]),
+    ("SELECT * FROM stock", [[]]),
+])
+def test_filter_shapes_classify_and_bind(sql, dnf):
+    from sparksub.planner.classifier import bind_filter
+    p = plan_subscription(parse_select(sql), CAT)
+    assert p.klass == "FILTER" and p.physical.group_key == ("FILTER", "stock")
+    assert [list(conj) for conj in bind_filter(p.physical, {}, 1)[0]] == dnf
+
+
+def test_filter_parameters_bind_per_row():
+    from sparksub.planner.classifier import bind_filter
+    p = plan_subscription(parse_select("SELECT * FROM stock WHERE sector = :s AND risk BETWEEN :lo AND :hi"), CAT)
+    got = bind_filter(p.physical, {"s": ["a", "b"], "lo": [1, 5], "hi": [2, 9]}, 2)
+    assert got == [((("sector", "=", ("a",)), ("risk", "between", (1, 2))),),
+                   ((("sector", "=", ("b",)), ("risk", "between", (5, 9))),)]
+    with pytest.raises(InvalidSubscription, match="'q'.*empty range"):
+        bind_filter(p.physical, {"s": ["a"], "lo": [5], "hi": [2]}, 1, ids=np.array(["q"], dtype=object))
+
+
+def test_engine_refuses_classes_it_cannot_serve_yet():
+    e = _engine()
+    with pytest.raises(UnsupportedSubscription, match="FILTER.*not yet served"):
+        e.sql("CREATE SUBSCRIPTION f AS SELECT * FROM stock WHERE sector = 'tech'")
+    assert e.subscription_ids() == []

@@ -18,11 +18,18 @@ __all__ = ["conjunct_rule"]
 
 def conjunct_rule(name: str, rewrite: Callable[[ir.Predicate], ir.Predicate]):
     """A rule that rewrites every conjunct of every Filter with ``rewrite`` (a predicate -> predicate
-    function), bottom-up, leaving nodes it does not change untouched (so the executor sees equality)."""
+    function) — inside the branches of an OR too —, bottom-up, leaving nodes it does not change
+    untouched (so the executor sees equality)."""
+    def on_predicate(p: ir.Predicate) -> ir.Predicate:
+        if isinstance(p, ir.Or):
+            branches = tuple(tuple(on_predicate(q) for q in conj) for conj in p.disjuncts)
+            return ir.Or(branches) if branches != p.disjuncts else p
+        return rewrite(p)
+
     def rule(plan: ir.Node, catalog) -> ir.Node:
         def on_node(node: ir.Node) -> ir.Node:
             if isinstance(node, ir.Filter):
-                conj = tuple(rewrite(p) for p in node.conjuncts)
+                conj = tuple(on_predicate(p) for p in node.conjuncts)
                 if conj != node.conjuncts:
                     return dataclasses.replace(node, conjuncts=conj)
             return node

@@ -22,17 +22,21 @@ from sqlglot import exp
 from sparksub.catalyst_rules import RuleExecutor
 from sparksub.catalyst_rules.executor import RuleApplication
 from sparksub.catalyst_rules.rules import BATCHES
+from sparksub.catalyst_rules.rules.close_strict_bounds import pred_value, succ_value
 from sparksub.errors import InvalidSubscription, UnsupportedSubscription
 from sparksub.planner import ir
 from sparksub.planner.catalog import Catalog
 from sparksub.planner.logical import to_logical
 
-__all__ = ["SUPPORTED_CLASSES", "Planned", "plan_subscription", "bind_range", "parameters_of"]
+__all__ = ["SUPPORTED_CLASSES", "Planned", "plan_subscription", "bind_range", "bind_filter", "parameters_of"]
 
 SUPPORTED_CLASSES = (
     "RANGE_MIN (SELECT MIN(y) FROM t WHERE x BETWEEN a AND b)",
     "RANGE_MAX (SELECT MAX(y) FROM t WHERE x BETWEEN a AND b)",
+    "FILTER (SELECT * | cols FROM t WHERE a conjunction or DNF of attr op const, "
+    "op in = != < <= > >= BETWEEN IN IS [NOT] NULL)",
 )
+OPERATOR_NODES = (ir.RangeMinGroupScan, ir.FilterGroupScan)
 
 _EXECUTOR = RuleExecutor(BATCHES)
 
@@ -57,10 +61,10 @@ class Planned:
 def plan_subscription(select: exp.Expression, catalog: Catalog) -> Planned:
     logical = to_logical(select, catalog)
     physical, trace = _EXECUTOR.execute(logical, catalog)
-    if not isinstance(physical, ir.RangeMinGroupScan):
+    if not isinstance(physical, OPERATOR_NODES):
         raise UnsupportedSubscription(ir.shape_of(physical), SUPPORTED_CLASSES)
     # Constant ranges are checked here; parameter ranges when bound.
-    lo, hi = physical.low, physical.high
+    lo, hi = getattr(physical, "low", None), getattr(physical, "high", None)
     if isinstance(lo, ir.Const) and isinstance(hi, ir.Const) and lo.value > hi.value:
         raise InvalidSubscription(f"empty range: {physical.x} from {lo.value} to {hi.value} "
                                   f"(the lower bound exceeds the upper) in: {select.sql('spark')}")
@@ -79,6 +83,11 @@ def parameters_of(node: ir.Node) -> tuple[str, ...]:
     if isinstance(node, ir.RangeMinGroupScan):
         walk(node.low)
         walk(node.high)
+    elif isinstance(node, ir.FilterGroupScan):
+        for conj in node.disjuncts:
+            for _, _, values in conj:
+                for v in values:
+                    walk(v)
     return tuple(dict.fromkeys(out))
 
 
@@ -120,3 +129,52 @@ def bind_range(node: ir.RangeMinGroupScan, params: dict[str, np.ndarray], n: int
             f"an empty range (lower bound {x1[i]} > upper bound {x2[i]})"
         raise InvalidSubscription(f"{who} has {why} on {node.x}")
     return x1, x2
+
+
+def bind_filter(node: ir.FilterGroupScan, params: dict[str, np.ndarray], n: int,
+                ids: np.ndarray | None = None) -> list[tuple[tuple[tuple[str, str, tuple], ...], ...]]:
+    """Each of ``n`` subscriptions as a DNF of ``(attr, op, constants)`` triples, parameters bound.
+
+    A BETWEEN with ``lo > hi`` is an empty range: :class:`InvalidSubscription` naming the subscription.
+    """
+    columns = {}
+    for name in parameters_of(node):
+        if name not in params:
+            raise InvalidSubscription(f"missing parameter column {name!r} (needed for :{name})")
+        col = np.asarray(params[name], dtype=object)
+        if col.shape != (n,):
+            raise InvalidSubscription(f"parameter {name!r} has {col.size} values, expected {n}")
+        columns[name] = col.tolist()
+
+    def value(v, i):
+        if isinstance(v, ir.Const):
+            return v.value
+        if isinstance(v, ir.Param):
+            return columns[v.name][i]
+        inner = float(value(v.of, i))
+        return succ_value(inner, v.integral) if isinstance(v, ir.Succ) else pred_value(inner, v.integral)
+
+    out = []
+    for i in range(n):
+        dnf = []
+        for conj in node.disjuncts:
+            triples = []
+            for attr, op, vals in conj:
+                bound = tuple(value(v, i) for v in vals)
+                if any(b is None or (isinstance(b, float) and b != b) for b in bound):
+                    who = f"subscription {ids[i]!r}" if ids is not None else f"row {i}"
+                    raise InvalidSubscription(f"{who} has a NULL/NaN constant in {attr} {op}")
+                if op == "between" and _gt(bound[0], bound[1]):
+                    who = f"subscription {ids[i]!r}" if ids is not None else f"row {i}"
+                    raise InvalidSubscription(f"{who} has an empty range on {attr}: {bound[0]!r} > {bound[1]!r}")
+                triples.append((attr, op, bound))
+            dnf.append(tuple(triples))
+        out.append(tuple(dnf))
+    return out
+
+
+def _gt(a, b) -> bool:
+    try:
+        return a > b
+    except TypeError:
+        return False

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Union
 
 __all__ = [
-    "Const", "Param", "Succ", "Pred", "Value", "ColumnRef", "Compare", "Between", "RangePred", "Opaque",
+    "Const", "Param", "Succ", "Pred", "Value", "ColumnRef", "Compare", "Between", "RangePred", "InList",
+    "IsNull", "Or", "Opaque", "FilterGroupScan",
     "Predicate", "Node", "Scan", "Filter", "Aggregate", "Project", "Distinct", "Sort", "Limit", "Join",
     "RangeMinGroupScan", "render_value", "shape_of",
 ]
@@ -27,10 +28,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Const:
-    value: float
+    value: float | str
 
     def __str__(self) -> str:
-        return repr(self.value) if not math.isinf(self.value) else ("+inf" if self.value > 0 else "-inf")
+        if isinstance(self.value, str) or not math.isinf(self.value):
+            return repr(self.value)
+        return "+inf" if self.value > 0 else "-inf"
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,35 @@ class RangePred:
 
 
 @dataclass(frozen=True)
+class InList:
+    """``column IN (v1, v2, ...)``."""
+    column: str
+    values: tuple["Value", ...]
+
+    def __str__(self) -> str:
+        return f"{self.column} IN ({', '.join(str(v) for v in self.values)})"
+
+
+@dataclass(frozen=True)
+class IsNull:
+    """``column IS NULL`` (``negated``: ``IS NOT NULL``)."""
+    column: str
+    negated: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.column} IS {'NOT ' if self.negated else ''}NULL"
+
+
+@dataclass(frozen=True)
+class Or:
+    """A disjunction of conjunctions (DNF), each conjunction a tuple of predicates."""
+    disjuncts: tuple[tuple["Predicate", ...], ...]
+
+    def __str__(self) -> str:
+        return " OR ".join("(" + " AND ".join(str(p) for p in c) + ")" for c in self.disjuncts)
+
+
+@dataclass(frozen=True)
 class Opaque:
     """A predicate outside the range forms (OR, IN, functions, column-to-column): kept as SQL text."""
     sql: str
@@ -130,7 +162,7 @@ class Opaque:
         return self.sql
 
 
-Predicate = Union[Compare, Between, RangePred, Opaque]
+Predicate = Union[Compare, Between, RangePred, InList, IsNull, Or, Opaque]
 
 
 # ---- plan nodes -----------------------------------------------------------------------------------
@@ -258,6 +290,29 @@ class RangeMinGroupScan(Node):
     def args_str(self) -> str:
         return (f"{'MAX' if self.maximum else 'MIN'}({self.y}) over {self.x} IN "
                 f"[{render_value(self.low)}, {render_value(self.high)}] of {self.table}")
+
+
+@dataclass(frozen=True)
+class FilterGroupScan(Node):
+    """FILTER: a stateless selection ``SELECT cols FROM t WHERE`` a disjunction of conjunctions of
+    ``attr op value`` (001). One group per table; ``disjuncts`` is the subscription's DNF, each
+    predicate an ``(attr, op, values)`` triple with op in = != < <= > >= between in is_null
+    is_not_null; ``columns`` the projection (``('*',)`` for all)."""
+    table: str
+    columns: tuple[str, ...]
+    disjuncts: tuple[tuple[tuple[str, str, tuple], ...], ...]
+
+    klass = "FILTER"
+
+    @property
+    def group_key(self) -> tuple:
+        return ("FILTER", self.table)
+
+    def args_str(self) -> str:
+        ors = " OR ".join("(" + " AND ".join(
+            f"{a} {op} {', '.join(str(v) for v in vals)}".rstrip() for a, op, vals in conj) + ")"
+            for conj in self.disjuncts) or "TRUE"
+        return f"{', '.join(self.columns)} of {self.table} WHERE {ors}"
 
 
 def shape_of(node: Node) -> str:

@@ -28,8 +28,8 @@ def _operand(e: exp.Expression, table) -> ir.ColumnRef | ir.Const | ir.Param | N
         return ir.ColumnRef(e.name)
     if isinstance(e, exp.Paren):
         return _operand(e.this, table)
-    if isinstance(e, exp.Literal) and not e.is_string:
-        return ir.Const(float(e.this))
+    if isinstance(e, exp.Literal):
+        return ir.Const(e.this if e.is_string else float(e.this))
     if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal) and not e.this.is_string:
         return ir.Const(-float(e.this.this))
     if isinstance(e, exp.Placeholder):
@@ -45,6 +45,27 @@ def _predicate(e: exp.Expression, table) -> ir.Predicate:
             left, right = _operand(e.this, table), _operand(e.expression, table)
             if left is not None and right is not None:
                 return ir.Compare(left, op, right)
+    if isinstance(e, exp.In) and not e.args.get("query"):
+        col = _operand(e.this, table)
+        vals = [_operand(v, table) for v in e.expressions]
+        if isinstance(col, ir.ColumnRef) and vals and all(isinstance(v, (ir.Const, ir.Param)) for v in vals):
+            return ir.InList(col.name, tuple(vals))
+    if isinstance(e, exp.Is) and isinstance(e.expression, exp.Null) and isinstance(e.this, exp.Column):
+        table.type_of(e.this.name)
+        return ir.IsNull(e.this.name)
+    if isinstance(e, exp.Not) and isinstance(e.this, exp.Is) and isinstance(e.this.expression, exp.Null) \
+            and isinstance(e.this.this, exp.Column):
+        table.type_of(e.this.this.name)
+        return ir.IsNull(e.this.this.name, negated=True)
+    if isinstance(e, exp.Or):
+        disjuncts = []
+        for branch in _disjuncts(e):
+            conj = tuple(_predicate(c, table) for c in _conjuncts(branch))
+            if any(isinstance(p, (ir.Or, ir.Opaque)) for p in conj):
+                break  # nested OR inside AND inside OR: not flattened; left opaque
+            disjuncts.append(conj)
+        else:
+            return ir.Or(tuple(disjuncts))
     if isinstance(e, exp.Between):
         col, low, high = (_operand(e.this, table), _operand(e.args["low"], table),
                           _operand(e.args["high"], table))
@@ -54,6 +75,14 @@ def _predicate(e: exp.Expression, table) -> ir.Predicate:
     for col in e.find_all(exp.Column):
         table.type_of(col.name)
     return ir.Opaque(e.sql(dialect="spark"))
+
+
+def _disjuncts(e: exp.Expression) -> list[exp.Expression]:
+    if isinstance(e, exp.Paren):
+        return _disjuncts(e.this)
+    if isinstance(e, exp.Or):
+        return _disjuncts(e.this) + _disjuncts(e.expression)
+    return [e]
 
 
 def _conjuncts(e: exp.Expression | None) -> list[exp.Expression]:

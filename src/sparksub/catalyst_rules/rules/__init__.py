@@ -5,6 +5,7 @@ from sparksub.catalyst_rules.rules.close_strict_bounds import close_strict_bound
 from sparksub.catalyst_rules.rules.comparisons_to_ranges import comparisons_to_ranges
 from sparksub.catalyst_rules.rules.merge_ranges import merge_ranges
 from sparksub.catalyst_rules.rules.orient_comparisons import orient_comparisons
+from sparksub.catalyst_rules.rules.plan_filter import plan_filter
 from sparksub.catalyst_rules.rules.plan_range_min import plan_range_min
 
 #: Logical normalisation, to a fixed point, then physical planning once (Catalyst's Optimizer, then
@@ -12,7 +13,7 @@ from sparksub.catalyst_rules.rules.plan_range_min import plan_range_min
 BATCHES = (
     Batch("Normalize range predicates", FIXED_POINT, (orient_comparisons, comparisons_to_ranges, merge_ranges)),
     Batch("Close strict bounds", ONCE, (close_strict_bounds,)),
-    Batch("Plan operators", ONCE, (plan_range_min,)),
+    Batch("Plan operators", ONCE, (plan_range_min, plan_filter)),
 )
 
 RULES = tuple(r for b in BATCHES for r in b.rules)

@@ -18,7 +18,7 @@ import dataclasses
 import math
 
 from sparksub.planner import ir
-from sparksub.planner.catalog import INTEGRAL_TYPES
+from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES
 
 
 def succ_value(v: float, integral: bool) -> float:
@@ -46,7 +46,9 @@ def close_strict_bounds(plan: ir.Node, catalog) -> ir.Node:
         if not isinstance(scan, ir.Scan):
             return node
         table = catalog.get(scan.table)
-        conj = tuple(_close(p, table.type_of(p.column) in INTEGRAL_TYPES) if isinstance(p, ir.RangePred) else p
+        # Only numeric columns have a successor; a string range keeps its strict bound.
+        conj = tuple(_close(p, table.type_of(p.column) in INTEGRAL_TYPES)
+                     if isinstance(p, ir.RangePred) and table.type_of(p.column) in NUMERIC_TYPES else p
                      for p in node.conjuncts)
         return dataclasses.replace(node, conjuncts=conj) if conj != node.conjuncts else node
     return plan.transform_up(rule)
