@@ -191,9 +191,3 @@ def test_filter_parameters_bind_per_row():
     with pytest.raises(InvalidSubscription, match="'q'.*empty range"):
         bind_filter(p.physical, {"s": ["a"], "lo": [5], "hi": [2]}, 1, ids=np.array(["q"], dtype=object))
 
-
-def test_engine_refuses_classes_it_cannot_serve_yet():
-    e = _engine()
-    with pytest.raises(UnsupportedSubscription, match="FILTER.*not yet served"):
-        e.sql("CREATE SUBSCRIPTION f AS SELECT * FROM stock WHERE sector = 'tech'")
-    assert e.subscription_ids() == []

@@ -17,13 +17,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sparksub.errors import (AnalysisError, BadUpdate, DuplicateSubscription, InvalidSubscription,
-                             SparksubError, UnknownSubscription, UnsupportedSubscription)
+from sparksub.errors import (BadUpdate, DuplicateSubscription, InvalidSubscription, SparksubError,
+                             UnknownSubscription, UnsupportedSubscription)
 from sparksub.grammar import statements as st
 from sparksub.planner import ir
 from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES, Catalog, TableDef
-from sparksub.planner.classifier import Planned, bind_range, parameters_of, plan_subscription
+from sparksub.planner.classifier import Planned, bind_filter, bind_range, parameters_of, plan_subscription
 from sparksub.operators.delivery import SubscriptionPoints, Subscribers
+from sparksub.operators.filter_group import EVENT_PREFIX, FilterGroup
 from sparksub.operators.range_min_group import (DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA, UPSERT, GroupSnapshot,
                                                 with_reason)
 from sparksub.operators import spark_groups, spark_stream
@@ -74,8 +75,8 @@ class SubscriptionRecord:
 @dataclass
 class GroupEntry:
     group_id: str
-    physical: ir.RangeMinGroupScan
-    points: SubscriptionPoints
+    physical: ir.Node  # the group's operator node (RangeMinGroupScan, FilterGroupScan)
+    points: object  # the registry: delivery.SubscriptionPoints (ranges) or the FilterGroup itself
     templates: list = field(default_factory=list)  # template texts; template_of[slot] indexes it
     template_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     replica: spark_groups.GroupReplica | None = None
@@ -153,9 +154,8 @@ class Engine:
             return self.spark.createDataFrame(data)
 
     def create_table(self, table: TableDef) -> None:
-        if table.key is None:
-            raise AnalysisError(f"table {table.name!r} has no PRIMARY KEY; append-only event streams "
-                                f"arrive with the EVENT class (issue #6)")
+        """A table with a PRIMARY KEY (rows replace rows), or without one: an append-only event
+        stream, whose published rows are events (FILTER subscriptions match them; nothing is kept)."""
         with self._lock:
             self.catalog.add(table)
             self._tables[table.name.lower()] = TableState(table)
@@ -167,10 +167,11 @@ class Engine:
     def _plan(self, query) -> Planned:
         select = st.parse_select(query) if isinstance(query, str) else query
         planned = plan_subscription(select, self.catalog)
-        if not isinstance(planned.physical, ir.RangeMinGroupScan):
-            # Classified, but the engine has no operator for the class yet (FILTER: issue #3).
-            raise UnsupportedSubscription(f"{planned.klass} ({planned.template}) is recognised but not yet "
-                                          f"served by the engine", ("RANGE_MIN", "RANGE_MAX"))
+        if self.catalog.get(planned.physical.table).key is None and not isinstance(planned.physical,
+                                                                                   ir.FilterGroupScan):
+            raise UnsupportedSubscription(f"{planned.klass} over the append-only stream "
+                                          f"{planned.physical.table!r}: only FILTER subscriptions read streams "
+                                          f"(a range aggregate needs a table with a key)", ("FILTER",))
         return planned
 
     # ---- subscriptions -----------------------------------------------------------------------------
@@ -185,10 +186,10 @@ class Engine:
             raise InvalidSubscription(f"subscription {sub_id!r} has parameters "
                                       f"{list(parameters_of(planned.physical))}: use subscribe_many")
         with self._lock:
-            x1, x2 = bind_range(planned.physical, {}, 1, ids=np.array([sub_id], dtype=object))
             entry = self._group_for(planned.physical)
             self._check_new_ids([sub_id], entry)
-            self._note_template(entry, entry.points.add([sub_id], x1, x2), planned.template)
+            slots = self._register(entry, planned.physical, np.array([sub_id], dtype=object), {})
+            self._note_template(entry, slots, planned.template)
             self._records[sub_id] = SubscriptionRecord(planned, entry.group_id)
             self._changed(entry, subscriptions=True)
 
@@ -208,14 +209,23 @@ class Engine:
         if ids.size and not all(isinstance(i, str) and i for i in (ids[0], ids[-1])):
             ids = ids.astype(str).astype(object)
         with self._lock:
-            x1, x2 = bind_range(planned.physical, cols, ids.size, ids=ids)
             entry = self._group_for(planned.physical)
             self._check_new_ids(ids, entry)
-            slots = entry.points.add(ids, x1, x2)  # raises on duplicates inside the batch, adding nothing
+            slots = self._register(entry, planned.physical, ids, cols)
             self._note_template(entry, slots, planned.template)
             self._bulk.setdefault(entry.group_id, []).append(SubscriptionRecord(planned, entry.group_id, True))
             self._changed(entry, subscriptions=True)
         return int(ids.size)
+
+    @staticmethod
+    def _register(entry: GroupEntry, physical, ids: np.ndarray, params: dict) -> np.ndarray:
+        """Bind the constants (all checked first) and add the subscriptions to the group's registry,
+        which rejects duplicate ids — within the batch too — before adding anything."""
+        if isinstance(physical, ir.FilterGroupScan):
+            dnfs = bind_filter(physical, params, ids.size, ids=ids)
+            return entry.points.add(ids, dnfs, [physical.columns] * ids.size)
+        x1, x2 = bind_range(physical, params, ids.size, ids=ids)
+        return entry.points.add(ids, x1, x2)
 
     def _check_new_ids(self, ids, target: GroupEntry | None = None) -> None:
         """Ids are unique per engine: check them against every group but ``target``, whose own
@@ -252,12 +262,18 @@ class Engine:
             raise UnknownSubscription(f"no subscription {sub_id!r}")
         return None
 
-    def _group_for(self, physical: ir.RangeMinGroupScan) -> GroupEntry:
+    def _group_for(self, physical) -> GroupEntry:
         key = physical.group_key
         entry = self._groups.get(key)
         if entry is None:
-            gid = f"{physical.klass.lower()}:{physical.table}.{physical.y}@{physical.x}"
-            entry = GroupEntry(gid, physical, SubscriptionPoints())
+            if isinstance(physical, ir.FilterGroupScan):
+                gid = f"filter:{physical.table}"
+                tdef = self.catalog.get(physical.table)
+                registry = FilterGroup(gid, tdef.name, [(c, _arrow_type(t)) for c, t in tdef.columns])
+            else:
+                gid = f"{physical.klass.lower()}:{physical.table}.{physical.y}@{physical.x}"
+                registry = SubscriptionPoints()
+            entry = GroupEntry(gid, physical, registry)
             self._groups[key] = entry
         return entry
 
@@ -306,8 +322,12 @@ class Engine:
             state = self._table(table)
             batch = self._validated(state, updates)
             groups = self._groups_on(state)
+            if mode == "reformulated":  # FILTER has no reformulated form yet: unicast only
+                groups = [e for e in groups if not isinstance(e.physical, ir.FilterGroupScan)]
+            elif any(isinstance(e.physical, ir.FilterGroupScan) for e in groups):
+                schema = _with_event_columns(schema, state.definition)
             seqs = np.arange(self._next_seq, self._next_seq + batch.num_rows, dtype=np.int64)
-            group_batches = {e.group_id: self._group_batch(state, e, batch, seqs) for e in groups}
+            group_batches = {e.group_id: self._group_batch(state, e.physical, batch, seqs) for e in groups}
             replicas = {}
             for e in groups:
                 if mode == "reformulated":
@@ -315,8 +335,9 @@ class Engine:
                 replicas[e.group_id] = self._replica(state, e)  # as of before this batch
             if groups:
                 combined = pa.concat_tables([b.append_column("group_id", pa.array([g] * b.num_rows, pa.string()))
-                                             for g, b in group_batches.items()])
+                                             for g, b in group_batches.items()], promote_options="default")
                 df, failed = spark_groups.run_groups(self.spark, replicas, combined, mode, schema)
+                df = _rename_event_columns(df, state.definition)
             else:
                 df, failed = self.spark.createDataFrame(schema.empty_table()), set()
             # Only now, with the notifications computed, does the batch become part of the state.
@@ -356,6 +377,9 @@ class Engine:
         with self._lock:
             state = self._table(table)
             groups = self._groups_on(state)
+            if any(isinstance(e.physical, ir.FilterGroupScan) for e in groups):
+                raise SparksubError(f"stream(): FILTER subscriptions on {table!r} are not served on "
+                                    f"Structured Streaming yet (publish them in batches)")
             if not groups:
                 raise SparksubError(f"no subscriptions on table {table!r}: a stream serves the "
                                     f"subscriptions registered when it starts")
@@ -368,9 +392,12 @@ class Engine:
                                            schema, self.uid)
 
     def result(self, sub_id: str):
-        """The subscription's current result: the MIN (MAX) over its range, None when empty."""
+        """The subscription's current result: the MIN (MAX) over its range, None when empty. A FILTER
+        subscription is stateless: it has no result (None); its matches are the notifications."""
         with self._lock:
             entry = self._find_group(sub_id)
+            if isinstance(entry.physical, ir.FilterGroupScan):
+                return None
             state = self._tables[entry.physical.table.lower()]
             group = self._materialized(state, entry)
             return group.result(sub_id)
@@ -433,7 +460,7 @@ class Engine:
         if unknown:
             raise BadUpdate(f"unknown column(s) {sorted(unknown)} for table {tdef.name!r} "
                             f"(columns: {', '.join(tdef.column_names)})")
-        if tdef.key not in names:
+        if tdef.key is not None and tdef.key not in names:
             raise BadUpdate(f"updates to {tdef.name!r} need the key column {tdef.key!r}")
         n = table.num_rows
         if "_op" in names:
@@ -468,6 +495,12 @@ class Engine:
                         raise BadUpdate(f"NaN in numeric column {cname!r} of {tdef.name!r} "
                                         f"(use null for a missing value)", i, cname)
             cols[cname] = col
+        if tdef.key is None:  # an event stream: every row is an event
+            if (ops == DELETE).any():
+                raise BadUpdate(f"{tdef.name!r} is an append-only stream: no deletes",
+                                int(np.flatnonzero(ops == DELETE)[0]), "_op")
+            out = pa.table({c: cols[c] for c in tdef.column_names})
+            return out.append_column("op", pa.array(ops, pa.int8()))
         keys = cols[tdef.key].to_pylist()
         live = state.rows
         pending: dict = {}
@@ -485,6 +518,8 @@ class Engine:
         return out.append_column("op", pa.array(ops, pa.int8()))
 
     def _apply_rows(self, state: TableState, batch: pa.Table) -> None:
+        if state.definition.key is None:
+            return  # events are not kept
         names = state.definition.column_names
         key_i = names.index(state.definition.key)
         ops = batch.column("op").to_numpy()
@@ -495,8 +530,11 @@ class Engine:
             else:
                 state.rows[row[key_i]] = row
 
-    def _group_batch(self, state: TableState, entry: GroupEntry, batch: pa.Table, seqs) -> pa.Table:
-        p = entry.physical
+    @staticmethod
+    def _group_batch(state: TableState, p, batch: pa.Table, seqs) -> pa.Table:
+        if isinstance(p, ir.FilterGroupScan):
+            cols = {EVENT_PREFIX + c: batch.column(c) for c in state.definition.column_names}
+            return pa.table({**cols, "op": batch.column("op"), "seq": pa.array(seqs, pa.int64())})
         return pa.table({
             "key": batch.column(state.definition.key),
             "x": batch.column(p.x).cast(pa.float64()),
@@ -505,7 +543,9 @@ class Engine:
             "seq": pa.array(seqs, pa.int64()),
         })
 
-    def _snapshot(self, state: TableState, entry: GroupEntry) -> GroupSnapshot:
+    def _snapshot(self, state: TableState, entry: GroupEntry):
+        if isinstance(entry.points, FilterGroup):
+            return entry.points.snapshot()  # stateless: the subscriptions are all there is
         p = entry.physical
         names = state.definition.column_names
         ix, iy = names.index(p.x), names.index(p.y)
@@ -552,16 +592,22 @@ class Engine:
                  values=group.core.range_values(entry.points.x1[slots], entry.points.x2[slots]))
         entry.subscribers, entry.subscribers_version = subs, entry.version
 
-    def _spark_plan(self, physical: ir.RangeMinGroupScan) -> str:
+    def _spark_plan(self, physical) -> str:
         entry = self._groups.get(physical.group_key)
         gid = entry.group_id if entry else "(new group)"
+        state = self._tables[physical.table.lower()]
+        tdef = state.definition
         # One placeholder row: an empty local relation would let Spark optimise the exchange away.
-        sample = pa.table({"key": pa.array(["k"], pa.string()), "x": pa.array([0.0]), "y": pa.array([0.0]),
-                           "op": pa.array([0], pa.int8()), "seq": pa.array([0], pa.int64()),
-                           "group_id": pa.array([gid], pa.string())})
+        row = pa.table({c: pa.nulls(1, _arrow_type(t)) for c, t in tdef.columns}).append_column(
+            "op", pa.array([UPSERT], pa.int8()))
+        sample = self._group_batch(state, physical, row, np.zeros(1, dtype=np.int64))
+        sample = sample.append_column("group_id", pa.array([gid], pa.string()))
+        schema = _schema_for("unicast")
+        if isinstance(physical, ir.FilterGroupScan):
+            schema = _with_event_columns(schema, tdef)
         replica = spark_groups.GroupReplica(self.uid, gid, "explain", b"")
         try:
-            return spark_groups.plan_string(self.spark, {gid: replica}, sample, "unicast", _schema_for("unicast"))
+            return spark_groups.plan_string(self.spark, {gid: replica}, sample, "unicast", schema)
         except Exception as err:  # EXPLAIN must not fail because Spark is unavailable
             return f"(Spark plan unavailable: {err})"
 
@@ -609,6 +655,22 @@ def _param_columns(params) -> dict:
         return {k: np.asarray(v) for k, v in params.items()}
     table = _to_arrow(params)
     return {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
+
+
+def _with_event_columns(schema: pa.Schema, tdef: TableDef) -> pa.Schema:
+    """A FILTER notification carries the event: the table's columns, in the task under EVENT_PREFIX."""
+    for c, t in tdef.columns:
+        schema = schema.append(pa.field(EVENT_PREFIX + c, _arrow_type(t)))
+    return schema
+
+
+def _rename_event_columns(df, tdef: TableDef):
+    """Event columns get the table's names; one that collides with ours becomes ``event_<name>``."""
+    ours = set(df.columns) - {EVENT_PREFIX + c for c in tdef.column_names}
+    for c in tdef.column_names:
+        if EVENT_PREFIX + c in df.columns:
+            df = df.withColumnRenamed(EVENT_PREFIX + c, c if c not in ours else f"event_{c}")
+    return df
 
 
 def _mode_schema(mode: str) -> pa.Schema:

@@ -71,8 +71,13 @@ class GroupSnapshot:
     ys: np.ndarray
     templates: dict = field(default_factory=dict)
 
+    def build(self) -> "RangeMinGroup":
+        return RangeMinGroup.from_snapshot(self)
+
 
 class RangeMinGroup:
+    stateless = False
+
     def __init__(self, group_id: str, table: str, x: str, y: str, maximum: bool):
         self.group_id, self.table, self.x, self.y, self.maximum = group_id, table, x, y, maximum
         self.core = RangeMinCore(maximum)

@@ -55,14 +55,22 @@ def materialize(replica: GroupReplica) -> RangeMinGroup:
     if entry is not None and entry[0] == replica.base_id and entry[1] <= upto:
         _, applied, group = entry
     else:
-        group, applied = RangeMinGroup.from_snapshot(replica.base_snapshot()), 0
-    for batch in replica.log[applied:upto]:
-        group.apply(batch, "none")
+        group, applied = replica.base_snapshot().build(), 0
+    if not group.stateless:
+        for batch in replica.log[applied:upto]:
+            group.apply(batch, "none")
     return group
 
 
 def remember(replica: GroupReplica, position: int, group: RangeMinGroup) -> None:
     _CACHE[(replica.engine_uid, replica.group_id)] = (replica.base_id, position, group)
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` in the job's output schema: the groups of one table may differ in columns (a FILTER
+    group's rows carry the event, a range group's a value); what a group lacks is null."""
+    return pa.table({f.name: table.column(f.name).cast(f.type) if f.name in table.column_names
+                     else pa.nulls(table.num_rows, f.type) for f in schema}, schema=schema)
 
 
 def _error_batch(schema: pa.Schema, gid: str, seq: int, err: Exception) -> pa.RecordBatch:
@@ -94,8 +102,7 @@ def _operator(replicas: dict[str, GroupReplica], mode: str, schema: pa.Schema, f
                 yield _error_batch(schema, gid, int(table.column("seq")[0].as_py()), err)
                 continue
             remember(replica, len(replica.log) + 1, group)
-            out = out.append_column("reason", pa.nulls(out.num_rows, pa.string()))
-            for rb in out.cast(schema).to_batches():
+            for rb in _conform(out, schema).to_batches():
                 yield rb
     range_min_group_operator.__name__ = f"range_min_group_{mode}"
     return range_min_group_operator
@@ -135,5 +142,6 @@ def _plan(spark, replicas, batch: pa.Table, mode: str, schema: pa.Schema, failur
 
 
 def _ddl(schema: pa.Schema) -> str:
-    names = {pa.string(): "string", pa.float64(): "double", pa.int64(): "bigint", pa.int8(): "tinyint"}
+    names = {pa.string(): "string", pa.float64(): "double", pa.int64(): "bigint", pa.int8(): "tinyint",
+             pa.bool_(): "boolean", pa.timestamp("us"): "timestamp", pa.date32(): "date"}
     return ", ".join(f"`{f.name}` {names[f.type]}" for f in schema)

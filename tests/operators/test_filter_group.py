@@ -1,0 +1,87 @@
+"""The FILTER group operator against a brute-force matcher: DNF subscriptions report an event once,
+projections null the other columns, deletes are not events, registration errors change nothing."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparksub.errors import DuplicateSubscription, UnknownSubscription
+from sparksub.operators.filter_group import EVENT_PREFIX, FilterGroup
+from sparksub.operators.filters.counting import CountingMatcher
+from sparksub.operators.filters.le_subscribe import LeSubscribe
+
+MATCHERS = {"le_subscribe": LeSubscribe, "counting": CountingMatcher}
+
+COLUMNS = [("a", pa.int64()), ("b", pa.int64()), ("s", pa.string())]
+
+
+def holds(event: dict, attr: str, op: str, vals: tuple) -> bool:
+    v = event.get(attr)
+    if op == "is_null":
+        return v is None
+    if v is None:
+        return False
+    if isinstance(v, str) != isinstance(vals[0] if vals else v, str):
+        return False
+    return {"=": lambda: v == vals[0], "!=": lambda: v != vals[0], "<": lambda: v < vals[0],
+            "<=": lambda: v <= vals[0], ">": lambda: v > vals[0], ">=": lambda: v >= vals[0],
+            "between": lambda: vals[0] <= v <= vals[1], "in": lambda: v in vals}[op]()
+
+
+num_pred = st.tuples(st.sampled_from(["a", "b"]), st.sampled_from(["=", "!=", "<", "<=", ">", ">=", "between", "in",
+                                                                     "is_null"]),
+                     st.lists(st.integers(0, 4), min_size=2, max_size=3)).map(
+    lambda t: (t[0], t[1], () if t[1] == "is_null" else (tuple(sorted(t[2][:2])) if t[1] == "between"
+                                                        else tuple(t[2]) if t[1] == "in" else (t[2][0],))))
+str_pred = st.tuples(st.just("s"), st.sampled_from(["=", "!=", "<", ">="]), st.sampled_from(["x", "y", "z"])).map(
+    lambda t: (t[0], t[1], (t[2],)))
+conjunction = st.lists(st.one_of(num_pred, str_pred), min_size=0, max_size=3).map(tuple)
+dnf = st.lists(conjunction, min_size=1, max_size=3).map(tuple)
+event = st.fixed_dictionaries({"a": st.one_of(st.none(), st.integers(0, 4)),
+                               "b": st.one_of(st.none(), st.integers(0, 4)),
+                               "s": st.one_of(st.none(), st.sampled_from(["x", "y", "z"]))})
+
+
+def batch(events, ops=None):
+    cols = {EVENT_PREFIX + c: pa.array([e[c] for e in events], t) for c, t in COLUMNS}
+    cols["op"] = pa.array(ops or [0] * len(events), pa.int8())
+    cols["seq"] = pa.array(range(len(events)), pa.int64())
+    return pa.table(cols)
+
+
+@pytest.mark.parametrize("matcher", sorted(MATCHERS))
+@settings(max_examples=40, deadline=None)
+@given(subs=st.lists(dnf, min_size=1, max_size=12), events=st.lists(event, min_size=1, max_size=15),
+       drop=st.sets(st.integers(0, 11)))
+def test_matches_equal_brute_force(matcher, subs, events, drop):
+    g = FilterGroup("filter:t", "t", COLUMNS, matcher_factory=MATCHERS[matcher])
+    ids = [f"s{i}" for i in range(len(subs))]
+    g.register(ids, subs, [("*",)] * len(subs))
+    gone = sorted(f"s{i}" for i in drop if i < len(subs))
+    g.unregister(gone)
+    g.register([i + "_again" for i in gone], [subs[int(i[1:])] for i in gone], [("*",)] * len(gone))
+    live = {i: d for i, d in zip(ids, subs) if i not in gone} | {i + "_again": subs[int(i[1:])] for i in gone}
+    out = g.apply(batch(events)).to_pylist()
+    got = sorted((r["seq"], r["subscription_id"]) for r in out)
+    want = sorted((n, sid) for n, e in enumerate(events) for sid, d in live.items()
+                  if any(all(holds(e, *p) for p in conj) for conj in d))
+    assert got == want
+    for r in out:  # the notification carries the event
+        e = events[r["seq"]]
+        assert (r[EVENT_PREFIX + "a"], r[EVENT_PREFIX + "b"], r[EVENT_PREFIX + "s"]) == (e["a"], e["b"], e["s"])
+
+
+def test_projection_deletes_and_errors():
+    g = FilterGroup("filter:t", "t", COLUMNS)
+    g.register(["p", "q"], [((("a", ">=", (1,)),),), ((("s", "=", ("x",)),), (("a", "=", (2,)),))],
+               [("a",), ("*",)])
+    out = g.apply(batch([{"a": 2, "b": 7, "s": "x"}, {"a": 2, "b": 1, "s": "x"}], ops=[0, 1])).to_pylist()
+    assert [(r["subscription_id"], r[EVENT_PREFIX + "a"], r[EVENT_PREFIX + "b"]) for r in out] == \
+        [("p", 2, None), ("q", 2, 7)]  # q's two conjunctions both match: reported once; row 2 is a delete
+    with pytest.raises(DuplicateSubscription):
+        g.register(["r", "p"], [((),), ((),)], [("*",), ("*",)])
+    with pytest.raises(UnknownSubscription):
+        g.unregister(["q", "zz"])
+    assert "r" not in g and "q" in g and len(g) == 2

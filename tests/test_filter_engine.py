@@ -1,0 +1,67 @@
+"""FILTER subscriptions through the engine and Spark: matches equal a brute-force evaluation, on keyed
+tables (each upsert is an event) and on append-only streams, beside range-min groups on one table."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sparksub import BadUpdate, Engine, UnsupportedSubscription
+
+pytestmark = pytest.mark.spark
+
+
+def test_filters_on_an_event_stream_equal_brute_force(spark):
+    rnd = random.Random(5)
+    e = Engine(spark)
+    e.sql("CREATE TABLE trades (name STRING, price DOUBLE, volume BIGINT)")
+    e.sql("CREATE SUBSCRIPTION ibm AS SELECT * FROM trades WHERE name = 'IBM' AND price > 50")
+    e.sql("CREATE SUBSCRIPTION big AS SELECT name, volume FROM trades WHERE volume >= 9000 OR name IN ('MSFT', 'ORCL')")
+    e.sql("CREATE SUBSCRIPTION nulls AS SELECT * FROM trades WHERE price IS NULL")
+    names = ["IBM", "MSFT", "ORCL", "SAP"]
+    params = {"id": [f"p{i}" for i in range(40)], "n": [rnd.choice(names) for _ in range(40)],
+              "lo": [rnd.randint(0, 80) for _ in range(40)]}
+    params["hi"] = [lo + rnd.randint(0, 40) for lo in params["lo"]]
+    e.subscribe_many("SELECT * FROM trades WHERE name = :n AND price BETWEEN :lo AND :hi", params)
+    events = [{"name": rnd.choice(names), "price": None if rnd.random() < 0.1 else float(rnd.randint(0, 120)),
+               "volume": rnd.randint(0, 10_000)} for _ in range(200)]
+    out = e.publish("trades", events).collect()
+
+    def subs(ev):
+        hit = []
+        if ev["name"] == "IBM" and ev["price"] is not None and ev["price"] > 50:
+            hit.append("ibm")
+        if ev["volume"] >= 9000 or ev["name"] in ("MSFT", "ORCL"):
+            hit.append("big")
+        if ev["price"] is None:
+            hit.append("nulls")
+        for i, n, lo, hi in zip(params["id"], params["n"], params["lo"], params["hi"]):
+            if ev["name"] == n and ev["price"] is not None and lo <= ev["price"] <= hi:
+                hit.append(i)
+        return hit
+
+    want = sorted((n, s) for n, ev in enumerate(events) for s in subs(ev))
+    assert sorted((r.seq, r.subscription_id) for r in out) == want
+    for r in out:
+        ev = events[r.seq]
+        assert r.op == "match" and r.name == ev["name"] and r.volume == ev["volume"]
+        assert r.price == (None if r.subscription_id == "big" else ev["price"])  # big projects name, volume
+    assert e.result("ibm") is None
+    with pytest.raises(BadUpdate, match="append-only"):
+        e.publish("trades", [{"name": "IBM", "price": 1.0, "volume": 1, "_op": "delete"}])
+    with pytest.raises(UnsupportedSubscription, match="only FILTER"):
+        e.sql("CREATE SUBSCRIPTION m AS SELECT MIN(price) FROM trades WHERE volume BETWEEN 1 AND 2")
+    assert "Class: FILTER" in e.explain("ibm") and "MapInArrow" in e.explain("ibm")
+
+
+def test_filter_and_range_min_groups_share_a_publish(spark):
+    e = Engine(spark)
+    e.sql("CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)")
+    e.load("stock", [{"symbol": "a", "risk": 10.0, "per": 5.0}, {"symbol": "b", "risk": 20.0, "per": 7.0}])
+    e.sql("CREATE SUBSCRIPTION lowper AS SELECT * FROM stock WHERE per < 3")
+    e.sql("CREATE SUBSCRIPTION m AS SELECT MIN(per) FROM stock WHERE risk BETWEEN 0 AND 15")
+    out = e.publish("stock", [{"symbol": "a", "risk": 10.0, "per": 2.0}, {"symbol": "b", "_op": "delete"},
+                              {"symbol": "c", "risk": 50.0, "per": 1.0}]).collect()
+    got = sorted((r.seq, r.subscription_id, r.op, r.value, r.symbol) for r in out)
+    assert got == [(0, "lowper", "match", None, "a"), (0, "m", "update", 2.0, None),
+                   (2, "lowper", "match", None, "c")]
