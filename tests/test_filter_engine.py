@@ -14,6 +14,7 @@ pytestmark = pytest.mark.spark
 def test_filters_on_an_event_stream_equal_brute_force(spark):
     rnd = random.Random(5)
     e = Engine(spark)
+    e.filter_shard_size = 16  # 43 subscriptions: split into default-parallelism (2) shards, events to both
     e.sql("CREATE TABLE trades (name STRING, price DOUBLE, volume BIGINT)")
     e.sql("CREATE SUBSCRIPTION ibm AS SELECT * FROM trades WHERE name = 'IBM' AND price > 50")
     e.sql("CREATE SUBSCRIPTION big AS SELECT name, volume FROM trades WHERE volume >= 9000 OR name IN ('MSFT', 'ORCL')")
@@ -41,6 +42,7 @@ def test_filters_on_an_event_stream_equal_brute_force(spark):
         return hit
 
     want = sorted((n, s) for n, ev in enumerate(events) for s in subs(ev))
+    assert len(e._groups[("FILTER", "trades")].shards) == 2
     assert sorted((r.seq, r.subscription_id) for r in out) == want
     for r in out:
         ev = events[r.seq]

@@ -24,7 +24,7 @@ from sparksub.planner import ir
 from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES, Catalog, TableDef
 from sparksub.planner.classifier import Planned, bind_filter, bind_range, parameters_of, plan_subscription
 from sparksub.operators.delivery import SubscriptionPoints, Subscribers
-from sparksub.operators.filter_group import EVENT_PREFIX, FilterGroup
+from sparksub.operators.filter_group import EVENT_PREFIX, FilterGroup, FilterSnapshot
 from sparksub.operators.range_min_group import (DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA, UPSERT, GroupSnapshot,
                                                 with_reason)
 from sparksub.operators import spark_groups, spark_stream
@@ -33,6 +33,9 @@ __all__ = ["Engine", "spark_session"]
 
 #: Rows of updates logged per group before the base snapshot is rebuilt from the current rows.
 LOG_COMPACTION_ROWS = 200_000
+#: FILTER subscriptions per shard (one Spark task each, every event to every shard), up to the
+#: session's default parallelism.
+FILTER_SHARD_SIZE = 250_000
 
 
 def spark_session(master: str = "local[*]", app_name: str = "sparksub", **conf):
@@ -80,6 +83,7 @@ class GroupEntry:
     templates: list = field(default_factory=list)  # template texts; template_of[slot] indexes it
     template_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     replica: spark_groups.GroupReplica | None = None
+    shards: dict | None = None  # FILTER: shard group_id -> replica (subscriptions split, events to all)
     base_stale: bool = False  # subscriptions or loaded rows changed since the replica's base
     log_rows: int = 0
     subscribers: Subscribers | None = None  # the deliver() side, seeded lazily
@@ -99,6 +103,7 @@ class Engine:
         self._records: dict[str, SubscriptionRecord] = {}   # single subscriptions
         self._bulk: dict[str, list[SubscriptionRecord]] = {}  # group_id -> bulk templates
         self._next_seq = 0  # seq of the next published row (consecutive across publish calls)
+        self.filter_shard_size = FILTER_SHARD_SIZE
         self._lock = threading.RLock()
 
     # ---- Spark ------------------------------------------------------------------------------------
@@ -328,15 +333,21 @@ class Engine:
                 schema = _with_event_columns(schema, state.definition)
             seqs = np.arange(self._next_seq, self._next_seq + batch.num_rows, dtype=np.int64)
             group_batches = {e.group_id: self._group_batch(state, e.physical, batch, seqs) for e in groups}
-            replicas = {}
+            replicas, parts, owner = {}, [], {}
             for e in groups:
                 if mode == "reformulated":
                     self._sync_subscribers(e)
-                replicas[e.group_id] = self._replica(state, e)  # as of before this batch
+                # A range group is one replica; a FILTER group one per shard, each shard seeing
+                # every event (001 is stateless per event: shards only split the subscriptions).
+                for rid, replica in self._replicas(state, e).items():  # as of before this batch
+                    replicas[rid] = replica
+                    owner[rid] = e.group_id
+                    b = group_batches[e.group_id]
+                    parts.append(b.append_column("group_id", pa.array([rid] * b.num_rows, pa.string())))
             if groups:
-                combined = pa.concat_tables([b.append_column("group_id", pa.array([g] * b.num_rows, pa.string()))
-                                             for g, b in group_batches.items()], promote_options="default")
-                df, failed = spark_groups.run_groups(self.spark, replicas, combined, mode, schema)
+                combined = pa.concat_tables(parts, promote_options="default")
+                df, failed_parts = spark_groups.run_groups(self.spark, replicas, combined, mode, schema)
+                failed = {owner[rid] for rid in failed_parts}
                 df = _rename_event_columns(df, state.definition)
             else:
                 df, failed = self.spark.createDataFrame(schema.empty_table()), set()
@@ -349,6 +360,8 @@ class Engine:
                     e.base_stale = True
                     e.version += 1
                     continue
+                if isinstance(e.physical, ir.FilterGroupScan):
+                    continue  # stateless: nothing to log
                 e.replica.log.append(group_batches[e.group_id])
                 e.log_rows += batch.num_rows
                 e.version += 1
@@ -572,8 +585,30 @@ class Engine:
             entry.base_stale = False
         return entry.replica
 
+    def _replicas(self, state: TableState, entry: GroupEntry) -> dict:
+        """What the tasks of one publish need for this group, by the batch's group_id."""
+        if not isinstance(entry.points, FilterGroup):
+            return {entry.group_id: self._replica(state, entry)}
+        if entry.shards is None or entry.base_stale:
+            for old in (entry.shards or {}).values():
+                old.base.unpersist(blocking=False)
+            snap = entry.points.snapshot()
+            k = max(1, min(-(-len(snap.ids) // self.filter_shard_size), self.spark.sparkContext.defaultParallelism))
+            entry.shards = {}
+            for i in range(k):
+                part = FilterSnapshot(snap.group_id, snap.table, snap.columns, snap.ids[i::k], snap.dnfs[i::k],
+                                      snap.projections[i::k])
+                raw = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
+                rid = f"{entry.group_id}#{i}"
+                entry.shards[rid] = spark_groups.GroupReplica(self.uid, rid, spark_groups.new_base_id(),
+                                                              self.spark.sparkContext.broadcast(raw))
+            entry.base_stale = False
+        return entry.shards
+
     def _materialized(self, state: TableState, entry: GroupEntry):
         """The group as of now, in this (driver) process: from the worker-style cache + log replay."""
+        if isinstance(entry.points, FilterGroup):
+            return entry.points  # stateless: the registry is the whole operator
         replica = self._replica(state, entry)
         group = spark_groups.materialize(replica)
         spark_groups.remember(replica, len(replica.log), group)

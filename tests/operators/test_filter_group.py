@@ -21,6 +21,8 @@ def holds(event: dict, attr: str, op: str, vals: tuple) -> bool:
     v = event.get(attr)
     if op == "is_null":
         return v is None
+    if op == "is_not_null":
+        return v is not None
     if v is None:
         return False
     if isinstance(v, str) != isinstance(vals[0] if vals else v, str):
@@ -31,9 +33,9 @@ def holds(event: dict, attr: str, op: str, vals: tuple) -> bool:
 
 
 num_pred = st.tuples(st.sampled_from(["a", "b"]), st.sampled_from(["=", "!=", "<", "<=", ">", ">=", "between", "in",
-                                                                     "is_null"]),
+                                                                     "is_null", "is_not_null"]),
                      st.lists(st.integers(0, 4), min_size=2, max_size=3)).map(
-    lambda t: (t[0], t[1], () if t[1] == "is_null" else (tuple(sorted(t[2][:2])) if t[1] == "between"
+    lambda t: (t[0], t[1], () if t[1] in ("is_null", "is_not_null") else (tuple(sorted(t[2][:2])) if t[1] == "between"
                                                         else tuple(t[2]) if t[1] == "in" else (t[2][0],))))
 str_pred = st.tuples(st.just("s"), st.sampled_from(["=", "!=", "<", ">="]), st.sampled_from(["x", "y", "z"])).map(
     lambda t: (t[0], t[1], (t[2],)))

@@ -34,6 +34,8 @@ def holds(pred: Pred, event: dict) -> bool:
     v = event.get(pred.attr)
     if pred.op == "is_null":
         return v is None
+    if pred.op == "is_not_null":
+        return v is not None
     if v is None:
         return False
     k = _kind(v)
@@ -78,7 +80,7 @@ def preds(draw, attrs=ATTRS_NUM + ATTRS_STR + ["absent"], mixed=False):
     home = "str" if attr.startswith("s") else "num"
     # mostly constants of the attribute's kind; sometimes the other kind (type mismatch)
     const = st.one_of(const_for(home), const_for(home), const_for(home), any_const())
-    if op == "is_null":
+    if op in ("is_null", "is_not_null"):
         value = ()
     elif op == "between":
         value = (draw(const), draw(const))
@@ -244,7 +246,7 @@ def test_large_batch_against_brute_force():
         op = OPS[rng.integers(len(OPS))]
         c = int(rng.integers(0, 50))
         value = {"between": (c, c + int(rng.integers(0, 20))), "in": tuple(rng.integers(0, 50, 3).tolist()),
-                 "is_null": ()}.get(op, (c,))
+                 "is_null": (), "is_not_null": ()}.get(op, (c,))
         live[idx.add(Pred(attr, op, value))] = Pred(attr, op, value)
     cols = {f"a{i}": [None if rng.random() < 0.1 else int(v) for v in rng.integers(0, 50, 200)]
             for i in range(5)}                                               # a5 absent
@@ -271,7 +273,7 @@ def universe_pred(draw, n_attrs: int):
     pool = NUM_VALUES[:-1] if attr[0] == "n" else STR_VALUES
     const = st.one_of(st.sampled_from(pool), st.sampled_from(pool), st.sampled_from(NUM_VALUES + STR_VALUES))
     op = draw(st.sampled_from(OPS))
-    if op == "is_null":
+    if op in ("is_null", "is_not_null"):
         value = ()
     elif op == "between":
         lo, hi = draw(const), draw(const)
@@ -331,8 +333,12 @@ def counting_scenarios(draw):
 @given(counting_scenarios())
 def test_counting_matches_brute_force(scenario):
     ops, sparse_counters = scenario
-    saved = counting_module._DENSE_COUNTER_LIMIT
-    counting_module._DENSE_COUNTER_LIMIT = 0 if sparse_counters else saved
+    saved = counting_module._DENSE_COUNTER_LIMIT, counting_module._DENSE_WORK_PER_INCREMENT
+    if sparse_counters:
+        counting_module._DENSE_WORK_PER_INCREMENT = 0                      # always sort
+    else:
+        counting_module._DENSE_COUNTER_LIMIT = 7                           # dense, many tiny chunks
+        counting_module._DENSE_WORK_PER_INCREMENT = 1 << 40
     try:
         m = CountingMatcher()
         model: dict[int, list[Pred]] = {}
@@ -359,7 +365,7 @@ def test_counting_matches_brute_force(scenario):
             distinct = {m.index.pid_of(p) for conj in model.values() for p in conj}
             assert len(m.index) == len(distinct)                           # no leaked references
     finally:
-        counting_module._DENSE_COUNTER_LIMIT = saved
+        counting_module._DENSE_COUNTER_LIMIT, counting_module._DENSE_WORK_PER_INCREMENT = saved
 
 
 def test_counting_edge_cases():
@@ -398,7 +404,7 @@ def test_counting_seeded_large():
         def c():
             return pool[rng.integers(len(pool))]
 
-        value = {"between": (c(), c()), "in": (c(), c()), "is_null": ()}.get(op, (c(),))
+        value = {"between": (c(), c()), "in": (c(), c()), "is_null": (), "is_not_null": ()}.get(op, (c(),))
         return Pred(a, op, value)
 
     subs = {int(s): [rand_pred() for _ in range(rng.integers(0, 4))]
@@ -410,9 +416,16 @@ def test_counting_seeded_large():
         pool = [0.0, 1.0, 2.0, 3.0, None] if a[0] == "n" else STR_VALUES + [None]
         cols[a] = pa.array([pool[i] for i in rng.integers(len(pool), size=300)])
     events = [{a: col[i].as_py() for a, col in cols.items() if col[i].is_valid} for i in range(300)]
-    ev, slot = m.match(pa.table(cols))                                       # sparse counters path
-    assert list(zip(ev.tolist(), slot.tolist())) == brute_match(subs, events)
-    assert m.stats()["last_match"]["matches"] == ev.size > 0
+    expect = brute_match(subs, events)
+    saved = counting_module._DENSE_WORK_PER_INCREMENT
+    try:
+        for work in (0, 1 << 40):                                            # sorted keys, dense grid
+            counting_module._DENSE_WORK_PER_INCREMENT = work
+            ev, slot = m.match(pa.table(cols))
+            assert list(zip(ev.tolist(), slot.tolist())) == expect
+            assert m.stats()["last_match"]["matches"] == ev.size > 0
+    finally:
+        counting_module._DENSE_WORK_PER_INCREMENT = saved
 
 
 def test_chunked_dictionary_and_record_batch():

@@ -15,8 +15,8 @@ Vectorised over a batch:
   ``capacity + 1``), rebuilt lazily at the first :meth:`CountingMatcher.match` after a change.
 * Each satisfied pair ``(e, p)`` is expanded to ``(e, s)`` for every slot ``s`` in ``p``'s row
   (one ``np.repeat`` expansion); the counters are then one ``np.bincount`` over the dense key
-  ``e * slot_capacity + s`` when that grid is small, otherwise a sort of the keys and run
-  lengths.  ``(e, s)`` matches when its count equals ``need[s]``, the number of *distinct*
+  ``e * slot_capacity + s`` (in chunks of events) when that grid is at most a few times the
+  number of increments, otherwise a sort of the keys and run lengths.  ``(e, s)`` matches when its count equals ``need[s]``, the number of *distinct*
   predicates of ``s`` (duplicates in one conjunction are removed at :meth:`add`, so they never
   double count).
 * A subscription with no predicates matches every event.
@@ -44,7 +44,8 @@ from sparksub.operators.filters.predicates import (
 __all__ = ["CountingMatcher"]
 
 _EMPTY_I = np.empty(0, dtype=np.int64)
-_DENSE_COUNTER_LIMIT = 1 << 22          # events * slot_capacity below this: np.bincount counters
+_DENSE_COUNTER_LIMIT = 1 << 22          # counters per np.bincount chunk (events x slot_capacity)
+_DENSE_WORK_PER_INCREMENT = 8           # dense grid when events * slot_capacity <= this * increments
 
 
 class CountingMatcher:
@@ -159,10 +160,8 @@ class CountingMatcher:
         # phase 2: one counter increment per (satisfied predicate, subscription containing it)
         ev, k = _expand(sat.event, indptr[sat.pid], indptr[sat.pid + 1])
         key = ev * slot_capacity + slot_of_entry[k]
-        if key.size and n_events * slot_capacity <= _DENSE_COUNTER_LIMIT:
-            counters = np.bincount(key, minlength=n_events * slot_capacity)
-            need = np.tile(self._need, n_events)
-            matched = np.flatnonzero((counters == need) & (need > 0))
+        if key.size and n_events * slot_capacity <= _DENSE_WORK_PER_INCREMENT * key.size:
+            matched = self._count_dense(key, ev, n_events, slot_capacity)
         elif key.size:
             key.sort()
             run_start = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
@@ -180,6 +179,22 @@ class CountingMatcher:
         if slot_capacity == 0:
             return _EMPTY_I, _EMPTY_I
         return matched // slot_capacity, matched % slot_capacity
+
+    def _count_dense(self, key: np.ndarray, ev: np.ndarray, n_events: int, slot_capacity: int) -> np.ndarray:
+        """Counters as a dense [events, slots] grid, ``np.bincount`` over chunks of events
+        (``key`` is sorted by event because phase 1's pairs are)."""
+        need = np.where(self._need > 0, self._need, -1)           # free / empty slots never hit
+        chunk = max(1, _DENSE_COUNTER_LIMIT // slot_capacity)
+        out = []
+        for e0 in range(0, n_events, chunk):
+            e1 = min(n_events, e0 + chunk)
+            lo, hi = np.searchsorted(ev, [e0, e1], "left")
+            if lo == hi:
+                continue
+            counters = np.bincount(key[lo:hi] - e0 * slot_capacity, minlength=(e1 - e0) * slot_capacity)
+            hit = np.flatnonzero(counters.reshape(e1 - e0, slot_capacity) == need)
+            out.append(hit + e0 * slot_capacity)
+        return np.concatenate(out) if out else _EMPTY_I
 
     def stats(self) -> dict:
         return {

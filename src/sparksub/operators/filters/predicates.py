@@ -10,25 +10,30 @@ events (the rows of an Arrow table):
 * :class:`PredicateIndex` interns distinct predicates to dense int ids (reference counted;
   freed ids are reused, smallest first) and keeps, per attribute and per value kind, one sorted
   constant table per operator (001 §2.3: "hash indexes for equality predicates and simple
-  B-Trees for inequalities"; a sorted numpy array is the static B-tree):
+  B-Trees for inequalities"; a sorted numpy array is the static B-tree).  The batch's values of
+  an attribute are *ranked once* against the attribute's sorted constant domain (one
+  ``np.searchsorted`` plus an equality test; strings are dictionary-encoded first so each
+  distinct string is ranked once); every operator table's search positions are then array
+  gathers precomputed per domain value, and each event's satisfied predicates are a range:
 
   - ``=`` and ``IN``: the equality table, every (constant, pid) pair sorted by constant (an
-    ``IN`` predicate contributes one entry per member).  One ``np.searchsorted`` pair over the
-    batch's values finds each event's run of equal constants: the vectorised equivalent of a
-    hash probe per event.
-  - ``<``, ``<=``, ``>``, ``>=``: the constants sorted; the predicates ``x < c`` that hold for a
-    value ``v`` are those with ``c > v``, a suffix of the sorted array found by one
-    ``searchsorted`` (``<=``: ``c >= v``, a suffix; ``>``/``>=``: a prefix).
+    ``IN`` predicate contributes one entry per member); an event's run of equal constants is
+    the vectorised equivalent of a hash probe.
+  - ``<``, ``<=``, ``>``, ``>=``: the predicates ``x < c`` that hold for a value ``v`` are those
+    with ``c > v``, a suffix of the sorted constants (``<=``: ``c >= v``, a suffix;
+    ``>``/``>=``: a prefix).
   - ``between`` (inclusive ``lo <= x <= hi``): a segment tree over the attribute's
     elementary value classes (the gaps and points of its sorted constants); an event's
     intervals are those stored on its leaf's root path -- only hits are enumerated.
   - ``!=``: "present, of the same kind, and not equal": the complement of the equal run in the
     sorted ``!=`` constants (two ranges per event).
-  - ``is_null``: events whose column is absent from the batch or whose value is null.
+  - ``is_null``: events whose column is absent from the batch or whose value is null;
+    ``is_not_null`` the others (a present value of any type, NaN included).
 
-  No Python loop runs over events or predicates: the loops are over the batch's indexed
-  attributes, the two value kinds and the operator kinds; every (event, predicate) range is
-  expanded with ``np.repeat`` arithmetic.
+  Tables are compiled lazily, per attribute, at the first :meth:`PredicateIndex.evaluate`
+  after that attribute's predicates changed.  No Python loop runs over events or predicates:
+  the loops are over the batch's indexed attributes, the two value kinds and the operator
+  kinds; every (event, predicate) range is expanded with ``np.repeat`` arithmetic.
 
 * :class:`Satisfied` is the result: every satisfied (event, predicate) pair, sorted by event,
   and :meth:`Satisfied.bitmap` materialises the paper's predicate bit vector for a run of events.
@@ -76,8 +81,8 @@ import pyarrow.compute as pc
 
 __all__ = ["OPS", "Pred", "PredicateIndex", "Satisfied"]
 
-OPS = ("=", "!=", "<", "<=", ">", ">=", "between", "in", "is_null")
-_ARITY = {"=": 1, "!=": 1, "<": 1, "<=": 1, ">": 1, ">=": 1, "between": 2, "is_null": 0}
+OPS = ("=", "!=", "<", "<=", ">", ">=", "between", "in", "is_null", "is_not_null")
+_ARITY = {"=": 1, "!=": 1, "<": 1, "<=": 1, ">": 1, ">=": 1, "between": 2, "is_null": 0, "is_not_null": 0}
 _RANGE_OPS = ("<", "<=", ">", ">=")
 NUM, STR = "num", "str"      # the two value kinds
 _KINDS = (NUM, STR)
@@ -349,11 +354,13 @@ class _AttributeTables:
 
     def __init__(self, preds: Iterable[tuple[int, Pred]]):
         tables = {kind: _KindTables(kind) for kind in _KINDS}
-        is_null = []
+        is_null, not_null = [], []
         for pid, pred in preds:
             op = pred.op
             if op == "is_null":
                 is_null.append(pid)
+            elif op == "is_not_null":
+                not_null.append(pid)
             elif op == "in":
                 seen = set()
                 for c in pred.value:
@@ -376,8 +383,10 @@ class _AttributeTables:
                     continue                       # = < <= > >= NaN: never satisfied
                 tables[kind].put(op, v, pid)
         self.is_null_pids = np.array(sorted(is_null), dtype=np.int64)
+        self.not_null_pids = np.array(sorted(not_null), dtype=np.int64)
         self.by_kind = {kind: t.compile() for kind, t in tables.items()}
-        self.empty = self.is_null_pids.size == 0 and all(t.empty for t in self.by_kind.values())
+        self.empty = self.is_null_pids.size == 0 and self.not_null_pids.size == 0 and \
+            all(t.empty for t in self.by_kind.values())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -649,6 +658,9 @@ class PredicateIndex:
                 col = batch.column(attr)
                 if tables.is_null_pids.size:
                     out.append(_cross(col.null_rows, tables.is_null_pids))
+                if tables.not_null_pids.size:
+                    present = np.setdiff1d(np.arange(n, dtype=np.int64), col.null_rows, assume_unique=True)
+                    out.append(_cross(present, tables.not_null_pids))
                 for kind, kind_tables in tables.by_kind.items():
                     rows, values, codes = col.of_kind(kind)
                     kind_tables.evaluate(rows, values, out, codes)

@@ -1,0 +1,176 @@
+"""PropagationMatcher (001 §6: single access predicates only) against brute force, the counting
+matcher and LeSubscribe."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sparksub.operators.filters import CountingMatcher
+from sparksub.operators.filters.le_subscribe import LeSubscribe
+from sparksub.operators.filters.predicates import Pred
+from sparksub.operators.filters.propagation import PropagationMatcher
+
+
+# ----------------------------------------------------------------------------- brute force
+def _holds(p: Pred, ev: dict) -> bool:
+    v = ev.get(p.attr)
+    if p.op == "is_null":
+        return v is None
+    if v is None:
+        return False
+    c = p.value
+    if p.op == "between":
+        return c[0] <= v <= c[1]
+    if p.op == "in":
+        return v in c
+    return {"=": v == c[0], "!=": v != c[0], "<": v < c[0], "<=": v <= c[0],
+            ">": v > c[0], ">=": v >= c[0]}[p.op]
+
+
+def _brute(subs: dict, evs: list) -> set:
+    return {(i, s) for i, ev in enumerate(evs) for s, conj in subs.items()
+            if all(_holds(p, ev) for p in conj)}
+
+
+def _table(evs: list, attrs: list) -> pa.Table:
+    return pa.table({a: pa.array([e.get(a) for e in evs], pa.int64()) for a in attrs})
+
+
+def _got(eng, evs, attrs) -> set:
+    e, s = eng.match(_table(evs, attrs))
+    e, s = np.asarray(e), np.asarray(s)
+    assert len(e) == len(s)
+    pairs = list(zip(e.tolist(), s.tolist()))
+    assert len(set(pairs)) == len(pairs), "duplicate matches"
+    return set(pairs)
+
+
+# ----------------------------------------------------------------------------- strategies
+OPS = ["="] * 8 + ["!=", "<", "<=", ">", ">=", "between", "in", "is_null"]
+
+
+@st.composite
+def workloads(draw):
+    n_attrs = draw(st.integers(2, 16))
+    nv = draw(st.integers(2, 6))
+    attrs = [f"a{i}" for i in range(n_attrs)]
+
+    def pred():
+        a = draw(st.sampled_from(attrs))
+        op = draw(st.sampled_from(OPS))
+        v = lambda: draw(st.integers(0, nv))  # noqa: E731
+        if op == "between":
+            val = (v(), v())
+        elif op == "in":
+            val = tuple(v() for _ in range(draw(st.integers(1, 3))))
+        elif op == "is_null":
+            val = ()
+        else:
+            val = (v(),)
+        return Pred(a, op, val)
+
+    def event():
+        miss = draw(st.floats(0, 0.4))
+        return {a: (None if draw(st.floats(0, 1)) < miss else draw(st.integers(0, nv)))
+                for a in attrs}
+
+    steps = []
+    for _ in range(draw(st.integers(1, 5))):
+        steps.append(("add", [[pred() for _ in range(draw(st.integers(0, 5)))]
+                              for _ in range(draw(st.integers(0, 30)))]))
+        steps.append(("remove", draw(st.floats(0, 0.5))))
+        steps.append(("match", [event() for _ in range(draw(st.integers(1, 10)))]))
+        steps.append((draw(st.sampled_from(["static", "maintain", "none"])), None))
+    return attrs, steps
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(workloads(), st.randoms(use_true_random=False))
+def test_matches_brute_force(wl, rnd):
+    attrs, steps = wl
+    eng = PropagationMatcher()
+    subs: dict = {}
+    nxt = 0
+    for kind, arg in steps:
+        if kind == "add":
+            slots = list(range(nxt, nxt + len(arg)))
+            nxt += len(arg)
+            rnd.shuffle(slots)
+            eng.add(np.array(slots, dtype=np.int64), arg)
+            subs.update(zip(slots, arg))
+        elif kind == "remove":
+            rm = rnd.sample(sorted(subs), int(len(subs) * arg))
+            eng.remove(np.array(rm, dtype=np.int64))
+            for r in rm:
+                del subs[r]
+        elif kind == "match":
+            assert _got(eng, arg, attrs) == _brute(subs, arg)
+        elif kind == "static":
+            eng.recluster_static()
+        elif kind == "maintain":
+            eng.maintain()
+        assert len(eng) == len(subs)
+        assert eng.stats()["tables"] == 0          # never a multi-attribute hash table
+
+
+# ----------------------------------------------------------------------------- random W0-like
+def _w0_like(rng, n, n_attrs=12, nv=6, fixed=(0, 1), k=5):
+    subs = []
+    for _ in range(n):
+        others = rng.choice(np.arange(len(fixed), n_attrs), k - len(fixed), replace=False)
+        at = list(fixed) + others.tolist()
+        subs.append([Pred(f"a{a}", "=", (int(rng.integers(1, nv + 1)),)) for a in at])
+    return subs
+
+
+def _events(rng, n, n_attrs=12, nv=6) -> pa.Table:
+    return pa.table({f"a{a}": rng.integers(1, nv + 1, size=n) for a in range(n_attrs)})
+
+
+def _pairs(e, s) -> set:
+    return set(zip(np.asarray(e).tolist(), np.asarray(s).tolist()))
+
+
+def test_agrees_with_counting_and_le_subscribe_on_random_workloads():
+    rng = np.random.default_rng(7)
+    for nv in (2, 4, 6):
+        subs = _w0_like(rng, 1500, nv=nv)
+        slots = np.arange(len(subs), dtype=np.int64)
+        engines = [PropagationMatcher(), CountingMatcher(), LeSubscribe(dynamic=False),
+                   LeSubscribe(dynamic=True, maintain_every=200, maintain_subs=500)]
+        for eng in engines:
+            eng.add(slots, subs)
+        warm = _events(rng, 500, nv=nv)
+        for eng in engines:
+            eng.match(warm)
+        engines[2].recluster_static()
+        for _ in range(3):
+            evs = _events(rng, 300, nv=nv)
+            got = [_pairs(*eng.match(evs)) for eng in engines]
+            assert all(g == got[0] for g in got[1:])
+        # removals keep them in agreement
+        rm = rng.choice(slots, 500, replace=False)
+        for eng in engines:
+            eng.remove(rm)
+        evs = _events(rng, 300, nv=nv)
+        got = [_pairs(*eng.match(evs)) for eng in engines]
+        assert all(g == got[0] for g in got[1:])
+        assert len(got[0]) > 0 or nv == 6
+    assert engines[0].stats()["tables"] == 0
+
+
+def test_single_access_predicates_only():
+    rng = np.random.default_rng(1)
+    subs = _w0_like(rng, 2000, nv=3)
+    eng = PropagationMatcher()
+    eng.add(np.arange(len(subs)), subs)
+    for _ in range(3):
+        eng.match(_events(rng, 1000, nv=3))
+    eng.recluster_static()
+    eng.maintain()
+    ex = eng.explain()
+    assert ex["tables"] == [] and ex["subscriptions_single_access"] == len(subs)
+    assert "propagation" in ex["algorithm"]
