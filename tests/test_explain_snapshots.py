@@ -46,3 +46,13 @@ def test_explain_bulk_template_and_unregistered_select(stock_engine):
                                 {"id": ["m1", "m2", "m3"], "lo": [0, 15, 25], "hi": [20, 35, 45]})
     check("bulk_max", stock_engine.explain("m2"))
     check("unregistered", stock_engine.explain("SELECT MIN(per) FROM stock WHERE risk >= 25"))
+
+
+def test_explain_filter(spark):
+    e = Engine(spark)
+    e.sql("CREATE TABLE trades (name STRING, price DOUBLE, volume BIGINT)")
+    e.sql("CREATE SUBSCRIPTION ibm AS SELECT * FROM trades WHERE name = 'IBM' AND price > 50")
+    e.subscribe_many("SELECT name FROM trades WHERE name = :n AND volume IN (:v, 7) OR price IS NULL",
+                     {"id": ["a", "b", "c"], "n": ["X", "Y", "X"], "v": [1, 2, 3]})
+    check("filter_ibm", e.explain("ibm"))
+    check("filter_bulk", e.explain("b"))

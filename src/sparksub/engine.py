@@ -346,7 +346,8 @@ class Engine:
                     parts.append(b.append_column("group_id", pa.array([rid] * b.num_rows, pa.string())))
             if groups:
                 combined = pa.concat_tables(parts, promote_options="default")
-                df, failed_parts = spark_groups.run_groups(self.spark, replicas, combined, mode, schema)
+                df, failed_parts = spark_groups.run_groups(self.spark, replicas, combined, mode, schema,
+                                                           _operator_name(e.physical for e in groups))
                 failed = {owner[rid] for rid in failed_parts}
                 df = _rename_event_columns(df, state.definition)
             else:
@@ -642,7 +643,8 @@ class Engine:
             schema = _with_event_columns(schema, tdef)
         replica = spark_groups.GroupReplica(self.uid, gid, "explain", b"")
         try:
-            return spark_groups.plan_string(self.spark, {gid: replica}, sample, "unicast", schema)
+            return spark_groups.plan_string(self.spark, {gid: replica}, sample, "unicast", schema,
+                                            _operator_name([physical]))
         except Exception as err:  # EXPLAIN must not fail because Spark is unavailable
             return f"(Spark plan unavailable: {err})"
 
@@ -690,6 +692,12 @@ def _param_columns(params) -> dict:
         return {k: np.asarray(v) for k, v in params.items()}
     table = _to_arrow(params)
     return {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
+
+
+def _operator_name(physicals) -> str:
+    """The name Spark's EXPLAIN shows for the task function: the operator families it runs."""
+    kinds = sorted({"filter" if isinstance(p, ir.FilterGroupScan) else "range_min" for p in physicals})
+    return "_and_".join(kinds) + ("_group" if len(kinds) == 1 else "_groups")
 
 
 def _with_event_columns(schema: pa.Schema, tdef: TableDef) -> pa.Schema:

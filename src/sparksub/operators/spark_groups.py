@@ -79,7 +79,8 @@ def _error_batch(schema: pa.Schema, gid: str, seq: int, err: Exception) -> pa.Re
     return pa.RecordBatch.from_pydict(row, schema=schema)
 
 
-def _operator(replicas: dict[str, GroupReplica], mode: str, schema: pa.Schema, failures=None):
+def _operator(replicas: dict[str, GroupReplica], mode: str, schema: pa.Schema, failures=None,
+              name: str = "range_min_group"):
     """The task body. ``schema`` ends with a nullable ``reason``; a group whose operator fails yields
     one ``op = 'error'`` row naming the failure instead of its notifications, and is reported through
     ``failures`` (an accumulator), so that the other groups' notifications still come out (DESIGN §7)."""
@@ -104,7 +105,7 @@ def _operator(replicas: dict[str, GroupReplica], mode: str, schema: pa.Schema, f
             remember(replica, len(replica.log) + 1, group)
             for rb in _conform(out, schema).to_batches():
                 yield rb
-    range_min_group_operator.__name__ = f"range_min_group_{mode}"
+    range_min_group_operator.__name__ = f"{name}_{mode}"  # what Spark's EXPLAIN prints
     return range_min_group_operator
 
 
@@ -118,27 +119,30 @@ class _SetUnion(AccumulatorParam):
         return a | b
 
 
-def run_groups(spark, replicas: dict[str, GroupReplica], batch: pa.Table, mode: str, schema: pa.Schema):
+def run_groups(spark, replicas: dict[str, GroupReplica], batch: pa.Table, mode: str, schema: pa.Schema,
+               name: str = "range_min_group"):
     """Run ``batch`` (columns group_id, key, x, y, op, seq) through each group's operator in Spark.
 
     Returns ``(DataFrame, failed group ids)``; the DataFrame is checkpointed locally, so the operator
     runs exactly once per call. ``schema`` must end with the nullable ``reason`` column.
     """
     failures = spark.sparkContext.accumulator(set(), _SetUnion())
-    out = _plan(spark, replicas, batch, mode, schema, failures).localCheckpoint(eager=True)
+    out = _plan(spark, replicas, batch, mode, schema, failures, name).localCheckpoint(eager=True)
     return out, set(failures.value)
 
 
-def plan_string(spark, replicas: dict[str, GroupReplica], batch: pa.Table, mode: str, schema: pa.Schema) -> str:
+def plan_string(spark, replicas: dict[str, GroupReplica], batch: pa.Table, mode: str, schema: pa.Schema,
+                name: str = "range_min_group") -> str:
     """Spark's physical plan for running ``batch`` through the groups (not executed)."""
-    return _plan(spark, replicas, batch, mode, schema)._jdf.queryExecution().executedPlan().treeString()
+    return _plan(spark, replicas, batch, mode, schema, None, name)._jdf.queryExecution().executedPlan().treeString()
 
 
-def _plan(spark, replicas, batch: pa.Table, mode: str, schema: pa.Schema, failures=None):
+def _plan(spark, replicas, batch: pa.Table, mode: str, schema: pa.Schema, failures=None,
+          name: str = "range_min_group"):
     # One partition per group, rows in seq order within it.
     df = spark.createDataFrame(batch)
     df = df.repartition(max(len(replicas), 1), "group_id").sortWithinPartitions("group_id", "seq")
-    return df.mapInArrow(_operator(replicas, mode, schema, failures), _ddl(schema))
+    return df.mapInArrow(_operator(replicas, mode, schema, failures, name), _ddl(schema))
 
 
 def _ddl(schema: pa.Schema) -> str:
