@@ -575,7 +575,10 @@ class PredicateIndex:
         key = _interning_key(pred)
         if len(self._key_of_raw) >= _RAW_CACHE_LIMIT:
             self._key_of_raw.clear()
-        self._key_of_raw[raw] = key
+        try:
+            self._key_of_raw[raw] = key
+        except TypeError:  # a list for a tuple: valid, but not hashable as given
+            pass
         pid = self._pid_of_key.get(key)
         if pid is not None:
             self._refs[pid] += 1
