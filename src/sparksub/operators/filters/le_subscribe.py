@@ -47,7 +47,7 @@ from collections import defaultdict
 import numpy as np
 
 from .clustering import (CostParams, best_choice, enumerate_schemas, greedy_static,
-                         matching_cost, space_cost, schema_hash)
+                         matching_cost, space_cost)
 from .predicates import Pred, PredicateIndex
 
 __all__ = ["LeSubscribe"]
