@@ -41,6 +41,8 @@ from math import isqrt
 
 import numpy as np
 
+from sparksub.operators.arrays import concat_ranges
+
 __all__ = ["PointIndex2D"]
 
 _EMPTY_I = np.empty(0, dtype=np.int64)
@@ -56,15 +58,6 @@ def _lower(a: np.ndarray, v: float, closed: bool) -> np.ndarray:
 
 def _upper(a: np.ndarray, v: float, closed: bool) -> np.ndarray:
     return a <= v if closed else a < v
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenate ``arange(s, s + n)`` for each (s, n), vectorised."""
-    total = int(lengths.sum())
-    if total == 0:
-        return _EMPTY_I
-    offs = np.cumsum(lengths) - lengths
-    return np.arange(total, dtype=np.int64) + np.repeat(starts - offs, lengths)
 
 
 class PointIndex2D:
@@ -341,7 +334,7 @@ class PointIndex2D:
         starts = np.searchsorted(key, base + r_lo, "left")
         ends = np.searchsorted(key, base + r_hi, "left")
         lengths = ends - starts
-        idx = _ranges(starts, lengths)
+        idx = concat_ranges(starts, lengths)
         if idx.size == 0:
             return idx
         first_partial = p_lo > ba * B

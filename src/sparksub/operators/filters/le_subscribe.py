@@ -46,6 +46,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from sparksub.operators.arrays import concat_ranges
+
 from .clustering import (CostParams, best_choice, enumerate_schemas, greedy_static,
                          matching_cost, space_cost)
 from .predicates import Pred, PredicateIndex
@@ -59,15 +61,6 @@ _SINGLE = -1      # cluster table code: single access predicate, pid -> clusters
 # random odd multipliers per key position for hashing multi-attribute keys (001 §3)
 _KEY_MULT = (np.random.default_rng(0x001).integers(1, 2**62, size=64, dtype=np.uint64)
              * np.uint64(2) + np.uint64(1))
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenate ``arange(s, s + n)`` for each (s, n), vectorised."""
-    total = int(lengths.sum())
-    if total == 0:
-        return _EMPTY
-    offs = np.cumsum(lengths) - lengths
-    return np.arange(total, dtype=np.int64) + np.repeat(starts - offs, lengths)
 
 
 def _grow(a: np.ndarray, n: int, fill) -> np.ndarray:
@@ -149,7 +142,7 @@ class _KeyIndex:
         lo = np.searchsorted(self.s_keys, q, "left")
         hi = np.searchsorted(self.s_keys, q, "right")
         cnt = hi - lo
-        e = _ranges(lo, cnt)
+        e = concat_ranges(lo, cnt)
         qi = np.repeat(np.arange(len(q), dtype=np.int64), cnt)
         return qi, self.s_cids[e], (self.s_codes[e] if self.k else None)
 
@@ -416,8 +409,8 @@ class LeSubscribe:
         lens = self._cl_len[cids]
         caps = np.maximum(lens, np.minimum(caps, 2 * lens + 2))
         newstart = np.cumsum(caps) - caps
-        src = _ranges(self._cl_start[cids], lens)
-        dst = _ranges(newstart, lens)
+        src = concat_ranges(self._cl_start[cids], lens)
+        dst = concat_ranges(newstart, lens)
         cols = np.full((w, max(64, int(caps.sum()) * 2)), -1, dtype=np.int32)
         slots = np.full(cols.shape[1], -1, dtype=np.int64)
         cols[:, dst] = st.cols[:, src]
@@ -723,7 +716,7 @@ class LeSubscribe:
             sel = widths == w
             e, c = pe[sel], pc[sel]
             lens = self._cl_len[c]
-            rows = _ranges(self._cl_start[c], lens)
+            rows = concat_ranges(self._cl_start[c], lens)
             er = np.repeat(e, lens)
             st = self._stores[w]
             base = er * cap

@@ -79,6 +79,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparksub.operators.arrays import concat_ranges
+
 __all__ = ["OPS", "Pred", "PredicateIndex", "Satisfied"]
 
 _RAW_CACHE_LIMIT = 1 << 20  # raw predicate forms remembered by PredicateIndex.add
@@ -163,9 +165,7 @@ def _expand(rows: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> tuple[np
     total = int(counts.sum())
     if total == 0:
         return _EMPTY_I, _EMPTY_I
-    ends = np.cumsum(counts)
-    offsets = np.arange(total, dtype=np.int64) + np.repeat(starts - (ends - counts), counts)
-    return np.repeat(rows, counts), offsets
+    return np.repeat(rows, counts), concat_ranges(starts, counts)
 
 
 def _cross(rows: np.ndarray, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
