@@ -13,38 +13,7 @@ from sparksub.operators.filters.predicates import Pred
 from sparksub.operators.filters.propagation import PropagationMatcher
 
 
-# ----------------------------------------------------------------------------- brute force
-def _holds(p: Pred, ev: dict) -> bool:
-    v = ev.get(p.attr)
-    if p.op == "is_null":
-        return v is None
-    if v is None:
-        return False
-    c = p.value
-    if p.op == "between":
-        return c[0] <= v <= c[1]
-    if p.op == "in":
-        return v in c
-    return {"=": v == c[0], "!=": v != c[0], "<": v < c[0], "<=": v <= c[0],
-            ">": v > c[0], ">=": v >= c[0]}[p.op]
-
-
-def _brute(subs: dict, evs: list) -> set:
-    return {(i, s) for i, ev in enumerate(evs) for s, conj in subs.items()
-            if all(_holds(p, ev) for p in conj)}
-
-
-def _table(evs: list, attrs: list) -> pa.Table:
-    return pa.table({a: pa.array([e.get(a) for e in evs], pa.int64()) for a in attrs})
-
-
-def _got(eng, evs, attrs) -> set:
-    e, s = eng.match(_table(evs, attrs))
-    e, s = np.asarray(e), np.asarray(s)
-    assert len(e) == len(s)
-    pairs = list(zip(e.tolist(), s.tolist()))
-    assert len(set(pairs)) == len(pairs), "duplicate matches"
-    return set(pairs)
+from filter_oracle import brute as _brute, got as _got
 
 
 # ----------------------------------------------------------------------------- strategies

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,50 +12,7 @@ from sparksub.operators.filters.le_subscribe import LeSubscribe
 from sparksub.operators.filters.predicates import Pred
 
 
-# ----------------------------------------------------------------------------- brute force
-def _holds(p: Pred, ev: dict) -> bool:
-    v = ev.get(p.attr)
-    if p.op == "is_null":
-        return v is None
-    if v is None:
-        return False
-    c = p.value
-    if p.op == "=":
-        return v == c[0]
-    if p.op == "!=":
-        return v != c[0]
-    if p.op == "<":
-        return v < c[0]
-    if p.op == "<=":
-        return v <= c[0]
-    if p.op == ">":
-        return v > c[0]
-    if p.op == ">=":
-        return v >= c[0]
-    if p.op == "between":
-        return c[0] <= v <= c[1]
-    if p.op == "in":
-        return v in c
-    raise ValueError(p.op)
-
-
-def _brute(subs: dict, evs: list) -> set:
-    return {(i, s) for i, ev in enumerate(evs) for s, conj in subs.items()
-            if all(_holds(p, ev) for p in conj)}
-
-
-def _table(evs: list, attrs: list) -> pa.Table:
-    return pa.table({a: pa.array([e.get(a) for e in evs], pa.int64()) for a in attrs})
-
-
-def _got(eng: LeSubscribe, evs, attrs) -> set:
-    e, s = eng.match(_table(evs, attrs))
-    assert len(e) == len(s)
-    order = np.lexsort((s, e))
-    assert (order == np.arange(len(e))).all(), "not sorted by (event, slot)"
-    pairs = list(zip(e.tolist(), s.tolist()))
-    assert len(set(pairs)) == len(pairs), "duplicate matches"
-    return set(pairs)
+from filter_oracle import brute as _brute, got as _got, table as _table
 
 
 # ----------------------------------------------------------------------------- strategies
