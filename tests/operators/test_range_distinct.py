@@ -15,8 +15,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import BadUpdate
-from sparksub.operators.range_distinct import (ADD, REMOVE, Message, RangeDistinctCore, affected, apply,
-                                               matches, notifications)
+from sparksub.operators.range_distinct import (
+    ADD,
+    REMOVE,
+    Message,
+    RangeDistinctCore,
+    affected,
+    apply,
+    matches,
+    notifications,
+)
 
 INF = math.inf
 

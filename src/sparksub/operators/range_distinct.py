@@ -58,16 +58,26 @@ in a Python set.  X must be a finite float.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Iterable
 from itertools import islice
-from typing import Hashable, Iterable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 from sortedcontainers import SortedList
 
 from sparksub.errors import BadUpdate
 
-__all__ = ["ADD", "REMOVE", "Message", "Outcome", "RangeDistinctCore", "matches", "apply", "notifications",
-           "affected"]
+__all__ = [
+    "ADD",
+    "REMOVE",
+    "Message",
+    "Outcome",
+    "RangeDistinctCore",
+    "affected",
+    "apply",
+    "matches",
+    "notifications",
+]
 
 ADD = "ADD"
 REMOVE = "REMOVE"
@@ -215,7 +225,7 @@ def _check_x(key, x) -> float:
 def _check_y(key, y):
     if isinstance(y, np.generic):
         y = y.item()  # numpy scalars -> Python values (equal hashes either way; keeps messages plain)
-    if isinstance(y, float) and y != y:
+    if isinstance(y, float) and math.isnan(y):
         raise BadUpdate(f"NaN Y for key {key!r} (NaN is not equal to itself, so it cannot be a DISTINCT value)")
     try:
         hash(y)
