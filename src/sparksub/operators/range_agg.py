@@ -47,23 +47,23 @@ X and Y must be finite floats (:class:`~sparksub.errors.BadUpdate` otherwise).
 
 Server structure (:class:`RangeAggCore`)
 ----------------------------------------
-Per distinct X the count and exact sum of its tuples; a Fenwick tree (Python ints) over the distinct X values
-present at the last rebuild, plus a small sorted buffer of X values that appeared since (a range query adds the
-buffered X values in range one by one).  The buffer is folded in by an O(D) rebuild when it exceeds
-``max(delta_capacity, sqrt(D))`` entries, D = distinct X, so an update costs O(log D) amortised O(sqrt D) and a
-range query O(log D + sqrt D).  Vectorised queries (:meth:`RangeAggCore.values`) use cached prefix arrays
+Per distinct X the count and exact sum of its tuples (two dicts).  The distinct X values are kept in sorted
+buckets of B..2B entries (B = ``bucket_size``; split when longer, merged or dropped when nearly empty), each with
+its total count and exact sum, and a Fenwick tree over the bucket totals, rebuilt (O(D / B)) only when the
+buckets change.  An update costs O(log(D / B) + B), amortised O(D / B²) for restructures; a range query adds at
+most two partial buckets (O(B)) and one Fenwick range (O(log(D / B))).  Vectorised queries
+(:meth:`RangeAggCore.values`) use cached prefix arrays
 (int64 counts, object array of exact sums) rebuilt after a mutation.
 """
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Hashable, Iterable
 from itertools import accumulate
 from typing import NamedTuple
 
 import numpy as np
-from sortedcontainers import SortedList
 
 from sparksub.errors import BadUpdate
 
@@ -232,26 +232,28 @@ class RangeAggCore:
     docstring) without looking at subscriptions; answers :meth:`value` exactly.
 
     ``counters``: ``updates`` = accepted upsert/delete calls; ``messages`` = messages emitted; ``dropped`` =
-    updates that produced no message; ``rebuilds`` = Fenwick rebuilds.
+    updates that produced no message; ``restructures`` = bucket splits / merges / drops (each rebuilds the
+    Fenwick tree over the buckets).
     """
 
-    def __init__(self, kind: str = "count", *, delta_capacity: int = 64):
+    def __init__(self, kind: str = "count", *, bucket_size: int = 64):
         if kind not in KINDS:
             raise ValueError(f"unknown aggregate kind {kind!r}; expected one of {KINDS}")
-        if delta_capacity < 1:
-            raise ValueError("delta_capacity must be >= 1")
+        if bucket_size < 2:
+            raise ValueError("bucket_size must be >= 2")
         self.kind = kind
-        self._dcap = int(delta_capacity)
+        self._B = int(bucket_size)
         self._pos: dict[Hashable, tuple[float, float]] = {}
         self._cnt: dict[float, int] = {}  # distinct x -> number of tuples (only x with tuples)
         self._sum: dict[float, int] = {}  # distinct x -> exact sum of their Y
-        self._fx: list[float] = []  # Fenwick: sorted distinct X at the last rebuild (may hold emptied X)
-        self._fi: dict[float, int] = {}  # x -> 1-based Fenwick index
-        self._fc: list[int] = [0]
-        self._fs: list[int] = [0]
-        self._dx = SortedList()  # X with tuples that are not in the Fenwick tree
+        self._bx: list[list[float]] = []  # buckets of sorted distinct X, each 1..2B long, in X order
+        self._bmax: list[float] = []  # per bucket: its largest X (bisect target)
+        self._bc: list[int] = []  # per bucket: total count
+        self._bs: list[int] = []  # per bucket: total exact sum
+        self._tc: list[int] = [0]  # Fenwick tree over the bucket totals (1-based)
+        self._ts: list[int] = [0]
         self._snap = None  # cached (xs, prefix counts, prefix sums) for values(); None after a mutation
-        self.counters: dict[str, int] = {"updates": 0, "messages": 0, "dropped": 0, "rebuilds": 0}
+        self.counters: dict[str, int] = {"updates": 0, "messages": 0, "dropped": 0, "restructures": 0}
 
     def __len__(self) -> int:
         return len(self._pos)
@@ -264,62 +266,126 @@ class RangeAggCore:
         return self._pos.get(key)
 
     # ---- the per-X aggregate index -----------------------------------------------------------------------------
-    def _add(self, x: float, dc: int, ds: int) -> None:
-        """Add (dc, ds) to the aggregates at x."""
-        cnt = self._cnt
-        c = cnt.get(x, 0) + dc
-        i = self._fi.get(x)
-        if i is not None:
-            fc, fs = self._fc, self._fs
-            n = len(fc)
-            while i < n:
-                fc[i] += dc
-                fs[i] += ds
-                i += i & -i
-        elif x not in cnt:
-            self._dx.add(x)
-        elif c == 0:
-            self._dx.remove(x)
-        if c:
-            cnt[x] = c
-            self._sum[x] = self._sum.get(x, 0) + ds
-        else:
-            del cnt[x], self._sum[x]
-        self._snap = None
-
-    def _maybe_rebuild(self) -> None:
-        nf = len(self._fx)
-        if len(self._dx) > max(self._dcap, math.isqrt(nf)) or nf > 2 * len(self._cnt) + self._dcap:
-            self._rebuild()
-
-    def _rebuild(self) -> None:
-        """Fold the buffer into a fresh Fenwick tree over the current distinct X (O(D) linear build)."""
-        xs = sorted(self._cnt)
-        n = len(xs)
-        fc = [0] * (n + 1)
-        fs = [0] * (n + 1)
-        cnt, sm = self._cnt, self._sum
-        for i, x in enumerate(xs, 1):
-            fc[i] += cnt[x]
-            fs[i] += sm[x]
+    def _fen_build(self) -> None:
+        """Rebuild the Fenwick tree over the bucket totals (O(#buckets), after a split / merge / drop only)."""
+        n = len(self._bc)
+        tc = [0] + self._bc
+        ts = [0] + self._bs
+        for i in range(1, n + 1):
             j = i + (i & -i)
             if j <= n:
-                fc[j] += fc[i]
-                fs[j] += fs[i]
-        self._fx = xs
-        self._fi = {x: i for i, x in enumerate(xs, 1)}
-        self._fc, self._fs = fc, fs
-        self._dx.clear()
-        self.counters["rebuilds"] += 1
+                tc[j] += tc[i]
+                ts[j] += ts[i]
+        self._tc, self._ts = tc, ts
 
-    def _prefix(self, i: int) -> tuple[int, int]:
-        fc, fs = self._fc, self._fs
+    def _fen_add(self, b: int, dc: int, ds: int) -> None:
+        tc, ts = self._tc, self._ts
+        n = len(tc)
+        i = b + 1
+        while i < n:
+            tc[i] += dc
+            ts[i] += ds
+            i += i & -i
+
+    def _fen_prefix(self, k: int) -> tuple[int, int]:
+        """Totals of buckets 0..k-1."""
+        tc, ts = self._tc, self._ts
         c = s = 0
-        while i > 0:
-            c += fc[i]
-            s += fs[i]
-            i -= i & -i
+        while k > 0:
+            c += tc[k]
+            s += ts[k]
+            k -= k & -k
         return c, s
+
+    def _add(self, x: float, dc: int, ds: int) -> None:
+        """Add (dc, ds) to the aggregates at x: O(log #buckets + B), plus O(#buckets) on a restructure."""
+        self._snap = None
+        cnt, sm, bmax = self._cnt, self._sum, self._bmax
+        c0 = cnt.get(x, 0)
+        c = c0 + dc
+        if c0 == 0:  # a new distinct X (an insertion: dc = 1)
+            cnt[x] = c
+            sm[x] = ds
+            if not bmax:
+                self._bx.append([x])
+                bmax.append(x)
+                self._bc.append(c)
+                self._bs.append(ds)
+                self._fen_build()
+                return
+            b = bisect_left(bmax, x)
+            if b == len(bmax):
+                b -= 1
+                bmax[b] = x
+                self._bx[b].append(x)
+            else:
+                insort(self._bx[b], x)
+            self._bc[b] += c
+            self._bs[b] += ds
+            self._fen_add(b, c, ds)
+            if len(self._bx[b]) > 2 * self._B:
+                self._split(b)
+            return
+        b = bisect_left(bmax, x)
+        self._bc[b] += dc
+        self._bs[b] += ds
+        self._fen_add(b, dc, ds)
+        if c:
+            cnt[x] = c
+            sm[x] += ds
+            return
+        del cnt[x], sm[x]  # the last tuple at x left; its exact sum is back to 0
+        lst = self._bx[b]
+        del lst[bisect_left(lst, x)]
+        if not lst:
+            del self._bx[b], bmax[b], self._bc[b], self._bs[b]
+            self._restructured()
+            return
+        bmax[b] = lst[-1]
+        nb = len(bmax)
+        if len(lst) <= max(1, self._B // 4) and nb > 1:
+            j = b + 1 if b + 1 < nb else b - 1
+            if len(lst) + len(self._bx[j]) <= 2 * self._B:
+                self._merge(min(b, j))
+
+    def _split(self, b: int) -> None:
+        lst = self._bx[b]
+        h = len(lst) // 2
+        right = lst[h:]
+        del lst[h:]
+        cnt, sm = self._cnt, self._sum
+        rc = sum(cnt[x] for x in right)
+        rs = sum(sm[x] for x in right)
+        self._bx.insert(b + 1, right)
+        self._bmax[b:b + 1] = [lst[-1], right[-1]]
+        self._bc[b:b + 1] = [self._bc[b] - rc, rc]
+        self._bs[b:b + 1] = [self._bs[b] - rs, rs]
+        self._restructured()
+
+    def _merge(self, a: int) -> None:
+        """Merge bucket a+1 into bucket a."""
+        self._bx[a].extend(self._bx[a + 1])
+        self._bmax[a:a + 2] = [self._bmax[a + 1]]
+        self._bc[a:a + 2] = [self._bc[a] + self._bc[a + 1]]
+        self._bs[a:a + 2] = [self._bs[a] + self._bs[a + 1]]
+        del self._bx[a + 1]
+        self._restructured()
+
+    def _restructured(self) -> None:
+        self._fen_build()
+        self.counters["restructures"] += 1
+
+    def _part(self, b: int, i: int, j: int) -> tuple[int, int]:
+        """Totals of bucket b's X positions i..j-1 (the shorter of the slice and its complement is summed)."""
+        lst = self._bx[b]
+        n = len(lst)
+        if j <= i:
+            return 0, 0
+        cnt, sm = self._cnt, self._sum
+        if 2 * (j - i) <= n:
+            return sum(cnt[x] for x in lst[i:j]), sum(sm[x] for x in lst[i:j])
+        rest = lst[:i] + lst[j:]
+        return self._bc[b] - sum(cnt[x] for x in rest), self._bs[b] - sum(sm[x] for x in rest)
 
     # ---- loading and queries ----------------------------------------------------------------------------------
     def load(self, keys, xs, ys) -> None:
@@ -344,32 +410,51 @@ class RangeAggCore:
                 raise BadUpdate(f"duplicate key {k!r} in load", row=i)
             seen.add(k)
             rows.append((k, x, y))
+        if self._pos:
+            for k, x, y in rows:
+                self._pos[k] = (x, y)
+                self._add(x, 1, exact(y))
+            return
+        # into an empty core: per-X totals, then buckets filled to B, then one Fenwick build
         cnt, sm = self._cnt, self._sum
         for k, x, y in rows:
             self._pos[k] = (x, y)
-            if x in self._fi or x in cnt:
-                self._add(x, 1, exact(y))
-            else:
-                cnt[x] = 1
-                sm[x] = exact(y)
-                self._dx.add(x)
+            cnt[x] = cnt.get(x, 0) + 1
+            sm[x] = sm.get(x, 0) + exact(y)
+        allx = sorted(cnt)
+        B = self._B
+        self._bx = [allx[i:i + B] for i in range(0, len(allx), B)]
+        self._bmax = [lst[-1] for lst in self._bx]
+        self._bc = [sum(cnt[x] for x in lst) for lst in self._bx]
+        self._bs = [sum(sm[x] for x in lst) for lst in self._bx]
+        self._fen_build()
         self._snap = None
-        self._rebuild()
 
     def state(self, x1: float, x2: float) -> AggState:
-        """Exact (count, sum) over ``x1 <= X <= x2`` (empty when ``x1 > x2`` or a bound is NaN)."""
+        """Exact (count, sum) over ``x1 <= X <= x2`` (empty when ``x1 > x2`` or a bound is NaN).
+
+        Two partial buckets (O(B) each) plus a Fenwick range over the buckets between (O(log #buckets))."""
         if not x1 <= x2:
             return AggState()
-        fx = self._fx
-        c1, s1 = self._prefix(bisect_right(fx, x2))
-        c0, s0 = self._prefix(bisect_left(fx, x1))
-        c, s = c1 - c0, s1 - s0
-        if self._dx:
-            cnt, sm = self._cnt, self._sum
-            for x in self._dx.irange(x1, x2):
-                c += cnt[x]
-                s += sm[x]
-        return AggState(c, s)
+        bmax, bx = self._bmax, self._bx
+        nb = len(bmax)
+        a = bisect_left(bmax, x1)
+        if a == nb:
+            return AggState()
+        b = bisect_left(bmax, x2)
+        if b == nb:
+            b -= 1
+            j = len(bx[b])
+        else:
+            j = bisect_right(bx[b], x2)
+        i = bisect_left(bx[a], x1)
+        if a == b:
+            return AggState(*self._part(a, i, j))
+        ca, sa = self._part(a, i, len(bx[a]))
+        cb, sb = self._part(b, 0, j)
+        c1, s1 = self._fen_prefix(b)
+        c0, s0 = self._fen_prefix(a + 1)
+        return AggState(ca + cb + c1 - c0, sa + sb + s1 - s0)
 
     def value(self, x1: float, x2: float):
         """The current COUNT (int) / SUM / AVG (float, None when the range is empty) over ``[x1, x2]``."""
@@ -377,7 +462,7 @@ class RangeAggCore:
 
     def _snapshot(self):
         if self._snap is None:
-            xs = sorted(self._cnt)
+            xs = [x for lst in self._bx for x in lst]
             pc = np.zeros(len(xs) + 1, dtype=np.int64)
             ps = np.empty(len(xs) + 1, dtype=object)
             if xs:
@@ -431,7 +516,6 @@ class RangeAggCore:
                 self._add(xo, -1, -exact(yo))
                 self._add(x, 1, exact(y))
                 out = Outcome("x_move", (Message(xo, -1, -yo), Message(x, 1, y)))
-        self._maybe_rebuild()
         return self._count(out)
 
     def delete(self, key) -> Outcome:
@@ -441,7 +525,6 @@ class RangeAggCore:
             raise BadUpdate(f"delete of unknown key {key!r}")
         xo, yo = old
         self._add(xo, -1, -exact(yo))
-        self._maybe_rebuild()
         return self._count(Outcome("delete", (Message(xo, -1, -yo),)))
 
     def _count(self, out: Outcome) -> Outcome:
@@ -461,17 +544,18 @@ class RangeAggCore:
             cnt[x] = cnt.get(x, 0) + 1
             sm[x] = sm.get(x, 0) + exact(y)
         assert cnt == self._cnt and sm == self._sum
-        assert set(self._dx) == set(cnt) - set(self._fi)
-        assert self._fx == sorted(self._fx) and len(self._fc) == len(self._fx) + 1
-        for i, x in enumerate(self._fx, 1):
-            c0, s0 = self._prefix(i - 1)
-            c1, s1 = self._prefix(i)
-            assert (c1 - c0, s1 - s0) == (cnt.get(x, 0), sm.get(x, 0))
+        nb = len(self._bx)
+        assert len(self._bmax) == len(self._bc) == len(self._bs) == nb and len(self._tc) == nb + 1
+        allx = [x for lst in self._bx for x in lst]
+        assert allx == sorted(cnt)
+        for b, lst in enumerate(self._bx):
+            assert 1 <= len(lst) <= 2 * self._B and self._bmax[b] == lst[-1]
+            assert self._bc[b] == sum(cnt[x] for x in lst) and self._bs[b] == sum(sm[x] for x in lst)
+            assert self._fen_prefix(b + 1) == (sum(self._bc[:b + 1]), sum(self._bs[:b + 1]))
 
     def explain(self) -> str:
-        return (f"RangeAggCore({self.kind.upper()}): {len(self)} tuples, {len(self._cnt)} distinct X "
-                f"({len(self._dx)} buffered); counters {self.counters}")
-
+        return (f"RangeAggCore({self.kind.upper()}): {len(self)} tuples, {len(self._cnt)} distinct X in "
+                f"{len(self._bx)} buckets; counters {self.counters}")
 
 class AggUnicast:
     """S-UN for range aggregates: the server keeps every subscription's exact (count, sum) and, per update,

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Iterable
-from itertools import islice
 from typing import NamedTuple
 
 import numpy as np
@@ -302,9 +301,22 @@ class RangeDistinctCore:
                 raise BadUpdate(f"duplicate key {k!r} in load", row=i)
             seen.add(k)
             rows.append((k, x, y))
-        for k, x, y in rows:
-            self._insert(k, x, y)
-        # per-Y lists were built by repeated add(); fine (SortedList add is O(log n))
+        if self._pos:
+            for k, x, y in rows:
+                self._insert(k, x, y)
+            return
+        # into an empty core: build every sorted list in one go (O(N log N), no per-row SortedList.add)
+        per_y: dict = {}
+        entries = []
+        for s, (k, x, y) in enumerate(rows):
+            per_y.setdefault(y, []).append(x)
+            self._pos[k] = (x, y)
+            self._slot[k] = s
+            self._key_of[s] = k
+            entries.append((x, s))
+        self._next_slot = len(rows)
+        self._by_y = {y: SortedList(lst) for y, lst in per_y.items()}
+        self._xs = SortedList(entries)
 
     def distinct_values(self, x1: float, x2: float) -> set:
         """The current ``SELECT DISTINCT y ... WHERE x BETWEEN x1 AND x2`` as a set (empty for an empty range).
@@ -318,7 +330,7 @@ class RangeDistinctCore:
         j = xs.bisect_right((x2, _INF))
         if j - i <= 4 * len(self._by_y):
             pos, key_of = self._pos, self._key_of
-            return {pos[key_of[s]][1] for _, s in islice(xs, i, j)}
+            return {pos[key_of[s]][1] for _, s in xs.islice(i, j)}
         out = set()
         for y, sl in self._by_y.items():
             k = sl.bisect_left(x1)
