@@ -1,6 +1,6 @@
 """Range-COUNT / SUM / AVG continuous queries: relaxed range subscriptions with exact aggregates.
 
-Pure-Python core (numpy + sortedcontainers, no pyspark) of the RANGE_AGG subscription class:
+Pure-Python core (numpy + bisect, no pyspark) of the RANGE_AGG subscription class:
 ``SELECT COUNT(*) | SUM(y) | AVG(y) FROM t WHERE x BETWEEN x1 AND x2``.
 
 Sources
@@ -26,7 +26,8 @@ subscription iff its old or new X lies in ``[x1, x2]`` (the relaxed range subscr
   effect is applied, as in the relaxed range subscription of 000 §2.2)
 * Y change at the same x:       ``⟨x, 0, y_n - y_o⟩`` when that float difference is exact, else the two
   messages ``⟨x, -1, -y_o⟩, ⟨x, +1, y_n⟩`` (so every D_SUM is an exact float and subscribers stay exact);
-  **dropped** (no message) for COUNT, whose result a Y change cannot affect;
+  **dropped** (no message) for COUNT, whose result a Y change cannot affect (so a COUNT subscriber's
+  :class:`AggState` sum is not maintained);
 * an update changing neither X nor Y: dropped (000 §4, "updates updating neither range nor aggregation
   attributes").
 
@@ -48,12 +49,17 @@ X and Y must be finite floats (:class:`~sparksub.errors.BadUpdate` otherwise).
 Server structure (:class:`RangeAggCore`)
 ----------------------------------------
 Per distinct X the count and exact sum of its tuples (two dicts).  The distinct X values are kept in sorted
-buckets of B..2B entries (B = ``bucket_size``; split when longer, merged or dropped when nearly empty), each with
-its total count and exact sum, and a Fenwick tree over the bucket totals, rebuilt (O(D / B)) only when the
-buckets change.  An update costs O(log(D / B) + B), amortised O(D / B²) for restructures; a range query adds at
-most two partial buckets (O(B)) and one Fenwick range (O(log(D / B))).  Vectorised queries
-(:meth:`RangeAggCore.values`) use cached prefix arrays
+buckets of at most 2B entries (B = ``bucket_size``; a bucket is split in halves when longer, merged into a
+neighbour when down to max(1, B/4) entries, dropped when empty), each with its total count and exact sum, and a
+Fenwick tree over the bucket totals, rebuilt (O(D / B)) only when the buckets change.  An update costs
+O(log(D / B) + B) plus, rarely, a restructure; a range query adds at most two partial buckets (O(B)) and one
+Fenwick range (O(log(D / B))).  Vectorised queries (:meth:`RangeAggCore.values`) use cached prefix arrays
 (int64 counts, object array of exact sums) rebuilt after a mutation.
+
+Unicast (S-UN, :class:`AggUnicast`): the server keeps every subscription's exact state, applies each update's
+messages to the subscriptions they reach (one vectorised mask per message) and reports only the subscriptions
+whose SQL value changed, with their new values (e.g. a COUNT range holding both ends of an X-move is reached
+by both messages but not reported).
 """
 from __future__ import annotations
 

@@ -40,16 +40,19 @@ VALUE to (ADD) or removes it from (REMOVE) its local set (:func:`apply`).  INNER
 * deletion of (x, y):   ``⟨REMOVE, y, x, x, DMar(x, y)⟩`` unless DMar = ∅;
 * Y change at the same x (y_o → y_n): the deletion message of y_o then the insertion message of y_n.  They carry
   different values, so no subscription sees a value removed and re-added;
-* X-move with unchanged y (x_o → x_n): *consolidated* (dissertation §5.3.1 asks for at most one notification per
-  subscription per publish message; digest C.8): the REMOVE's Mar is taken w.r.t. O ∪ {x_n} and the ADD's Mar
+* X-move with unchanged y (x_o → x_n): *consolidated* (dissertation §5.3.1 consolidates X-updates to at most one
+  notification per subscription but omits the details, digest C.8; this rule is ours): the REMOVE's Mar is taken w.r.t. O ∪ {x_n} and the ADD's Mar
   w.r.t. O ∪ {x_o}.  A subscription containing both x_o and x_n matches neither message (its set does not
-  change), one containing only x_o and no other y-tuple matches the REMOVE, one containing only x_n matches the
-  ADD.  The two rectangles are disjoint: each subscription gets at most one message;
+  change), one containing x_o but neither x_n nor another y-tuple matches the REMOVE, one containing x_n but
+  neither x_o nor another y-tuple matches the ADD.  The two rectangles are disjoint: each subscription gets at most one message;
 * X-move with a Y change: REMOVE of y_o at x_o (w.r.t. the other y_o tuples), ADD of y_n at x_n.
 
 Hence for every update and every subscription: the subscription matches at least one message iff its DISTINCT
 set changes, and at most one message per value.  An update that produces no message (every Mar empty, or no
 change at all) is *ignorable* (the ``ignorable`` counter).
+
+Unicast (S-UN): :func:`affected` / :func:`notifications` evaluate the predicate vectorised over arrays of
+subscription bounds and return exactly the subscriptions whose set changed (and which message to apply).
 
 Y values are any hashable values (floats, ints, strings; ``None`` is an ordinary value, like SQL's one NULL
 group of DISTINCT); a float NaN is rejected (NaN != NaN breaks set semantics).  1 and 1.0 are the same value, as
