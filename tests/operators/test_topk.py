@@ -354,3 +354,113 @@ def test_sparse_fewer_messages_than_dense_and_counters():
     assert sparse.counters["messages"] <= dense.counters["messages"]
     assert sparse.counters["snap"] > 0 and dense.counters["snap"] == 0
     assert sparse.counters["first_k"] == dense.counters["first_k"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Paint-Batch (002 §IV-A): correct at the end of every batch, minimum messages per subscriber
+# ----------------------------------------------------------------------------------------------------------------
+def _protocol(items: list, k: int, desc: bool, msg) -> list:
+    """The §II-A protocol on a plain list (the search below explores message sequences with it)."""
+    s = TopkSubscriber(-INF, INF, k, items, descending=desc)
+    s.receive(msg)
+    return s.items
+
+
+def min_messages(before: dict, after: dict, x1, x2, k, desc, limit: int) -> int:
+    """Fewest messages (each an object with its final values, or a deletion) that take the subscriber's list
+    from its top-k before the batch to its top-k after it; searched breadth-first up to ``limit``."""
+    start, goal = oracle_top(before, x1, x2, k, desc), oracle_top(after, x1, x2, k, desc)
+    cands = [TopkMessage(k, 0, 0, 0, 0, key, x, y) for key, (x, y) in after.items() if x1 <= x <= x2]
+    cands += [TopkMessage(k, 0, 0, 0, 0, key, 0.0, None) for key, _, _ in start
+              if key not in after or not x1 <= after[key][0] <= x2]
+    frontier, seen = [tuple(start)], {tuple(start)}
+    for depth in range(limit):
+        if tuple(goal) in frontier:
+            return depth
+        nxt = []
+        for items in frontier:
+            for m in cands:
+                t = tuple(_protocol(list(items), k, desc, m))
+                if t not in seen:
+                    seen.add(t)
+                    nxt.append(t)
+        frontier = nxt
+    return limit
+
+
+def run_batches(mode, init, batches, subs, desc=False, check_min=True):
+    points = {}
+    for key, x, y in init:
+        points.setdefault(key, (float(x), float(y)))
+    core = build(mode, points, subs, desc)
+    subscribers = make_subscribers(points, subs, desc)
+    for batch in batches:
+        after = dict(points)
+        moved = False
+        bad = False
+        for ev in batch:
+            if ev[0] == "delete" and ev[1] not in after:
+                bad = True
+                break
+            after = apply_op(after, ("del", ev[1]) if ev[0] == "delete" else ("up", *ev[1:]))
+        moved = any(key in after and after[key][0] != xy[0] for key, xy in points.items())
+        if bad:
+            with pytest.raises(BadUpdate):
+                core.apply_batch(batch)
+            assert {k: core.get(k) for k in points} == points and len(core) == len(points)  # nothing applied
+            continue
+        out = core.apply_batch(batch)
+        got = deliver(out.messages, subscribers)
+        for sid, (x1, x2, k) in enumerate(subs):
+            want = oracle_top(after, x1, x2, k, desc)
+            assert subscribers[sid].items == want, (batch, subs[sid], subscribers[sid].items, want)
+            if check_min and not moved and got[sid] > 0:
+                # Known gap to Theorem 3 (see topk.apply_batch): one extra message per object deleted or
+                # risen that leaves the subscriber's list (it is sent its new value, where an optimum may let
+                # an entrant push it out); batches with x-moves (a deletion plus an insertion) are not checked
+                held = {key for key, _, _ in oracle_top(points, x1, x2, k, desc)}
+                risen_out = sum(1 for key in held if after.get(key) != points[key]
+                                and key not in {w[0] for w in want})
+                best = min_messages(points, after, x1, x2, k, desc, got[sid])
+                assert got[sid] <= best + risen_out, (batch, subs[sid], got[sid], best, out.messages)
+                assert got[sid] <= best or risen_out > 0
+        points = after
+        core.tree.check_invariants()
+        assert len(core) == len(points)
+    return core
+
+
+ev_st = st.one_of(
+    st.tuples(st.just("upsert"), st.integers(0, 7), xs_st, ys_st),
+    st.tuples(st.just("upsert"), st.integers(0, 7), xs_st, ys_st),
+    st.tuples(st.just("delete"), st.integers(0, 7)),
+)
+
+
+@SETTINGS
+@given(init=st.lists(st.tuples(st.integers(0, 7), xs_st, ys_st), max_size=8),
+       batches=st.lists(st.lists(ev_st, min_size=1, max_size=6), min_size=1, max_size=3),
+       subs=st.lists(sub_st, min_size=1, max_size=8), mode=st.sampled_from(["dense", "sparse"]),
+       desc=st.booleans())
+def test_paint_batch_against_oracle_and_minimum(init, batches, subs, mode, desc):
+    run_batches(mode, init, batches, subs, desc)
+
+
+@pytest.mark.parametrize("mode", ["dense", "sparse"])
+def test_paint_batch_large_k(mode):
+    rnd = random.Random(17)
+    for _ in range(3):
+        init, _, subs = _random_case(rnd, 30, 0, 10, 20)
+        batches = [[("delete", rnd.randrange(30)) if rnd.random() < 0.1 else
+                    ("upsert", rnd.randrange(30), rnd.randrange(12), rnd.randrange(8)) for _ in range(12)]
+                   for _ in range(3)]
+        run_batches(mode, init, batches, subs, check_min=False)
+
+
+def test_paint_batch_beats_online_on_repeated_updates():
+    rnd = random.Random(2)
+    init, _, subs = _random_case(rnd, 30, 0, 12, 4)
+    batch = [("upsert", rnd.randrange(5), rnd.randrange(12), rnd.randrange(8)) for _ in range(20)]
+    core = run_batches("dense", init, [batch], subs, check_min=False)
+    online = run_online("dense", init, [("up", *e[1:]) for e in batch], subs)
+    assert core.counters["messages"] < online.counters["messages"]

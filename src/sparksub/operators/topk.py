@@ -55,7 +55,9 @@ Algorithms (:class:`TopkCore` ``mode``)
   a rectangle query over the subscriptions and per-subscription ``min_y`` calls.
 * ``"relax"``: CN-Relax (§V): ``Msg(x, x, -inf, inf, x, y)`` to every subscription whose range contains x; the
   subscriber (:class:`RelaxSubscriber`) keeps every object in its range.
-* :meth:`TopkCore.apply_batch`: Paint-Batch (§IV-A, Theorem 3) over dense or sparse.
+* :meth:`TopkCore.apply_batch`: Paint-Batch (§IV-A, Theorem 3) over dense or sparse; coalesced, split into
+  ↓ and ↑ events, ↑ processed in descending order of new values, ↓ notified last.  Not exactly minimal per
+  subscriber (see the method for the gap).
 
 Insertions are updates from y = ∞, deletions updates to y = ∞, an x-move is a deletion step then an insertion
 step (002 footnote 4); a subscriber applies the two steps in order.
@@ -114,6 +116,52 @@ class _Top:
 
 
 _TOP = _Top()
+
+
+class _Ghost:
+    """Paint-Batch: the tree key of an x-moved object's old copy while its new copy is already in the index
+    (002 §IV-A step 2).  Ranks exactly like its key, just after the new copy on a full tie."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = key
+
+    def _pair(self, other):
+        if isinstance(other, _Ghost):
+            return (self.key, 1), (other.key, 1)
+        return (self.key, 1), (other, 0)
+
+    def __lt__(self, other):
+        if other is _TOP:
+            return True
+        a, b = self._pair(other)
+        return a < b
+
+    def __gt__(self, other):
+        if other is _TOP:
+            return False
+        a, b = self._pair(other)
+        return a > b
+
+    def __le__(self, other):
+        return not self > other
+
+    def __ge__(self, other):
+        return not self < other
+
+    def __eq__(self, other):
+        return isinstance(other, _Ghost) and other.key == self.key
+
+    def __hash__(self):
+        return hash((_Ghost, self.key))
+
+    def __repr__(self):
+        return f"Ghost({self.key!r})"
+
+
+def _user_key(key):
+    return key.key if isinstance(key, _Ghost) else key
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -608,7 +656,8 @@ class TopkCore:
             "updates": 0, "steps": 0, "messages": 0, "first_k": 0, "min_y": 0, "snap": 0, "exposed": 0, "find": 0}
         self.tree = TopkIndex(leaf_capacity, counters=self.counters)
         self.subscriptions = Subscriptions()
-        self._discard: set = set()  # Paint-Batch: exposed objects whose messages are dropped
+        self._discard: set = set()  # Paint-Batch: exposed objects whose messages are dropped (§IV-A step 3)
+        self._discarded: set = set()  # ... and those of them that did lose messages
 
     # ---- objects and subscriptions ------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -721,12 +770,19 @@ class TopkCore:
     def _emit(self, k: int, tiles: list, key, x: float, y: float | None, clip: tuple | None = None) -> list:
         """Messages carrying object (key, x, y) for one k covering ``tiles`` (dense: one per tile; sparse:
         snapped, empty tiles dropped, consecutive ones merged greedily, 002 §III-B)."""
-        if not tiles or key in self._discard:
+        if not tiles:
+            return []
+        if key in self._discard:
+            self._discard.discard(key)  # one call with the real tiles tells whether messages are lost
+            if self._emit(k, tiles, key, x, y, clip):
+                self._discarded.add(key)
+            self._discard.add(key)
             return []
         tiles = coarsen(tiles, self._g(k))
         uy = None if y is None else self._sign(y)
+        ukey = _user_key(key)
         if self.mode == "dense":
-            return [TopkMessage(k, *rect, key, x, uy) for rect, _ in tiles]
+            return [TopkMessage(k, *rect, ukey, x, uy) for rect, _ in tiles]
         subs = self.subscriptions
         c = self.counters
         out = []
@@ -746,10 +802,10 @@ class TopkCore:
                 if n == cur[4] + s[4]:  # the merged box covers nothing not covered before (002 §III-B)
                     cur = (*box, n)
                     continue
-                out.append(TopkMessage(k, *_box_rect(*cur[:4]), key, x, uy))
+                out.append(TopkMessage(k, *_box_rect(*cur[:4]), ukey, x, uy))
             cur = s
         if cur is not None:
-            out.append(TopkMessage(k, *_box_rect(*cur[:4]), key, x, uy))
+            out.append(TopkMessage(k, *_box_rect(*cur[:4]), ukey, x, uy))
         return out
 
     def _apex(self, k: int, tiles: list, clip: tuple | None) -> tuple | None:
@@ -851,6 +907,125 @@ class TopkCore:
         if yn is not None:
             tree.insert(key, x, yn)
         return msgs
+
+    # ---- Paint-Batch (002 §IV-A) ----------------------------------------------------------------------------
+    def apply_batch(self, events: Iterable[tuple]) -> Outcome:
+        """Paint-Batch over a batch of ``("upsert", key, x, y)`` / ``("delete", key)`` events (002 §IV-A,
+        Theorem 3); subscribers are correct at the end of the batch (not in between).
+
+        1. Coalesce the events per object (net change; an x-move is a deletion at the old x, an ↑ event, and
+           an insertion at the new x, a ↓ event) and split them into E↓ (y decreases, insertions) and E↑.
+        2. Apply E↓ to the index without messages.
+        3. Process E↑ in descending order of new values with the online algorithm, dropping messages for
+           exposed objects that are in E↓ or not yet processed in E↑; an object whose messages were dropped
+           notifies IR_new ∪ IR_pre.  Here IR_pre is the region **before the batch** (also for objects
+           without dropped messages, in place of IR_old): a subscriber may hold an E↑ object's old value
+           although E↓ pushed the object out of its top k in the index, and a stale value that outranks an
+           entrant would survive step 4 (a counter-example to using the region after step 2 is in the tests).
+        4. Notify IR_new(i) with i's final value for every i in E↓.
+
+        Gap to Theorem 3 (checked by brute force in the tests): each subscriber gets at most the minimum
+        number of messages plus one per deleted / risen object that leaves its list (an optimum may let an
+        entrant push such an object out instead of sending its new value).  An x-move is a deletion (of a
+        ghost copy at the old x) plus an insertion, so a subscriber holding the object before and after the
+        move may get two or more messages where one would do.
+
+        The batch is validated first (``BadUpdate``: NaN, unknown key on delete); nothing is applied then.
+        Only for modes 'dense' and 'sparse'; the outcome has one step per phase ('lower' = step 3,
+        'raise' = step 4).
+        """
+        if self.mode not in ("dense", "sparse"):
+            raise ValueError("Paint-Batch needs mode 'dense' or 'sparse'")
+        tree = self.tree
+        final: dict = {}  # key -> (x, internal y) | None, net of the batch
+        n_events = 0
+        for row, ev in enumerate(events):
+            n_events += 1
+            if ev[0] == "delete":
+                key = ev[1]
+                cur = final[key] if key in final else tree.get(key)
+                if cur is None:
+                    raise BadUpdate(f"delete of unknown key {key!r}", row=row)
+                final[key] = None
+            elif ev[0] == "upsert":
+                _, key, x, y = ev
+                self._check_key(key)
+                x, y = float(x), float(y)
+                if not (_isfinite(x) and _isfinite(y)):
+                    raise BadUpdate(f"non-finite x or y for key {key!r}: ({x!r}, {y!r})", row=row)
+                final[key] = (x, self._sign(y))
+            else:
+                raise BadUpdate(f"unknown batch event {ev[0]!r}; expected 'upsert' or 'delete'", row=row)
+        self.counters["updates"] += n_events
+        # step 1: coalesce and split; E↑ entries are (tree key, x, y_old, y_new | None)
+        down: list[tuple] = []
+        up: list[tuple] = []
+        for key, new in final.items():
+            old = tree.get(key)
+            if old == new:
+                continue
+            if old is None:
+                down.append((key, new[0], None, new[1]))
+            elif new is None:
+                up.append((key, old[0], old[1], None))
+            elif old[0] != new[0]:  # x-move: delete the old copy (under a ghost key), insert the new one
+                up.append((_Ghost(key), old[0], old[1], None))
+                down.append((key, new[0], None, new[1]))
+            elif new[1] < old[1]:
+                down.append((key, old[0], old[1], new[1]))
+            else:
+                up.append((key, old[0], old[1], new[1]))
+        ks = self._ks()
+        kmax = ks[-1] if ks else 0
+        # IR_pre of every E↑ object, taken before the batch touches the index (O(n) space): the subscribers
+        # that may still hold the object's old value
+        pre = {key: self._lists(x, yo, _user_key(key), kmax) for key, x, yo, _ in up} if ks else {}
+        for key, x, yo, _ in up:
+            if isinstance(key, _Ghost):
+                tree.remove(key.key)
+                tree.insert(key, x, yo)
+        # step 2: apply E↓, no messages
+        for key, x, yo, yn in down:
+            if yo is not None:
+                tree.remove(key)
+            tree.insert(key, x, yn)
+        # step 3: E↑ in descending order of new values (deletions = +inf first, by old value)
+        up.sort(key=lambda e: (e[3] is None, (e[3], e[0]) if e[3] is not None else (e[2], e[0])), reverse=True)
+        self._discard = {e[0] for e in down} | {e[0] for e in up}
+        self._discarded = set()
+        msgs3: list = []
+        for key, x, yo, yn in up:
+            self._discard.discard(key)
+            self.counters["steps"] += 1
+            override = None
+            if ks:
+                left_p, right_p, c0_p = pre[key]
+                marked = key in self._discarded
+
+                def override(k, key=key, x=x, yn=yn, left_p=left_p, right_p=right_p, c0_p=c0_p, marked=marked):
+                    tiles_pre = staircase_tiles(x, left_p, right_p, k - c0_p) if k > c0_p else []
+                    if yn is None or not marked:
+                        return tiles_pre
+                    left_n, right_n, c0_n = self._lists(x, yn, key, kmax)
+                    tiles_new = staircase_tiles(x, left_n, right_n, k - c0_n) if k > c0_n else []
+                    return union_staircase(x, tiles_new, tiles_pre)
+            msgs3 += self._paint(key, x, yo, yn, False, region_override=override)
+        self._discard = set()
+        self._discarded = set()
+        # step 4: E↓ objects notify their final influence regions
+        msgs4: list = []
+        for key, x, _, yn in down:
+            self.counters["steps"] += 1
+            if not ks:
+                continue
+            tree.remove(key)
+            left, right, c0 = self._lists(x, yn, key, kmax)
+            tree.insert(key, x, yn)
+            for k in ks:
+                if k > c0:
+                    msgs4 += self._emit(k, staircase_tiles(x, left, right, k - c0), key, x, yn)
+        self.counters["messages"] += len(msgs3) + len(msgs4)
+        return Outcome((Step("lower", tuple(msgs3)), Step("raise", tuple(msgs4))))
 
     # ---- Unicast baseline (002 §V) ------------------------------------------------------------------------
     def _unicast(self, key, x: float, yo, yn) -> list:
