@@ -11,7 +11,7 @@ from sparksub import (AnalysisError, DuplicateSubscription, Engine, InvalidSubsc
                       UnknownSubscription, UnsupportedSubscription)
 from sparksub.grammar import parse_select
 from sparksub.planner.catalog import Catalog, TableDef
-from sparksub.planner.classifier import bind_range, plan_subscription
+from sparksub.planner.classifier import bind_filter_columns, bind_range, plan_subscription
 
 CAT = Catalog()
 CAT.add(TableDef("stock", (("symbol", "string"), ("risk", "double"), ("per", "double"), ("rank", "bigint"),
@@ -176,18 +176,44 @@ def test_subscribe_many_one_group_many_templates():
     ("SELECT * FROM stock", [[]]),
 ])
 def test_filter_shapes_classify_and_bind(sql, dnf):
-    from sparksub.planner.classifier import bind_filter
     p = plan_subscription(parse_select(sql), CAT)
     assert p.klass == "FILTER" and p.physical.group_key == ("FILTER", "stock")
-    assert [list(conj) for conj in bind_filter(p.physical, {}, 1)[0]] == dnf
+    assert _bound_row(bind_filter_columns(p.physical, {}, 1), 0) == dnf
 
 
-def test_filter_parameters_bind_per_row():
-    from sparksub.planner.classifier import bind_filter
+def _bound_row(disjuncts, i):
+    """Row ``i`` of bound columns, as the DNF of (attr, op, values) triples it stands for."""
+    def at(c):
+        v = c if np.ndim(c) == 0 else c[i]
+        return v.item() if isinstance(v, np.generic) else v
+    out = []
+    for conj in disjuncts:
+        triples = []
+        for a, op, col in conj:
+            if col is None:
+                v = ()
+            elif op == "between":
+                v = (at(col[0]), at(col[1]))
+            elif op == "in":
+                v = col if isinstance(col, tuple) else tuple(col[i])
+            else:
+                v = (at(col),)
+            triples.append((a, op, tuple(v)))
+        out.append(triples)
+    return out
+
+
+def test_filter_parameters_bind_as_columns():
     p = plan_subscription(parse_select("SELECT * FROM stock WHERE sector = :s AND risk BETWEEN :lo AND :hi"), CAT)
-    got = bind_filter(p.physical, {"s": ["a", "b"], "lo": [1, 5], "hi": [2, 9]}, 2)
-    assert got == [((("sector", "=", ("a",)), ("risk", "between", (1, 2))),),
-                   ((("sector", "=", ("b",)), ("risk", "between", (5, 9))),)]
+    got = bind_filter_columns(p.physical, {"s": np.array(["a", "b"]), "lo": np.array([1, 5]),
+                                           "hi": np.array([2, 9])}, 2)
+    assert [_bound_row(got, i) for i in range(2)] == [
+        [[("sector", "=", ("a",)), ("risk", "between", (1, 2))]],
+        [[("sector", "=", ("b",)), ("risk", "between", (5, 9))]]]
+    with pytest.raises(InvalidSubscription, match="'r'.*NULL"):
+        bind_filter_columns(p.physical, {"s": np.array(["a", None], dtype=object), "lo": np.array([1, 2]),
+                                         "hi": np.array([2, 3])}, 2, ids=np.array(["q", "r"], dtype=object))
     with pytest.raises(InvalidSubscription, match="'q'.*empty range"):
-        bind_filter(p.physical, {"s": ["a"], "lo": [5], "hi": [2]}, 1, ids=np.array(["q"], dtype=object))
+        bind_filter_columns(p.physical, {"s": np.array(["a"]), "lo": np.array([5]), "hi": np.array([2])}, 1,
+                            ids=np.array(["q"], dtype=object))
 

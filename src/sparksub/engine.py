@@ -22,9 +22,9 @@ from sparksub.errors import (BadUpdate, DuplicateSubscription, InvalidSubscripti
 from sparksub.grammar import statements as st
 from sparksub.planner import ir
 from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES, Catalog, TableDef
-from sparksub.planner.classifier import Planned, bind_filter, bind_range, parameters_of, plan_subscription
+from sparksub.planner.classifier import Planned, bind_filter_columns, bind_range, parameters_of, plan_subscription
 from sparksub.operators.delivery import SubscriptionPoints, Subscribers
-from sparksub.operators.filter_group import EVENT_PREFIX, FilterGroup, FilterSnapshot
+from sparksub.operators.filter_group import EVENT_PREFIX, Block, FilterGroup
 from sparksub.operators.range_min_group import (DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA, UPSERT, GroupSnapshot,
                                                 with_reason)
 from sparksub.operators import spark_groups, spark_stream
@@ -227,8 +227,8 @@ class Engine:
         """Bind the constants (all checked first) and add the subscriptions to the group's registry,
         which rejects duplicate ids — within the batch too — before adding anything."""
         if isinstance(physical, ir.FilterGroupScan):
-            dnfs = bind_filter(physical, params, ids.size, ids=ids)
-            return entry.points.add(ids, dnfs, [physical.columns] * ids.size)
+            disjuncts = bind_filter_columns(physical, params, ids.size, ids=ids)
+            return entry.points.add_block(Block(ids, disjuncts, physical.columns))
         x1, x2 = bind_range(physical, params, ids.size, ids=ids)
         return entry.points.add(ids, x1, x2)
 
@@ -594,11 +594,10 @@ class Engine:
             for old in (entry.shards or {}).values():
                 old.base.unpersist(blocking=False)
             snap = entry.points.snapshot()
-            k = max(1, min(-(-len(snap.ids) // self.filter_shard_size), self.spark.sparkContext.defaultParallelism))
+            k = max(1, min(-(-len(snap) // self.filter_shard_size), self.spark.sparkContext.defaultParallelism))
             entry.shards = {}
             for i in range(k):
-                part = FilterSnapshot(snap.group_id, snap.table, snap.columns, snap.ids[i::k], snap.dnfs[i::k],
-                                      snap.projections[i::k])
+                part = snap.shard(i, k) if k > 1 else snap
                 raw = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
                 rid = f"{entry.group_id}#{i}"
                 entry.shards[rid] = spark_groups.GroupReplica(self.uid, rid, spark_groups.new_base_id(),

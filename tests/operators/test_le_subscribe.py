@@ -57,6 +57,42 @@ def workloads(draw):
     return attrs, steps
 
 
+_SCALAR = {"=", "!=", "<", "<=", ">", ">="}
+
+
+def _add(eng: LeSubscribe, slots: list, conjs: list, how: str) -> None:
+    """Insert through one of the three entry points: per-row Pred lists, the [n, k] predicate
+    matrix (scalar operators, None-padded rows), or one add_columns call per template."""
+    if how == "matrix" and all(p.op in _SCALAR for c in conjs for p in c):
+        k = max((len(c) for c in conjs), default=0)
+        attrs = np.full((len(conjs), k), None, dtype=object)
+        ops = np.full((len(conjs), k), "=", dtype=object)
+        vals = np.zeros((len(conjs), k), dtype=np.int64)
+        for i, c in enumerate(conjs):
+            for j, p in enumerate(c):
+                attrs[i, j], ops[i, j], vals[i, j] = p.attr, p.op, p.value[0]
+        eng.add_matrix(np.array(slots, dtype=np.int64), attrs, ops, vals)
+    elif how == "columns":
+        groups: dict = {}
+        for s, c in zip(slots, conjs):
+            groups.setdefault(tuple((p.attr, p.op) for p in c), []).append((s, c))
+        for template, rows in groups.items():
+            cols = []
+            for j, (_, op) in enumerate(template):
+                vals = [c[j].value for _, c in rows]
+                if op in ("is_null", "is_not_null"):
+                    cols.append(None)
+                elif op == "in":
+                    cols.append(vals)
+                elif op == "between":
+                    cols.append((np.array([v[0] for v in vals]), np.array([v[1] for v in vals])))
+                else:
+                    cols.append(np.array([v[0] for v in vals]))
+            eng.add_columns(np.array([s for s, _ in rows], dtype=np.int64), template, cols)
+    else:
+        eng.add(np.array(slots, dtype=np.int64), conjs)
+
+
 def _run(attrs, steps, eng: LeSubscribe, rnd) -> None:
     subs: dict = {}
     nxt = 0
@@ -65,7 +101,7 @@ def _run(attrs, steps, eng: LeSubscribe, rnd) -> None:
             slots = list(range(nxt, nxt + len(arg)))
             nxt += len(arg)
             rnd.shuffle(slots)
-            eng.add(np.array(slots, dtype=np.int64), arg)
+            _add(eng, slots, arg, rnd.choice(["list", "matrix", "columns"]))
             subs.update(zip(slots, arg))
         elif kind == "remove":
             k = int(len(subs) * arg)
@@ -95,6 +131,7 @@ def test_matches_brute_force_static_engine(wl, rnd):
     attrs, steps = wl
     # cheap tables so that the greedy does build multi-attribute hash tables
     eng = LeSubscribe(CostParams(i_space=0.0, K_r=0.1, C_h=0.1), dynamic=False)
+    eng.bulk_unplace = rnd.choice([1, 256])   # exercise both removal paths
     _run(attrs, steps, eng, rnd)
 
 
@@ -105,7 +142,35 @@ def test_matches_brute_force_dynamic_engine(wl, rnd):
     eng = LeSubscribe(CostParams(i_space=0.0, K_r=0.1, C_h=0.1), dynamic=True, maintain_every=5,
                       maintain_subs=10, bm_max=0.05, b_create=0.01, b_delete=0.005,
                       stats_halflife=50)
+    eng.bulk_unplace = rnd.choice([1, 256])   # exercise both removal paths
     _run(attrs, steps, eng, rnd)
+
+
+def test_bulk_entry_points_agree_and_reject_bad_input_without_side_effects():
+    rng = np.random.default_rng(7)
+    attrs = [f"a{i}" for i in range(12)]
+    subs = _w0_like(rng, 3000)
+    evs = [{a: int(rng.integers(1, 7)) for a in attrs} for _ in range(40)]
+    results = []
+    for how in ("list", "matrix", "columns"):
+        eng = LeSubscribe(dynamic=False)
+        _add(eng, list(range(len(subs))), subs, how)
+        results.append(_got(eng, evs, attrs))
+        assert len(eng) == len(subs)
+    assert results[0] == results[1] == results[2] == _brute(dict(enumerate(subs)), evs)
+    # a bad constant in the last row: nothing is added, the predicate references are undone
+    eng = LeSubscribe(dynamic=False)
+    eng.add_columns(np.arange(2), [("a0", "=")], [np.array([1, 2])])
+    before = eng.stats()["predicates"]
+    with pytest.raises(TypeError):
+        eng.add_columns(np.arange(2, 5), [("a0", "="), ("a1", "<")],
+                        [np.array([1, 3, 4]), np.array([1, 2, None], dtype=object)])
+    assert len(eng) == 2 and eng.stats()["predicates"] == before
+    with pytest.raises(ValueError, match="already subscribed"):
+        eng.add_matrix(np.array([1]), ["a0"], ["="], np.array([[5]]))
+    with pytest.raises(ValueError, match="add_matrix takes operators"):
+        eng.add_matrix(np.array([9]), ["a0"], ["in"], np.array([[5]]))
+    assert len(eng) == 2 and eng.stats()["predicates"] == before
 
 
 # ----------------------------------------------------------------------------- deterministic

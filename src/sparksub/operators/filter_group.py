@@ -32,19 +32,66 @@ def notification_schema(table_columns: list[tuple[str, pa.DataType]]) -> list[tu
     return list(table_columns)
 
 
+#: One predicate of a columnar template: ``(attr, op, column)`` with ``column`` as
+#: ``LeSubscribe.add_columns`` takes it (an array or scalar, a ``(lo, hi)`` pair, tuples for ``in``,
+#: ``None`` for ``is_null`` / ``is_not_null``).
+TemplatePred = tuple
+
+
+@dataclass
+class Block:
+    """Subscriptions registered together: one DNF shape, the constants as columns (DESIGN §3)."""
+
+    ids: np.ndarray                  # object array of subscription ids
+    disjuncts: list                  # [[TemplatePred, ...], ...]
+    projection: tuple
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def take(self, rows: np.ndarray) -> "Block":
+        """The block restricted to ``rows`` (scalar constants stay scalars)."""
+        return Block(self.ids[rows], [[(a, op, _take(op, col, rows)) for a, op, col in conj]
+                                      for conj in self.disjuncts], self.projection)
+
+
+def _take(op: str, col, rows: np.ndarray):
+    if col is None or np.ndim(col) == 0 or (op == "in" and isinstance(col, tuple)):
+        return col                                     # is_null, a shared constant or IN tuple
+    if op == "between":
+        return tuple(_take("=", c, rows) for c in col)
+    if op == "in":
+        return [col[r] for r in rows.tolist()]
+    return np.asarray(col)[rows]
+
+
 @dataclass
 class FilterSnapshot:
+    """What a Spark task needs to rebuild a FILTER group: its live subscriptions, as blocks."""
+
     group_id: str
     table: str
     columns: list  # [(name, pa.DataType)] of the table, in order
-    ids: list = field(default_factory=list)
-    dnfs: list = field(default_factory=list)         # per id: DNF of (attr, op, values)
-    projections: list = field(default_factory=list)  # per id: tuple of column names or ('*',)
+    blocks: list = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.blocks)
+
+    def shard(self, i: int, k: int) -> "FilterSnapshot":
+        """Every ``k``-th subscription from the ``i``-th on (shards for the executors, DESIGN §5)."""
+        out, offset = [], 0
+        for b in self.blocks:
+            first = (i - offset) % k
+            rows = np.arange(first, len(b), k)
+            offset += len(b)
+            if len(rows):
+                out.append(b.take(rows))
+        return FilterSnapshot(self.group_id, self.table, self.columns, out)
 
     def build(self) -> "FilterGroup":
         g = FilterGroup(self.group_id, self.table, self.columns)
-        if self.ids:
-            g.register(self.ids, self.dnfs, self.projections)
+        for b in self.blocks:
+            g.register_block(b)
         return g
 
 
@@ -55,69 +102,141 @@ class FilterGroup:
     def __init__(self, group_id: str, table: str, columns: list, matcher_factory=LeSubscribe):
         self.group_id, self.table, self.columns = group_id, table, list(columns)
         self.matcher = matcher_factory()
-        self._slots_of: dict[str, list[int]] = {}   # id -> internal slots (one per conjunction)
-        self._owner: list[int] = []                 # internal slot -> subscription number (or -1)
-        self._ids: list[str | None] = []            # subscription number -> id
+        self._ids: list[str | None] = []            # subscription number -> id (None: gone)
         self._number: dict[str, int] = {}
         self._proj: list[tuple] = []                # subscription number -> projection
-        self._dnf: list = []
+        self._block_of = np.zeros(0, dtype=np.int64)    # number -> block, row in it
+        self._row_of = np.zeros(0, dtype=np.int64)
+        self._first_slot = np.zeros(0, dtype=np.int64)  # number -> slots first + stride * d
+        self._stride = np.zeros(0, dtype=np.int64)
+        self._nslots = np.zeros(0, dtype=np.int64)
+        self._owner = np.zeros(0, dtype=np.int64)       # internal slot -> number (-1: free)
+        self._n_slots = 0
         self._free_slots: list[int] = []
+        self._blocks: list[Block] = []
         self.counters = {"events": 0, "matches": 0, "batches": 0}
 
     # ---- registration ---------------------------------------------------------------------------
     def register(self, ids, dnfs, projections) -> None:
+        """Register subscriptions given row by row (a DNF of ``(attr, op, values)`` triples each).
+        Rows of one shape and projection become one block; all or nothing."""
         ids = [str(i) for i in ids]
+        self._check_ids(ids)
+        groups: dict = {}
+        for i, dnf, proj in zip(ids, dnfs, projections):
+            shape = (tuple(tuple((a, op, len(v)) for a, op, v in conj) for conj in dnf), tuple(proj))
+            groups.setdefault(shape, []).append((i, dnf))
+        done = []
+        try:
+            for (shape, proj), rows in groups.items():
+                disjuncts = []
+                for d, conj in enumerate(shape):
+                    preds = []
+                    for j, (a, op, _) in enumerate(conj):
+                        vals = [dnf[d][j][2] for _, dnf in rows]
+                        preds.append((a, op, _column(op, vals)))
+                    disjuncts.append(preds)
+                block = Block(np.array([i for i, _ in rows], dtype=object), disjuncts, proj)
+                self.register_block(block)
+                done.append(block)
+        except Exception:
+            for block in done:
+                self.unregister(block.ids.tolist())
+            raise
+
+    def register_block(self, block: Block) -> None:
+        """Register ``len(block)`` subscriptions of one DNF shape at once (vectorised; 1M in
+        seconds).  Checks everything first: a bad id, projection or constant adds nothing."""
+        n = len(block)
+        if n == 0:
+            return
+        ids = block.ids.tolist()
+        self._check_ids(ids)
+        names = {c for c, _ in self.columns}
+        bad = [c for c in block.projection if c != "*" and c not in names]
+        if bad:
+            raise InvalidSubscription(f"subscription {ids[0]!r} projects unknown columns {bad}")
+        D = len(block.disjuncts)
+        base_number = len(self._ids)
+        numbers = np.arange(base_number, base_number + n, dtype=np.int64)
+        if D == 1 and len(self._free_slots) >= n:    # reuse freed slots (churn keeps arrays small)
+            slots_d = [np.array([self._free_slots.pop() for _ in range(n)], dtype=np.int64)]
+            first, stride = slots_d[0], np.ones(n, dtype=np.int64)
+        else:                                          # slot of (row i, disjunct d) = base + d*n + i
+            base = self._n_slots
+            slots_d = [np.arange(base + d * n, base + (d + 1) * n, dtype=np.int64) for d in range(D)]
+            first, stride = np.arange(base, base + n, dtype=np.int64), np.full(n, n, dtype=np.int64)
+        added = []
+        try:
+            for slots, conj in zip(slots_d, block.disjuncts):
+                self._add_to_matcher(slots, conj, n)
+                added.append(slots)
+        except Exception:
+            for slots in added:
+                self.matcher.remove(slots)
+            raise
+        self._n_slots = max([self._n_slots] + [int(s.max()) + 1 for s in slots_d])
+        top = max(self._n_slots, 1)
+        if len(self._owner) < top:
+            grown = np.full(max(top, 2 * len(self._owner)), -1, dtype=np.int64)
+            grown[: len(self._owner)] = self._owner
+            self._owner = grown
+        for slots in slots_d:
+            self._owner[slots] = numbers
+        self._ids.extend(ids)
+        self._number.update(zip(ids, numbers.tolist()))
+        self._proj.extend([tuple(block.projection)] * n)
+        self._blocks.append(block)
+        bid = len(self._blocks) - 1
+        self._block_of = np.concatenate([self._block_of, np.full(n, bid, dtype=np.int64)])
+        self._row_of = np.concatenate([self._row_of, np.arange(n, dtype=np.int64)])
+        self._first_slot = np.concatenate([self._first_slot, first])
+        self._stride = np.concatenate([self._stride, stride])
+        self._nslots = np.concatenate([self._nslots, np.full(n, D, dtype=np.int64)])
+
+    def _add_to_matcher(self, slots: np.ndarray, conj: list, n: int) -> None:
+        template = [(a, op) for a, op, _ in conj]
+        cols = [col for _, _, col in conj]
+        if hasattr(self.matcher, "add_columns"):
+            self.matcher.add_columns(slots, template, cols)
+        else:                                          # a baseline matcher: row by row
+            self.matcher.add(slots, _rows(template, cols, n))
+
+    def _check_ids(self, ids: list) -> None:
         seen = set()
         for i in ids:
             if i in self._number or i in seen:
                 raise DuplicateSubscription(f"subscription {i!r} already exists")
             seen.add(i)
-        names = {c for c, _ in self.columns}
-        for i, proj in zip(ids, projections):
-            bad = [c for c in proj if c != "*" and c not in names]
-            if bad:
-                raise InvalidSubscription(f"subscription {i!r} projects unknown columns {bad}")
-        slots, conjunctions = [], []
-        for i, dnf, proj in zip(ids, dnfs, projections):
-            number = len(self._ids)
-            self._ids.append(i)
-            self._number[i] = number
-            self._proj.append(tuple(proj))
-            self._dnf.append(dnf)
-            mine = []
-            for conj in dnf:
-                slot = self._free_slots.pop() if self._free_slots else len(self._owner)
-                if slot == len(self._owner):
-                    self._owner.append(number)
-                else:
-                    self._owner[slot] = number
-                mine.append(slot)
-                slots.append(slot)
-                conjunctions.append([Pred(a, op, tuple(v)) for a, op, v in conj])
-            self._slots_of[i] = mine
-        if slots:
-            self.matcher.add(np.asarray(slots, dtype=np.int64), conjunctions)
 
     def unregister(self, ids) -> None:
         ids = [str(i) for i in ids]
         for i in ids:
             if i not in self._number:
                 raise UnknownSubscription(f"no subscription {i!r}")
-        slots = []
-        for i in ids:
-            number = self._number.pop(i)
-            self._ids[number] = None
-            for s in self._slots_of.pop(i):
-                self._owner[s] = -1
-                self._free_slots.append(s)
-                slots.append(s)
-        if slots:
-            self.matcher.remove(np.asarray(slots, dtype=np.int64))
+        numbers = np.array([self._number.pop(i) for i in ids], dtype=np.int64)
+        for n in numbers.tolist():
+            self._ids[n] = None
+        if not len(numbers):
+            return
+        per = self._nslots[numbers]
+        rep = np.repeat(numbers, per)
+        d = np.arange(len(rep)) - np.repeat(np.cumsum(per) - per, per)
+        slots = self._first_slot[rep] + self._stride[rep] * d
+        self._owner[slots] = -1
+        self._free_slots.extend(slots.tolist())
+        if len(slots):
+            self.matcher.remove(slots)
 
     # The registry interface the engine uses for every group (as delivery.SubscriptionPoints offers).
     def add(self, ids, dnfs, projections) -> np.ndarray:
         start = len(self._ids)
         self.register(ids, dnfs, projections)
+        return np.arange(start, len(self._ids), dtype=np.int64)
+
+    def add_block(self, block: Block) -> np.ndarray:
+        start = len(self._ids)
+        self.register_block(block)
         return np.arange(start, len(self._ids), dtype=np.int64)
 
     def remove(self, ids) -> None:
@@ -136,9 +255,16 @@ class FilterGroup:
         return len(self._number)
 
     def snapshot(self) -> FilterSnapshot:
-        live = [n for n, i in enumerate(self._ids) if i is not None]
-        return FilterSnapshot(self.group_id, self.table, self.columns, [self._ids[n] for n in live],
-                              [self._dnf[n] for n in live], [self._proj[n] for n in live])
+        """The live subscriptions, block by block (columns sliced, nothing expanded per row)."""
+        alive = np.fromiter((i is not None for i in self._ids), dtype=bool, count=len(self._ids))
+        out = []
+        for bid, block in enumerate(self._blocks):
+            rows = self._row_of[(self._block_of == bid) & alive]
+            if len(rows) == len(block):
+                out.append(block)
+            elif len(rows):
+                out.append(block.take(np.sort(rows)))
+        return FilterSnapshot(self.group_id, self.table, self.columns, out)
 
     # ---- matching -------------------------------------------------------------------------------
     def match(self, events: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -146,7 +272,7 @@ class FilterGroup:
         ev, slot = self.matcher.match(events)
         if ev.size == 0:
             return ev, slot
-        owner = np.asarray(self._owner, dtype=np.int64)[slot]
+        owner = self._owner[slot]
         pairs = np.unique(np.stack([ev, owner], axis=1), axis=0)  # a DNF's conjunctions may all match
         return pairs[:, 0], pairs[:, 1]
 
@@ -185,10 +311,55 @@ class FilterGroup:
     def explain(self) -> dict:
         engine = self.matcher.explain() if hasattr(self.matcher, "explain") else {}
         return {"class": "FILTER", "group": self.group_id, "subscriptions": len(self),
-                "conjunctions": len(self._owner) - len(self._free_slots),
+                "conjunctions": int((self._owner[: self._n_slots] >= 0).sum()),
                 "algorithm": f"{type(self.matcher).__name__} (001 two-phase matching)",
                 **{f"engine {k}": v for k, v in engine.items()}}
 
     def stats(self) -> dict:
         return {**self.counters, "subscriptions": len(self),
                 **(self.matcher.stats() if hasattr(self.matcher, "stats") else {})}
+
+
+def _column(op: str, vals: list):
+    """Row constants (tuples, as in a DNF triple) -> one ``add_columns`` column."""
+    if op in ("is_null", "is_not_null"):
+        return None
+    if op == "in":
+        return [tuple(v) for v in vals]
+    if op == "between":
+        return (_array([v[0] for v in vals]), _array([v[1] for v in vals]))
+    return _array([v[0] for v in vals])
+
+
+def _array(values: list) -> np.ndarray:
+    a = np.empty(len(values), dtype=object)
+    a[:] = values
+    kinds = {type(v) for v in values}
+    if kinds <= {int} or kinds <= {int, float} or kinds <= {float}:
+        return np.asarray(values)            # numeric: a typed array factorises faster
+    return a
+
+
+def _rows(template: list, cols: list, n: int) -> list:
+    """Expand a columnar template to per-row Pred lists (for matchers without add_columns)."""
+    rows: list = [[] for _ in range(n)]
+    for (a, op), col in zip(template, cols):
+        for i in range(n):
+            if col is None:
+                v = ()
+            elif op == "between":
+                lo, hi = col
+                v = (_at(lo, i), _at(hi, i))
+            elif op == "in":
+                v = tuple(col) if isinstance(col, tuple) else tuple(col[i])
+            else:
+                v = (_at(col, i),)
+            rows[i].append(Pred(a, op, v))
+    return rows
+
+
+def _at(col, i: int):
+    if np.ndim(col) == 0:
+        return col.item() if isinstance(col, np.generic) else col
+    v = col[i]
+    return v.item() if isinstance(v, np.generic) else v

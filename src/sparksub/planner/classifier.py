@@ -22,13 +22,12 @@ from sqlglot import exp
 from sparksub.catalyst_rules import RuleExecutor
 from sparksub.catalyst_rules.executor import RuleApplication
 from sparksub.catalyst_rules.rules import BATCHES
-from sparksub.catalyst_rules.rules.close_strict_bounds import pred_value, succ_value
 from sparksub.errors import InvalidSubscription, UnsupportedSubscription
 from sparksub.planner import ir
 from sparksub.planner.catalog import Catalog
 from sparksub.planner.logical import to_logical
 
-__all__ = ["SUPPORTED_CLASSES", "Planned", "plan_subscription", "bind_range", "bind_filter", "parameters_of"]
+__all__ = ["SUPPORTED_CLASSES", "Planned", "plan_subscription", "bind_range", "bind_filter_columns", "parameters_of"]
 
 SUPPORTED_CLASSES = (
     "RANGE_MIN (SELECT MIN(y) FROM t WHERE x BETWEEN a AND b)",
@@ -107,7 +106,12 @@ def _eval(v: ir.Value | None, params: dict[str, np.ndarray], n: int, default: fl
         if col.shape != (n,):
             raise InvalidSubscription(f"parameter {v.name!r} has {col.size} values, expected {n}")
         return col
-    inner = _eval(v.of, params, n, default)
+    return _step(v, _eval(v.of, params, n, default))
+
+
+def _step(v: ir.Succ | ir.Pred, inner) -> np.ndarray:
+    """The closed bound a strict one stands for, elementwise (``close_strict_bounds``)."""
+    inner = np.asarray(inner, dtype=np.float64)
     if isinstance(v, ir.Succ):
         return np.floor(inner) + 1.0 if v.integral else np.nextafter(inner, np.inf)
     return np.ceil(inner) - 1.0 if v.integral else np.nextafter(inner, -np.inf)
@@ -131,50 +135,70 @@ def bind_range(node: ir.RangeMinGroupScan, params: dict[str, np.ndarray], n: int
     return x1, x2
 
 
-def bind_filter(node: ir.FilterGroupScan, params: dict[str, np.ndarray], n: int,
-                ids: np.ndarray | None = None) -> list[tuple[tuple[tuple[str, str, tuple], ...], ...]]:
-    """Each of ``n`` subscriptions as a DNF of ``(attr, op, constants)`` triples, parameters bound.
-
-    A BETWEEN with ``lo > hi`` is an empty range: :class:`InvalidSubscription` naming the subscription.
+def bind_filter_columns(node: ir.FilterGroupScan, params: dict[str, np.ndarray], n: int,
+                        ids: np.ndarray | None = None) -> list[list[tuple]]:
+    """The constants of ``n`` FILTER subscriptions of one template, bound: each disjunct as a list of
+    ``(attr, op, column)`` with the constants as columns (scalars where the template fixes them),
+    the form ``FilterGroup.register_block`` takes.  NULL/NaN constants and empty BETWEEN ranges
+    raise :class:`InvalidSubscription` naming the first offending subscription; nothing is bound
+    row by row.
     """
     columns = {}
     for name in parameters_of(node):
         if name not in params:
             raise InvalidSubscription(f"missing parameter column {name!r} (needed for :{name})")
-        col = np.asarray(params[name], dtype=object)
+        col = np.asarray(params[name])
         if col.shape != (n,):
             raise InvalidSubscription(f"parameter {name!r} has {col.size} values, expected {n}")
-        columns[name] = col.tolist()
+        bad = np.flatnonzero(_is_missing(col))
+        if len(bad):
+            who = f"subscription {ids[bad[0]]!r}" if ids is not None else f"row {bad[0]}"
+            raise InvalidSubscription(f"{who} has a NULL/NaN value for parameter :{name}")
+        columns[name] = col
 
-    def value(v, i):
+    def value(v):
         if isinstance(v, ir.Const):
             return v.value
         if isinstance(v, ir.Param):
-            return columns[v.name][i]
-        inner = float(value(v.of, i))
-        return succ_value(inner, v.integral) if isinstance(v, ir.Succ) else pred_value(inner, v.integral)
+            return columns[v.name]
+        return _step(v, value(v.of))
 
     out = []
-    for i in range(n):
-        dnf = []
-        for conj in node.disjuncts:
-            triples = []
-            for attr, op, vals in conj:
-                bound = tuple(value(v, i) for v in vals)
-                if any(b is None or (isinstance(b, float) and b != b) for b in bound):
+    for conj in node.disjuncts:
+        preds = []
+        for attr, op, vals in conj:
+            if op in ("is_null", "is_not_null"):
+                preds.append((attr, op, None))
+            elif op == "in":
+                bound = [value(v) for v in vals]
+                if all(np.ndim(b) == 0 for b in bound):
+                    preds.append((attr, op, tuple(bound)))
+                else:
+                    cols = [np.broadcast_to(np.asarray(b, dtype=object), (n,)) for b in bound]
+                    preds.append((attr, op, list(zip(*cols))))
+            elif op == "between":
+                lo, hi = value(vals[0]), value(vals[1])
+                try:
+                    empty = np.flatnonzero(np.broadcast_to(np.asarray(lo) > np.asarray(hi), (n,)))
+                except TypeError:                   # a string bound against a number: no order
+                    empty = []
+                if len(empty):
+                    i = int(empty[0])
                     who = f"subscription {ids[i]!r}" if ids is not None else f"row {i}"
-                    raise InvalidSubscription(f"{who} has a NULL/NaN constant in {attr} {op}")
-                if op == "between" and _gt(bound[0], bound[1]):
-                    who = f"subscription {ids[i]!r}" if ids is not None else f"row {i}"
-                    raise InvalidSubscription(f"{who} has an empty range on {attr}: {bound[0]!r} > {bound[1]!r}")
-                triples.append((attr, op, bound))
-            dnf.append(tuple(triples))
-        out.append(tuple(dnf))
+                    lo_i = lo if np.ndim(lo) == 0 else lo[i]
+                    hi_i = hi if np.ndim(hi) == 0 else hi[i]
+                    raise InvalidSubscription(f"{who} has an empty range on {attr}: {lo_i!r} > {hi_i!r}")
+                preds.append((attr, op, (lo, hi)))
+            else:
+                preds.append((attr, op, value(vals[0])))
+        out.append(preds)
     return out
 
 
-def _gt(a, b) -> bool:
-    try:
-        return a > b
-    except TypeError:
-        return False
+def _is_missing(col: np.ndarray) -> np.ndarray:
+    if col.dtype == object:
+        return np.fromiter((v is None or (isinstance(v, float) and v != v) for v in col.tolist()),
+                           dtype=bool, count=col.size)
+    if col.dtype.kind == "f":
+        return np.isnan(col)
+    return np.zeros(col.shape, dtype=bool)

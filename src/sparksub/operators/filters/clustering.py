@@ -303,22 +303,22 @@ def greedy_static(enum: SchemaEnumeration, size: np.ndarray, fallback_cost: np.n
     mu = np.asarray(schema_mu, dtype=np.float64)
     steps = []
 
-    def state():
-        choice, cur = best_choice(enum, allowed, fallback_cost)
-        has = choice >= 0
-        curlen = np.zeros(enum.n_subs)
-        curlen[has] = enum.nattr[choice[has]]
-        multi = np.zeros(enum.n_subs, dtype=bool)
-        multi[has] = enum.nattr[choice[has]] >= 2
-        return choice, cur, curlen, multi
+    choice, cur = best_choice(enum, allowed, fallback_cost)
+    has = choice >= 0
+    curlen = np.zeros(enum.n_subs)
+    curlen[has] = enum.nattr[choice[has]]
+    multi = np.zeros(enum.n_subs, dtype=bool)
+    multi[has] = enum.nattr[choice[has]] >= 2
+    # rows of each schema, contiguous: adding a table only revisits its own rows
+    by_sid = np.argsort(enum.sid, kind="stable")
+    sid_start = np.searchsorted(enum.sid[by_sid], np.arange(n_schema + 1))
 
-    def space_of(curlen, multi):
+    def space_of():
         n_tab = int((allowed & ~single).sum())
         return weight * (params.h_space * float(multi.sum())
                          + params.K_space * float((size - curlen).sum())) + params.i_space * n_tab
 
-    choice, cur, curlen, multi = state()
-    space = space_of(curlen, multi)
+    space = space_of()
     while space < space_bound and (max_tables is None or len(chosen) < max_tables):
         cand = ~allowed
         if not cand.any():
@@ -346,8 +346,15 @@ def greedy_static(enum: SchemaEnumeration, size: np.ndarray, fallback_cost: np.n
         allowed[k] = True
         chosen.append(enum.schemas[k])
         steps.append((enum.schemas[k], float(benefit[k]), float(ds[k])))
-        choice, cur, curlen, multi = state()
-        space = space_of(curlen, multi)
+        # the best clustering instance changes only for subscriptions with schema k in GA(s)
+        rows = by_sid[sid_start[k]: sid_start[k + 1]]
+        better = rows[enum.cost[rows] < cur[enum.sub[rows]]]
+        sb = enum.sub[better]
+        choice[sb] = better
+        cur[sb] = enum.cost[better]
+        curlen[sb] = enum.nattr[better]
+        multi[sb] = enum.nattr[better] >= 2
+        space = space_of()
     tab = np.flatnonzero(allowed & ~single)
     hashing = float(_hash_cost(enum.schema_nattr[tab], mu[tab], params).sum())
     return GreedyResult(chosen, choice, float(weight * cur.sum()), hashing, space, steps)

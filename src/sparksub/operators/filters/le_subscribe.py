@@ -45,16 +45,18 @@ import time
 from collections import defaultdict
 
 import numpy as np
+import pandas as pd
 
 from sparksub.operators.arrays import concat_ranges
 
-from .clustering import (CostParams, best_choice, enumerate_schemas, greedy_static,
+from .clustering import (CostParams, enumerate_schemas, greedy_static,
                          matching_cost, space_cost)
 from .predicates import Pred, PredicateIndex
 
 __all__ = ["LeSubscribe"]
 
 _EMPTY = np.empty(0, dtype=np.int64)
+_SCALAR_OPS = frozenset(("=", "!=", "<", "<=", ">", ">="))
 _ALWAYS = -2      # cluster table code: checked for every event (empty conjunction)
 _SINGLE = -1      # cluster table code: single access predicate, pid -> clusters
 
@@ -109,6 +111,19 @@ class _KeyIndex:
             self.codes[self.n] = codes
         self.pos[cid] = self.n
         self.n += 1
+        self.dirty = True
+
+    def add_many(self, keys: np.ndarray, cids: np.ndarray, codes: np.ndarray | None) -> None:
+        m = len(cids)
+        self.keys = _grow(self.keys, self.n + m, 0)
+        self.cids = _grow(self.cids, self.n + m, -1)
+        self.codes = _grow(self.codes, self.n + m, -1)
+        self.keys[self.n: self.n + m] = keys
+        self.cids[self.n: self.n + m] = cids
+        if self.k:
+            self.codes[self.n: self.n + m] = codes
+        self.pos.update(zip(cids.tolist(), range(self.n, self.n + m)))
+        self.n += m
         self.dirty = True
 
     def remove(self, cid: int) -> None:
@@ -181,6 +196,47 @@ class _Table:
         self.n_subs = 0
 
 
+def _factorize(op: str, col, n: int) -> tuple[np.ndarray, list[tuple]]:
+    """Codes (int64 [n]) and the distinct constant tuples of one template column."""
+    zeros = np.zeros(n, dtype=np.int64)
+    if op in ("is_null", "is_not_null"):
+        return zeros, [()]
+    if op == "in":
+        if isinstance(col, tuple):
+            return zeros, [col]
+        seen: dict = {}
+        codes = np.fromiter((seen.setdefault(tuple(v), len(seen)) for v in col), dtype=np.int64,
+                            count=n)
+        return codes, list(seen)
+    if op == "between":
+        lo, hi = col
+        c_lo, u_lo = _factorize_scalar(lo, n)
+        c_hi, u_hi = _factorize_scalar(hi, n)
+        codes, uniq = pd.factorize(c_lo * len(u_hi) + c_hi)
+        return codes.astype(np.int64), [(u_lo[c // len(u_hi)], u_hi[c % len(u_hi)])
+                                        for c in uniq.tolist()]
+    codes, uniq = _factorize_scalar(col, n)
+    return codes, [(u,) for u in uniq]
+
+
+def _reject_none(arr: np.ndarray) -> None:
+    if arr.dtype == object:
+        none = np.flatnonzero(np.equal(arr, None))
+        if len(none):
+            raise TypeError(f"predicate constant must be a number or a string, got None in row {none[0]}")
+
+
+def _factorize_scalar(col, n: int) -> tuple[np.ndarray, list]:
+    if np.ndim(col) == 0:
+        return np.zeros(n, dtype=np.int64), [col.item() if isinstance(col, np.generic) else col]
+    arr = np.asarray(col)
+    if arr.shape != (n,):
+        raise ValueError(f"constant column has shape {arr.shape}, expected ({n},)")
+    _reject_none(arr)
+    codes, uniq = pd.factorize(arr, use_na_sentinel=False)
+    return codes.astype(np.int64), np.asarray(uniq).tolist()
+
+
 class LeSubscribe:
     """Clustered two-phase matching of conjunctive subscriptions (001 §2-§4).
 
@@ -202,6 +258,11 @@ class LeSubscribe:
     max_schema:
         Largest multi-attribute schema considered.
     """
+
+    #: from this many subscriptions on, removal compacts cluster segments instead of swapping
+    bulk_unplace = 256
+    #: a maintenance round runs the table-creation greedy on at most this many subscriptions
+    maintain_sample = 100_000
 
     def __init__(self, params: CostParams = CostParams(), *, dynamic: bool = True,
                  maintain_every: int = 16384, maintain_subs: int = 50_000,
@@ -275,41 +336,46 @@ class LeSubscribe:
         self._pid_attr = _grow(self._pid_attr, cap, -1)
         self._pid_hits = _grow(self._pid_hits, cap, 0.0)
 
+    def _intern_pred(self, p: Pred, count: int = 1) -> int:
+        """Intern one predicate with ``count`` references and keep the per-pid arrays in step."""
+        pid = self._pi.add(p, count)
+        if pid >= len(self._pid_ref):
+            self._ensure_pid_arrays()
+        if self._pid_ref[pid] == 0:              # new (or recycled) pid: reset its info
+            self._pid_hits[pid] = 0.0
+            a = self._attr(p.attr)
+            self._pid_attr[pid] = a if p.op == "=" else -1
+            if p.op == "=":
+                self._attr_ndistinct[a] += 1
+            self._lognu_cache = None
+        self._pid_ref[pid] += count
+        return pid
+
     def _intern(self, conj) -> list[int]:
         pids: list[int] = []
         for p in conj:
             if type(p) is not Pred:
                 p = Pred(*p)
-            pid = self._pi.add(p)
+            pid = self._intern_pred(p)
             if pid in pids:                      # duplicate predicate inside a conjunction
-                self._pi.release(pid)
+                self._release_n(pid, 1)
                 continue
             pids.append(pid)
-            if pid >= len(self._pid_ref):
-                self._ensure_pid_arrays()
-            if self._pid_ref[pid] == 0:          # new (or recycled) pid: reset its info
-                self._pid_hits[pid] = 0.0
-                if p.op == "=":
-                    a = self._attr(p.attr)
-                    self._pid_attr[pid] = a
-                    self._attr_ndistinct[a] += 1
-                else:
-                    self._attr(p.attr)
-                    self._pid_attr[pid] = -1
-                self._lognu_cache = None
-            self._pid_ref[pid] += 1
         return pids
+
+    def _release_n(self, pid: int, count: int) -> None:
+        self._pid_ref[pid] -= count
+        if self._pid_ref[pid] == 0:
+            a = self._pid_attr[pid]
+            if a >= 0:
+                self._attr_ndistinct[a] -= 1
+            self._pid_attr[pid] = -1
+            self._lognu_cache = None
+        self._pi.release(pid, count)
 
     def _release(self, pids) -> None:
         for pid in pids:
-            self._pid_ref[pid] -= 1
-            if self._pid_ref[pid] == 0:
-                a = self._pid_attr[pid]
-                if a >= 0:
-                    self._attr_ndistinct[a] -= 1
-                self._pid_attr[pid] = -1
-                self._lognu_cache = None
-            self._pi.release(pid)
+            self._release_n(pid, 1)
 
     # ------------------------------------------------------------------ statistics
     def _lognu(self) -> np.ndarray:
@@ -334,41 +400,48 @@ class LeSubscribe:
             st = self._stores[w] = _Store(w)
         return st
 
-    def _new_cluster(self, tab: int, key: tuple, w: int, cap: int) -> int:
-        if self._cl_free:
-            cid = self._cl_free.pop()
-        else:
-            cid = self._n_cl
-            self._n_cl += 1
-            for name, fill in (("_cl_w", 0), ("_cl_start", 0), ("_cl_cap", 0), ("_cl_len", 0),
-                               ("_cl_tab", 0), ("_cl_alive", False), ("_cl_keys", -1)):
-                setattr(self, name, _grow(getattr(self, name), cid + 1, fill))
-            self._cl_dictkey.append(None)
-        if len(key) > self._cl_keys.shape[1]:
-            k = np.full((self._cl_keys.shape[0], len(key)), -1, dtype=np.int64)
+    def _new_clusters(self, tab: np.ndarray, keys: np.ndarray, width: np.ndarray,
+                      cap: np.ndarray, dictkeys: list) -> np.ndarray:
+        """Create clusters ``(tab[i], keys[i], width[i])`` with room for ``cap[i]`` rows, in one
+        vectorised pass (a new hash table makes thousands); ``dictkeys`` are their lookup keys."""
+        m = len(tab)
+        reuse = [self._cl_free.pop() for _ in range(min(m, len(self._cl_free)))]
+        fresh = np.arange(self._n_cl, self._n_cl + m - len(reuse), dtype=np.int64)
+        cids = np.concatenate([np.asarray(reuse, dtype=np.int64), fresh])
+        self._n_cl += len(fresh)
+        for name, fill in (("_cl_w", 0), ("_cl_start", 0), ("_cl_cap", 0), ("_cl_len", 0),
+                           ("_cl_tab", 0), ("_cl_alive", False), ("_cl_keys", -1)):
+            setattr(self, name, _grow(getattr(self, name), self._n_cl, fill))
+        self._cl_dictkey.extend([None] * (self._n_cl - len(self._cl_dictkey)))
+        kw = keys.shape[1]
+        if kw > self._cl_keys.shape[1]:
+            k = np.full((self._cl_keys.shape[0], kw), -1, dtype=np.int64)
             k[:, : self._cl_keys.shape[1]] = self._cl_keys
             self._cl_keys = k
-        st = self._store(w)
-        st.reserve(st.top + cap)
-        self._cl_w[cid], self._cl_start[cid], self._cl_cap[cid] = w, st.top, cap
-        st.top += cap
-        self._cl_len[cid] = 0
-        self._cl_tab[cid] = tab
-        self._cl_alive[cid] = True
-        self._cl_keys[cid] = -1
-        self._cl_keys[cid, : len(key)] = key
-        dk = (tab, key, w)
-        self._cl_dictkey[cid] = dk
-        self._cl_lookup[dk] = cid
-        if tab == _ALWAYS:
-            self._always.add(cid)
-        elif tab == _SINGLE:
-            self._pid_index.add(key[0], cid, None)
-        else:
-            t = self._tables[tab]
-            t.index.add(int(_key_hash(np.array([key], dtype=np.int64))[0]), cid, key)
-        self._counters["clusters_created"] += 1
-        return cid
+        for w in np.unique(width).tolist():
+            sel = np.flatnonzero(width == w)
+            st = self._store(w)
+            c = cap[sel]
+            st.reserve(st.top + int(c.sum()))
+            self._cl_start[cids[sel]] = st.top + np.cumsum(c) - c
+            st.top += int(c.sum())
+        self._cl_w[cids], self._cl_cap[cids], self._cl_len[cids] = width, cap, 0
+        self._cl_tab[cids], self._cl_alive[cids] = tab, True
+        self._cl_keys[cids] = -1
+        self._cl_keys[cids, :kw] = keys
+        for cid, dk in zip(cids.tolist(), dictkeys):
+            self._cl_dictkey[cid] = dk
+            self._cl_lookup[dk] = cid
+        self._always.update(cids[tab == _ALWAYS].tolist())
+        single = tab == _SINGLE
+        if single.any():
+            self._pid_index.add_many(keys[single, 0].astype(np.uint64), cids[single], None)
+        for t in np.unique(tab[tab >= 0]).tolist():
+            sel = tab == t
+            k = len(self._tables[t].schema)
+            self._tables[t].index.add_many(_key_hash(keys[sel, :k]), cids[sel], keys[sel, :k])
+        self._counters["clusters_created"] += m
+        return cids
 
     def _free_cluster(self, cid: int) -> None:
         tab = int(self._cl_tab[cid])
@@ -453,73 +526,116 @@ class LeSubscribe:
         """Best access per subscription among existing tables (001 §3.2 best clustering
         instance / 001 §4 "chooses always the hash table that gives the best benefit").
 
-        Returns a list of ``(tab, key pids tuple)``.
+        Returns ``(tab, keys)``: per subscription its table code (``_SINGLE``, ``_ALWAYS`` or a
+        table id) and its access key, int64 ``[n, kw]`` -1 padded (the single access pid, or the
+        equality pids on the table's schema in attribute order).  Vectorised over subscriptions:
+        the candidates are the single predicates and the existing tables only, so no ``GA(s)``
+        enumeration is needed (that one is for creating tables, :meth:`maintain`).
         """
+        n = len(slots)
+        live = [(tid, t.schema) for tid, t in enumerate(self._tables)
+                if t is not None and tid != exclude_tab]
+        kw = max([1, self.max_schema] + [len(sc) for _, sc in live])
+        tab = np.full(n, _SINGLE, dtype=np.int64)
+        keys = np.full((n, kw), -1, dtype=np.int64)
+        if n == 0:
+            return tab, keys
         P, attr, eqp, eqln, allln = self._profile(slots)
         size = self._slot_np[slots]
-        # fallback: most selective single predicate of any operator
-        fb_col = np.argmin(allln, axis=1) if P.shape[1] else np.zeros(len(slots), dtype=np.int64)
-        fb_ln = allln[np.arange(len(slots)), fb_col] if P.shape[1] else np.full(len(slots), np.inf)
-        fb_cost = np.exp(fb_ln) * self._chk(size - 1)
-        out: list = [None] * len(slots)
-        choice = np.full(len(slots), -1, dtype=np.int64)
-        enum = None
-        if attr.shape[1]:
-            enum = enumerate_schemas(attr, eqln, size, self.params, self.max_schema)
-            allowed = enum.schema_nattr == 1
-            for tid, t in enumerate(self._tables):
-                if t is not None and tid != exclude_tab:
-                    k = enum.schema_id(t.schema)
-                    if k >= 0:
-                        allowed[k] = True
-            choice, _ = best_choice(enum, allowed, fb_cost)
-        for i in range(len(slots)):
-            c = int(choice[i])
-            if c >= 0:
-                cols = [j for j in range(attr.shape[1]) if enum.mask[c] >> j & 1]
-                pairs = sorted((int(attr[i, j]), int(eqp[i, j])) for j in cols)
-                if len(pairs) == 1:
-                    out[i] = (_SINGLE, (pairs[0][1],))
-                else:
-                    schema = tuple(a for a, _ in pairs)
-                    out[i] = (self._schema_tab[schema], tuple(p for _, p in pairs))
-            elif size[i] == 0:
-                out[i] = (_ALWAYS, ())
-            else:
-                out[i] = (_SINGLE, (int(P[i, fb_col[i]]),))
-        return out
+        rows = np.arange(n)
+        # single access: the most selective predicate of any operator (001 §3.2 natural clustering)
+        if P.shape[1]:
+            col = np.argmin(allln, axis=1)
+            best = np.exp(allln[rows, col]) * self._chk(size - 1)
+            keys[:, 0] = P[rows, col]
+        else:
+            best = np.full(n, np.inf)
+        empty = size == 0
+        tab[empty] = _ALWAYS
+        keys[empty, 0] = -1
+        best[empty] = -np.inf
+        live = [(tid, sc) for tid, sc in live if len(sc) <= attr.shape[1]]
+        if not live:
+            return tab, keys
+        # per chunk, a dense (subscription x attribute) matrix of equality pids / log nu, so a
+        # table's key is a column gather (001 §3 "hashing configuration")
+        n_attr = max(1, len(self._attr_names))
+        step = max(1024, (1 << 22) // n_attr)
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            a = attr[lo:hi]
+            ok_cell = a >= 0
+            r = np.broadcast_to(np.arange(hi - lo)[:, None], a.shape)[ok_cell]
+            pid_by = np.full((hi - lo, n_attr), -1, dtype=np.int64)
+            ln_by = np.zeros((hi - lo, n_attr))
+            pid_by[r, a[ok_cell]] = eqp[lo:hi][ok_cell]
+            ln_by[r, a[ok_cell]] = eqln[lo:hi][ok_cell]
+            b = best[lo:hi]
+            for tid, sc in live:
+                sc = list(sc)
+                kp = pid_by[:, sc]
+                ok = (kp >= 0).all(axis=1)
+                if not ok.any():
+                    continue
+                cost = np.exp(ln_by[:, sc].sum(axis=1)) * self._chk(size[lo:hi] - len(sc))
+                better = np.flatnonzero(ok & (cost < b))
+                b[better] = cost[better]
+                tab[lo + better] = tid
+                keys[lo + better] = -1
+                keys[lo + better, : len(sc)] = kp[better]
+        return tab, keys
 
-    def _place(self, slots: np.ndarray, targets: list) -> None:
-        """Append subscriptions to the clusters of their targets (vectorised writes)."""
+    def _place(self, slots: np.ndarray, tab: np.ndarray, keys: np.ndarray) -> None:
+        """Append subscriptions to the clusters of their accesses (vectorised writes)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        if len(slots) == 0:
+            return
         lognu = self._lognu()
-        by_w: dict[int, list] = defaultdict(list)
-        for s, (tab, key) in zip(slots.tolist(), targets):
-            n = int(self._slot_np[s])
-            pids = self._slot_pids[s, :n].tolist()
-            ks = set(key)
-            res = [p for p in pids if p not in ks]
-            res.sort(key=lambda p: lognu[p])               # most selective column first
-            w = len(res)
-            cid = self._cl_lookup.get((tab, key, w))
+        P = self._slot_pids[slots].astype(np.int64)
+        # residual predicates: all but the access key, most selective column first (001 §2.2)
+        is_key = (P[:, :, None] == keys[:, None, :]).any(axis=2)
+        R = np.where(is_key | (P < 0), -1, P)
+        o = np.argsort(np.where(R >= 0, lognu[np.maximum(R, 0)], np.inf), axis=1, kind="stable")
+        R = np.take_along_axis(R, o, axis=1)
+        width = (R >= 0).sum(axis=1)
+        # one cluster per (table, key, width): find or create each distinct one once
+        M = np.column_stack([tab, keys, width])
+        h = _key_hash(M + 3)
+        _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+        inv = inv.ravel()
+        if not (M[first][inv] == M).all():                  # a 64-bit hash collision: exact path
+            _, first, inv = np.unique(M, axis=0, return_index=True, return_inverse=True)
+            inv = inv.ravel()
+        cnt = np.bincount(inv, minlength=len(first))
+        ucid = np.full(len(first), -1, dtype=np.int64)
+        missing, missing_keys = [], []
+        for u, row in enumerate(M[first].tolist()):
+            dk = (row[0], tuple(k for k in row[1:-1] if k >= 0), row[-1])
+            cid = self._cl_lookup.get(dk)
             if cid is None:
-                cid = self._new_cluster(tab, key, w, 2)
-            by_w[w].append((cid, s, res))
-            if tab >= 0:
-                self._tables[tab].n_subs += 1
-        for w, items in by_w.items():
-            cids = np.fromiter((c for c, _, _ in items), dtype=np.int64, count=len(items))
-            ss = np.fromiter((s for _, s, _ in items), dtype=np.int64, count=len(items))
-            o = np.argsort(cids, kind="stable")
-            cids, ss = cids[o], ss[o]
-            res = (np.array([items[i][2] for i in o.tolist()], dtype=np.int32).reshape(len(o), w)
-                   if w else np.empty((len(o), 0), dtype=np.int32))
+                missing.append(u)
+                missing_keys.append(dk)
+            else:
+                ucid[u] = cid
+        if missing:
+            f = first[missing]
+            ucid[missing] = self._new_clusters(tab[f], keys[f], width[f],
+                                               np.maximum(2, cnt[missing]), missing_keys)
+        cids_all = ucid[inv]
+        for t, c in zip(*np.unique(tab[tab >= 0], return_counts=True)):
+            self._tables[int(t)].n_subs += int(c)
+        for w in np.unique(width).tolist():
+            sel = np.flatnonzero(width == w)
+            o = sel[np.argsort(cids_all[sel], kind="stable")]
+            cids, ss = cids_all[o], slots[o]
+            res = R[o, :w].astype(np.int32)
             uc, first, cnt = np.unique(cids, return_index=True, return_counts=True)
             st = self._stores[w]
             if st.garbage > max(4096, st.top // 2):
                 self._compact(w)
             need = self._cl_len[uc] + cnt
-            for c, nd in zip(uc[need > self._cl_cap[uc]].tolist(),
-                             need[need > self._cl_cap[uc]].tolist()):
+            full = need > self._cl_cap[uc]
+            for c, nd in zip(uc[full].tolist(), need[full].tolist()):
                 self._relocate(c, nd)
             rank = np.arange(len(cids)) - np.repeat(first, cnt)
             rows = self._cl_start[cids] + self._cl_len[cids] + rank
@@ -531,51 +647,90 @@ class LeSubscribe:
             self._cl_len[uc] += cnt
 
     def _unplace(self, slots) -> None:
-        """Remove subscriptions from their clusters: swap-with-last inside the cluster."""
-        for s in np.asarray(slots, dtype=np.int64).tolist():
-            cid = int(self._slot_cl[s])
-            r = int(self._slot_row[s])
-            w = int(self._cl_w[cid])
+        """Remove subscriptions from their clusters.  Few: swap-with-last inside the cluster;
+        many (a table created or dropped moves thousands): each touched cluster's segment is
+        compacted in one vectorised pass per width store."""
+        slots = np.asarray(slots, dtype=np.int64)
+        if len(slots) < self.bulk_unplace:
+            for s in slots.tolist():
+                self._unplace_one(s)
+            return
+        cids = self._slot_cl[slots]
+        for w in np.unique(self._cl_w[cids]).tolist():
             st = self._stores[w]
-            last = int(self._cl_start[cid] + self._cl_len[cid] - 1)
-            if r != last:
-                if w:
-                    st.cols[:, r] = st.cols[:, last]
-                moved = int(st.slots[last])
-                st.slots[r] = moved
-                self._slot_row[moved] = r
-            st.slots[last] = -1
-            self._cl_len[cid] -= 1
-            self._slot_cl[s] = -1
-            tab = int(self._cl_tab[cid])
-            if tab >= 0:
-                self._tables[tab].n_subs -= 1
-            if self._cl_len[cid] == 0:
-                self._free_cluster(cid)
+            gone = self._slot_row[slots[self._cl_w[cids] == w]]
+            uc = np.unique(cids[self._cl_w[cids] == w])
+            lens = self._cl_len[uc]
+            rows = concat_ranges(self._cl_start[uc], lens)
+            dead = np.zeros(st.slots.shape[0], dtype=bool)
+            dead[gone] = True
+            keep = ~dead[rows]
+            owner = np.repeat(np.arange(len(uc)), lens)
+            new_len = np.bincount(owner, keep, minlength=len(uc)).astype(np.int64)
+            src = rows[keep]
+            dst = concat_ranges(self._cl_start[uc], new_len)
+            if w:
+                st.cols[:, dst] = st.cols[:, src]
+            st.slots[dst] = st.slots[src]
+            self._slot_row[st.slots[dst]] = dst
+            tail = concat_ranges(self._cl_start[uc] + new_len, lens - new_len)
+            st.slots[tail] = -1
+            self._cl_len[uc] = new_len
+        tabs = self._cl_tab[cids]
+        for t, c in zip(*np.unique(tabs[tabs >= 0], return_counts=True)):
+            self._tables[int(t)].n_subs -= int(c)
+        self._slot_cl[slots] = -1
+        for c in np.unique(cids).tolist():
+            if self._cl_len[c] == 0:
+                self._free_cluster(c)
+
+    def _unplace_one(self, s: int) -> None:
+        cid = int(self._slot_cl[s])
+        r = int(self._slot_row[s])
+        w = int(self._cl_w[cid])
+        st = self._stores[w]
+        last = int(self._cl_start[cid] + self._cl_len[cid] - 1)
+        if r != last:
+            if w:
+                st.cols[:, r] = st.cols[:, last]
+            moved = int(st.slots[last])
+            st.slots[r] = moved
+            self._slot_row[moved] = r
+        st.slots[last] = -1
+        self._cl_len[cid] -= 1
+        self._slot_cl[s] = -1
+        tab = int(self._cl_tab[cid])
+        if tab >= 0:
+            self._tables[tab].n_subs -= 1
+        if self._cl_len[cid] == 0:
+            self._free_cluster(cid)
 
     def _move(self, slots: np.ndarray, exclude_tab: int | None = None) -> int:
         """Re-choose the access of ``slots``; move those whose best access changed."""
         if len(slots) == 0:
             return 0
-        targets = self._choose(slots, exclude_tab)
-        cur = [self._cl_dictkey[c][:2] for c in self._slot_cl[slots].tolist()]
-        ch = [i for i, (t, c) in enumerate(zip(targets, cur)) if t != c]
-        if not ch:
+        tab, keys = self._choose(slots, exclude_tab)
+        cur = self._slot_cl[slots]
+        ck = self._cl_keys[cur]
+        kw = max(ck.shape[1], keys.shape[1])
+        ck = np.pad(ck, ((0, 0), (0, kw - ck.shape[1])), constant_values=-1)
+        kk = np.pad(keys, ((0, 0), (0, kw - keys.shape[1])), constant_values=-1)
+        ch = np.flatnonzero((self._cl_tab[cur] != tab) | (ck != kk).any(axis=1))
+        if not len(ch):
             return 0
         mv = slots[ch]
         self._unplace(mv)
-        self._place(mv, [targets[i] for i in ch])
+        self._place(mv, tab[ch], keys[ch])
         self._counters["moves"] += len(ch)
         return len(ch)
 
     # ------------------------------------------------------------------ public API
-    def add(self, slots, conjunctions) -> None:
-        """Insert subscriptions ``slots[i]`` = conjunction ``conjunctions[i]`` (list of Pred)."""
+    def _new_slots(self, slots, n: int) -> np.ndarray:
         slots = np.asarray(slots, dtype=np.int64).ravel()
-        if len(slots) != len(conjunctions):
-            raise ValueError("slots and conjunctions differ in length")
+        if len(slots) != n:
+            raise ValueError("slots and subscriptions differ in length")
         if len(slots) == 0:
-            return
+            return slots
         if slots.min() < 0:
             raise ValueError("slots must be non-negative")
         if len(np.unique(slots)) != len(slots):
@@ -587,20 +742,135 @@ class LeSubscribe:
         present = self._slot_cl[slots] >= 0
         if present.any():
             raise ValueError(f"slot {int(slots[present][0])} already subscribed")
-        lists = [self._intern(c) for c in conjunctions]
-        width = max((len(p) for p in lists), default=0)
+        return slots
+
+    def _insert(self, slots: np.ndarray, P: np.ndarray) -> None:
+        """Add subscriptions given as interned pid rows (-1 padded, no duplicates in a row)."""
+        width = P.shape[1]
         if width > self._slot_pids.shape[1]:
             sp = np.full((self._slot_pids.shape[0], width), -1, dtype=np.int32)
             sp[:, : self._slot_pids.shape[1]] = self._slot_pids
             self._slot_pids = sp
-        self._slot_pids = _grow(self._slot_pids, top, -1)
+        self._slot_pids = _grow(self._slot_pids, int(slots.max()) + 1, -1)
         self._slot_pids[slots] = -1
-        for s, p in zip(slots.tolist(), lists):
-            self._slot_pids[s, : len(p)] = p
-            self._slot_np[s] = len(p)
-        self._place(slots, self._choose(slots))
+        self._slot_pids[slots, :width] = P
+        self._slot_np[slots] = (P >= 0).sum(axis=1)
+        self._place(slots, *self._choose(slots))
         self._n_subs += len(slots)
         self._since_changes += len(slots)
+
+    def add(self, slots, conjunctions) -> None:
+        """Insert subscriptions ``slots[i]`` = conjunction ``conjunctions[i]`` (list of Pred)."""
+        slots = self._new_slots(slots, len(conjunctions))
+        if len(slots) == 0:
+            return
+        lists = [self._intern(c) for c in conjunctions]
+        P = np.full((len(lists), max((len(p) for p in lists), default=0)), -1, dtype=np.int64)
+        for i, p in enumerate(lists):
+            P[i, : len(p)] = p
+        self._insert(slots, P)
+
+    def add_columns(self, slots, template, columns) -> None:
+        """Bulk insert: subscription ``slots[i]`` = AND over j of ``template[j]`` with constants
+        ``columns[j][i]`` -- the constants of a template as columns (DESIGN §3), 1M in seconds.
+
+        ``template[j]`` is ``(attr, op)``; ``columns[j]`` is, by operator: an array (or a scalar
+        shared by every row) for ``= != < <= > >=``; a pair ``(lo, hi)`` of arrays/scalars for
+        ``between``; a sequence of tuples (or one tuple) for ``in``; ``None`` for ``is_null`` /
+        ``is_not_null``.  Only the distinct constants of each column are interned (Python work
+        per distinct predicate, numpy work per subscription).  Bad constants raise before
+        anything is added.
+        """
+        if len(template) != len(columns):
+            raise ValueError("template and columns differ in length")
+        n = len(np.asarray(slots).ravel())
+        slots = self._new_slots(slots, n)
+        if n == 0:
+            return
+        P = np.empty((n, len(template)), dtype=np.int64)
+        taken: list[tuple[int, int]] = []
+        try:
+            for j, ((attr, op), col) in enumerate(zip(template, columns)):
+                codes, values = _factorize(op, col, n)
+                pids = self._intern_distinct([Pred(attr, op, v) for v in values], codes, taken)
+                P[:, j] = pids[codes]
+        except Exception:
+            self._undo(taken)
+            raise
+        self._insert_rows(slots, P)
+
+    def add_matrix(self, slots, attrs, ops, values) -> None:
+        """Bulk insert of subscriptions with one scalar constant per predicate (``= != < <= > >=``)
+        and any mix of attributes: predicate j of subscription i is ``attrs[i, j] ops[i, j]
+        values[i, j]`` (``[n, k]`` arrays; ``attrs``/``ops`` may be ``[k]`` rows shared by all);
+        a ``None`` attribute marks an absent predicate (shorter conjunctions).  The
+        (attribute, operator, constant) triples are factorised jointly, so only distinct
+        predicates cost Python work (001 §6.1's W0: 32 x 35 of them for millions of rows).
+        """
+        values = np.asarray(values)
+        if values.ndim != 2:
+            raise ValueError("values must be a 2-d [subscriptions, predicates] array")
+        n, k = values.shape
+        attrs = np.broadcast_to(np.asarray(attrs, dtype=object), (n, k)).ravel()
+        ops = np.broadcast_to(np.asarray(ops, dtype=object), (n, k)).ravel()
+        slots = self._new_slots(slots, n)
+        if n == 0:
+            return
+        bad = ~np.isin(ops, list(_SCALAR_OPS)) & (attrs != None)  # noqa: E711 (elementwise)
+        if bad.any():
+            raise ValueError(f"add_matrix takes operators {sorted(_SCALAR_OPS)}, "
+                             f"got {ops[bad][0]!r} (use add or add_columns)")
+        ca, ua = pd.factorize(attrs, use_na_sentinel=True)
+        present = ca >= 0
+        _reject_none(values.ravel()[present])
+        co, uo = pd.factorize(ops, use_na_sentinel=False)
+        cv, uv = pd.factorize(values.ravel(), use_na_sentinel=False)
+        ua, uo, uv = list(ua), list(uo), np.asarray(uv).tolist()
+        combined = (np.maximum(ca, 0).astype(np.int64) * len(uo) + co) * len(uv) + cv
+        codes = np.full(n * k, -1, dtype=np.int64)
+        c, uniq = pd.factorize(combined[present])
+        codes[present] = c
+        preds = []
+        for u in uniq.tolist():
+            a, rest = divmod(u, len(uo) * len(uv))
+            o, v = divmod(rest, len(uv))
+            preds.append(Pred(ua[a], uo[o], (uv[v],)))
+        taken: list[tuple[int, int]] = []
+        try:
+            pids = self._intern_distinct(preds, codes[present], taken)
+        except Exception:
+            self._undo(taken)
+            raise
+        P = np.full(n * k, -1, dtype=np.int64)
+        P[present] = pids[codes[present]]
+        self._insert_rows(slots, P.reshape(n, k))
+
+    def _intern_distinct(self, preds: list, codes: np.ndarray, taken: list) -> np.ndarray:
+        """Intern ``preds[u]`` once with as many references as ``codes`` holds ``u``."""
+        counts = np.bincount(codes, minlength=len(preds))
+        pids = np.full(len(preds), -1, dtype=np.int64)
+        for u, p in enumerate(preds):
+            if counts[u]:
+                pids[u] = self._intern_pred(p, int(counts[u]))
+                taken.append((int(pids[u]), int(counts[u])))
+        return pids
+
+    def _undo(self, taken) -> None:
+        for pid, c in taken:                                 # nothing added: undo the interning
+            self._release_n(pid, c)
+
+    def _insert_rows(self, slots: np.ndarray, P: np.ndarray) -> None:
+        """:meth:`_insert` after dropping a predicate repeated inside one row (-1 = absent)."""
+        if P.shape[1] > 1:                                   # the same predicate twice in a row
+            P = np.sort(P, axis=1)
+            dup = np.zeros(P.shape, dtype=bool)
+            dup[:, 1:] = (P[:, 1:] == P[:, :-1]) & (P[:, 1:] >= 0)
+            if dup.any():
+                for pid, c in zip(*np.unique(P[dup], return_counts=True)):
+                    self._release_n(int(pid), int(c))
+                P[dup] = -1
+            P = -np.sort(-P, axis=1)                         # -1 padding last
+        self._insert(slots, P)
 
     def remove(self, slots) -> None:
         """Delete subscriptions (unknown slots raise KeyError)."""
@@ -749,9 +1019,9 @@ class LeSubscribe:
         slots = self._live_slots()
         slots = slots[self._cl_tab[self._slot_cl[slots]] == tid]
         if len(slots):
-            targets = self._choose(slots, exclude_tab=tid)
+            tab, keys = self._choose(slots, exclude_tab=tid)
             self._unplace(slots)
-            self._place(slots, targets)
+            self._place(slots, tab, keys)
             self._counters["moves"] += len(slots)
         assert t.n_subs == 0 and len(t.index) == 0
         self._tables[tid] = None
@@ -843,7 +1113,14 @@ class LeSubscribe:
             bm2 = np.bincount(cid2, nu_c2 - np.minimum(nu_s2, nu_c2), minlength=self._n_cl)
             still = cand[bm2[cid2] > self.bm_max]
             if len(still):
-                enum, size, fb = self._enum_for(still)
+                # the greedy's gains are sums over subscriptions: a uniform sample, scaled up,
+                # estimates them (as recluster_static does) and bounds a round's cost
+                pick, weight = still, 1.0
+                if len(still) > self.maintain_sample:
+                    pick = np.sort(np.random.default_rng(self._n_subs).choice(
+                        still, self.maintain_sample, replace=False))
+                    weight = len(still) / self.maintain_sample
+                enum, size, fb = self._enum_for(pick)
                 if enum is not None:
                     existing = np.zeros(len(enum.schemas), dtype=bool)
                     for t in self._tables:
@@ -854,7 +1131,7 @@ class LeSubscribe:
                     res = greedy_static(enum, size, fb, self._schema_mu(enum), np.inf,
                                         self.params, existing=existing,
                                         max_tables=int(existing.sum()) + self.max_new_tables,
-                                        min_benefit=self.b_create)
+                                        min_benefit=self.b_create, weight=weight)
                     new = [s for s in res.schemas if s not in self._schema_tab]
                     if new:
                         for s in new:

@@ -557,8 +557,8 @@ class PredicateIndex:
         self._dirty: set[str] = set()
 
     # -- interning -----------------------------------------------------------------------
-    def add(self, pred: Pred) -> int:
-        """Intern ``pred`` (one more reference); returns its id."""
+    def add(self, pred: Pred, count: int = 1) -> int:
+        """Intern ``pred`` (``count`` more references); returns its id."""
         # Fast path: millions of subscriptions share few distinct predicates (001 §6.1's W0 has
         # 32 x 35), so remember each raw form's interning key and skip re-validating it.
         raw = pred
@@ -569,7 +569,7 @@ class PredicateIndex:
         if key is not None:
             pid = self._pid_of_key.get(key)
             if pid is not None:
-                self._refs[pid] += 1
+                self._refs[pid] += count
                 return pid
         pred = _validated(pred)
         key = _interning_key(pred)
@@ -581,27 +581,29 @@ class PredicateIndex:
             pass
         pid = self._pid_of_key.get(key)
         if pid is not None:
-            self._refs[pid] += 1
+            self._refs[pid] += count
             return pid
         if self._free:
             pid = heapq.heappop(self._free)
-            self._preds[pid], self._keys[pid], self._refs[pid] = pred, key, 1
+            self._preds[pid], self._keys[pid], self._refs[pid] = pred, key, count
         else:
             pid = len(self._preds)
             self._preds.append(pred)
             self._keys.append(key)
-            self._refs.append(1)
+            self._refs.append(count)
         self._pid_of_key[key] = pid
         self._pids_by_attr.setdefault(pred.attr, set()).add(pid)
         self._dirty.add(pred.attr)
         return pid
 
-    def release(self, pid: int) -> None:
-        """Drop one reference to ``pid``; the id is freed (and later reused) at zero."""
+    def release(self, pid: int, count: int = 1) -> None:
+        """Drop ``count`` references to ``pid``; the id is freed (and later reused) at zero."""
         pid = int(pid)
         if not (0 <= pid < len(self._preds)) or self._preds[pid] is None:
             raise KeyError(f"predicate id {pid} is not live")
-        self._refs[pid] -= 1
+        if count > self._refs[pid]:
+            raise ValueError(f"predicate id {pid} has {self._refs[pid]} references, not {count}")
+        self._refs[pid] -= count
         if self._refs[pid]:
             return
         pred, key = self._preds[pid], self._keys[pid]
