@@ -67,3 +67,51 @@ def test_filter_and_range_min_groups_share_a_publish(spark):
     got = sorted((r.seq, r.subscription_id, r.op, r.value, r.symbol) for r in out)
     assert got == [(0, "lowper", "match", None, "a"), (0, "m", "update", 2.0, None),
                    (2, "lowper", "match", None, "c")]
+
+
+def test_filters_on_structured_streaming_equal_brute_force(spark, tmp_path):
+    """stream() serves FILTER groups too: each micro-batch is matched statelessly on every shard."""
+    import json
+    rnd = random.Random(11)
+    e = Engine(spark)
+    e.filter_shard_size = 8
+    e.sql("CREATE TABLE ticks (name STRING, price DOUBLE)")
+    names = ["IBM", "MSFT", "SAP"]
+    params = {"id": [f"q{i}" for i in range(20)], "n": [rnd.choice(names) for _ in range(20)],
+              "lo": [float(rnd.randint(0, 60)) for _ in range(20)]}
+    e.subscribe_many("SELECT * FROM ticks WHERE name = :n AND price >= :lo", params)
+    e.sql("CREATE SUBSCRIPTION cheap AS SELECT name FROM ticks WHERE price < 10 OR name IS NULL")
+    src = tmp_path / "in"
+    src.mkdir()
+    events, seq = [], 0
+    for f in range(3):                                   # three files: three micro-batches
+        rows = []
+        for _ in range(30):
+            ev = {"name": rnd.choice(names + [None]), "price": float(rnd.randint(0, 100)), "_seq": seq}
+            rows.append(ev)
+            events.append(ev)
+            seq += 1
+        rows.append({"name": "IBM", "price": 1.0, "_seq": 10_000 + f, "_op": "bogus"})
+        (src / f"{f}.json").write_text("\n".join(json.dumps(r) for r in rows))
+    df = spark.readStream.schema("name string, price double, _seq long, _op string") \
+        .option("maxFilesPerTrigger", 1).json(str(src))
+    q = (e.stream("ticks", df).writeStream.format("memory").queryName("filter_stream_out")
+         .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    out = spark.table("filter_stream_out").collect()
+
+    def hits(ev):
+        h = [i for i, n, lo in zip(params["id"], params["n"], params["lo"])
+             if ev["name"] == n and ev["price"] >= lo]
+        return h + (["cheap"] if ev["price"] < 10 or ev["name"] is None else [])
+
+    want = sorted((ev["_seq"], s) for ev in events for s in hits(ev))
+    assert sorted((r.seq, r.subscription_id) for r in out if r.op == "match") == want
+    rejected = sorted((r.seq, r.reason) for r in out if r.op == "rejected")
+    assert rejected == [(10_000 + f, "unknown _op bogus") for f in range(3)]
+    for r in out:
+        if r.op == "match":
+            assert r.name == events[r.seq]["name"]

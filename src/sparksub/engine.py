@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sparksub.errors import (BadUpdate, DuplicateSubscription, InvalidSubscription, SparksubError,
+from sparksub.errors import (AnalysisError, BadUpdate, DuplicateSubscription, InvalidSubscription, SparksubError,
                              UnknownSubscription, UnsupportedSubscription)
 from sparksub.grammar import statements as st
 from sparksub.planner import ir
@@ -391,19 +391,56 @@ class Engine:
         with self._lock:
             state = self._table(table)
             groups = self._groups_on(state)
-            if any(isinstance(e.physical, ir.FilterGroupScan) for e in groups):
-                raise SparksubError(f"stream(): FILTER subscriptions on {table!r} are not served on "
-                                    f"Structured Streaming yet (publish them in batches)")
             if not groups:
                 raise SparksubError(f"no subscriptions on table {table!r}: a stream serves the "
                                     f"subscriptions registered when it starts")
-            specs = {}
-            for e in groups:
-                if e.replica is not None and e.replica.log:
-                    e.base_stale = True  # the stream seeds its state from the base: make it current
-                specs[e.group_id] = (e.physical.x, e.physical.y, self._replica(state, e).base)
-            return spark_stream.run_stream(self.spark, streaming_df, state.definition, specs, mode,
-                                           schema, self.uid)
+            filters = [e for e in groups if isinstance(e.physical, ir.FilterGroupScan)]
+            ranges = [e for e in groups if e not in filters]
+            outs = []
+            if filters and mode == "unicast":
+                outs.append(self._stream_filters(state, filters, streaming_df))
+            if ranges:
+                specs = {}
+                for e in ranges:
+                    if e.replica is not None and e.replica.log:
+                        e.base_stale = True  # the stream seeds its state from the base: make it current
+                    specs[e.group_id] = (e.physical.x, e.physical.y, self._replica(state, e).base)
+                outs.append(spark_stream.run_stream(self.spark, streaming_df, state.definition, specs, mode,
+                                                    schema, self.uid))
+            if not outs:
+                raise SparksubError(f"stream(): FILTER subscriptions on {table!r} have no "
+                                    f"{mode!r} form; use mode='unicast'")
+            out = outs[0]
+            for more in outs[1:]:
+                out = out.unionByName(more, allowMissingColumns=True)
+            return out
+
+    def _stream_filters(self, state: TableState, entries: list, streaming_df):
+        """FILTER groups on a stream: stateless, so each micro-batch is matched like a ``publish``
+        batch (events to every shard); a row with an unknown ``_op`` comes out as ``rejected``."""
+        from pyspark.sql import functions as F
+        tdef = state.definition
+        schema = _with_event_columns(_schema_for("unicast"), tdef)
+        cols = streaming_df.columns
+        missing = [c for c in tdef.column_names if c not in cols]
+        if missing:
+            raise AnalysisError(f"stream(): the streaming DataFrame lacks columns {missing} of {tdef.name!r}")
+        op_txt = F.coalesce(F.lower(F.col("_op")), F.lit("upsert")) if "_op" in cols else F.lit("upsert")
+        op = (F.when(op_txt == "upsert", F.lit(0)).when(op_txt == "delete", F.lit(1))
+              .otherwise(F.lit(2)).cast("tinyint"))
+        seq = F.col("_seq").cast("bigint") if "_seq" in cols else F.monotonically_increasing_id()
+        events = streaming_df.select(*[F.col(c).alias(EVENT_PREFIX + c) for c in tdef.column_names],
+                                     op.alias("op"), seq.alias("seq"),
+                                     (F.col("_op") if "_op" in cols else F.lit(None).cast("string")).alias("_op_given"))
+        replicas = {rid: r for e in entries for rid, r in self._replicas(state, e).items()}
+        good = events.where(F.col("op") != 2).drop("_op_given")
+        out = spark_groups.stream_groups(good, replicas, "unicast", schema, _operator_name(e.physical for e in entries))
+        rejected = events.where(F.col("op") == 2).select(
+            F.lit(None).cast("string").alias("subscription_id"), F.lit("rejected").alias("op"),
+            F.col("seq"), F.lit(None).cast("string").alias("group_id"),
+            F.concat(F.lit("unknown _op "), F.coalesce(F.col("_op_given"), F.lit("NULL"))).alias("reason"))
+        out = out.unionByName(rejected, allowMissingColumns=True)
+        return _rename_event_columns(out, tdef)
 
     def result(self, sub_id: str):
         """The subscription's current result: the MIN (MAX) over its range, None when empty. A FILTER

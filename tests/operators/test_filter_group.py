@@ -87,3 +87,46 @@ def test_projection_deletes_and_errors():
     with pytest.raises(UnknownSubscription):
         g.unregister(["q", "zz"])
     assert "r" not in g and "q" in g and len(g) == 2
+
+
+@settings(max_examples=25, deadline=None)
+@given(subs=st.lists(dnf, min_size=1, max_size=15), events=st.lists(event, min_size=1, max_size=10),
+       drop=st.sets(st.integers(0, 14)), k=st.integers(1, 4))
+def test_snapshot_shards_rebuild_the_same_matches(subs, events, drop, k):
+    """Blocks survive snapshot -> shard -> build: the shards' matches partition the group's."""
+    g = FilterGroup("filter:t", "t", COLUMNS)
+    ids = [f"s{i}" for i in range(len(subs))]
+    g.register(ids, subs, [("*",)] * len(subs))
+    g.unregister([f"s{i}" for i in drop if i < len(subs)])
+    whole = sorted((r["seq"], r["subscription_id"]) for r in g.apply(batch(events)).to_pylist())
+    snap = g.snapshot()
+    assert len(snap) == len(g)
+    parts = [snap.shard(i, k).build() for i in range(k)]
+    assert sum(len(p) for p in parts) == len(g)
+    got = sorted((r["seq"], r["subscription_id"]) for p in parts for r in p.apply(batch(events)).to_pylist())
+    assert got == whole
+
+
+def test_register_block_is_all_or_nothing():
+    import numpy as np
+
+    from sparksub.operators.filter_group import Block
+    g = FilterGroup("filter:t", "t", COLUMNS)
+    g.register(["keep"], [((("a", "=", (1,)),),)], [("*",)])
+    # the second disjunct's constants are bad (None): the first disjunct must not stay behind
+    bad = Block(np.array(["x", "y"], dtype=object),
+                [[("a", ">=", np.array([1, 2]))], [("b", "=", np.array([3, None], dtype=object))]], ("*",))
+    with pytest.raises(TypeError, match="None in row 1"):
+        g.register_block(bad)
+    assert len(g) == 1 and "x" not in g
+    assert len(g.matcher) == 1
+    out = g.apply(batch([{"a": 1, "b": 3, "s": None}, {"a": 2, "b": 3, "s": None}])).to_pylist()
+    assert [(r["seq"], r["subscription_id"]) for r in out] == [(0, "keep")]
+    good = Block(np.array(["x", "y"], dtype=object),
+                 [[("a", ">=", np.array([1, 2]))], [("b", "=", 3)]], ("a",))
+    g.register_block(good)
+    out = g.apply(batch([{"a": 1, "b": 3, "s": "z"}, {"a": 0, "b": 0, "s": None}])).to_pylist()
+    assert sorted((r["seq"], r["subscription_id"]) for r in out) == [(0, "keep"), (0, "x"), (0, "y")]
+    assert all(r[EVENT_PREFIX + "s"] is None for r in out if r["subscription_id"] != "keep")
+    g.unregister(["x"])
+    assert len(g.matcher) == 3  # keep + y's two conjunctions

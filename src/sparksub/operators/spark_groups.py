@@ -145,6 +145,19 @@ def _plan(spark, replicas, batch: pa.Table, mode: str, schema: pa.Schema, failur
     return df.mapInArrow(_operator(replicas, mode, schema, failures, name), _ddl(schema))
 
 
+def stream_groups(events, replicas: dict[str, GroupReplica], mode: str, schema: pa.Schema,
+                  name: str = "filter_group"):
+    """Stateless groups (FILTER) over a streaming DataFrame of events (columns group_id-free:
+    the batch columns but ``group_id``).  Every event goes to every shard (001 is stateless per
+    event: shards only split the subscriptions), one partition per shard, as ``run_groups``;
+    nothing is kept between micro-batches, so no state store is involved."""
+    from pyspark.sql import functions as F
+    rids = sorted(replicas)
+    df = events.withColumn("group_id", F.explode(F.array(*[F.lit(r) for r in rids])))
+    df = df.repartition(max(len(rids), 1), "group_id")
+    return df.mapInArrow(_operator(replicas, mode, schema, None, name), _ddl(schema))
+
+
 def _ddl(schema: pa.Schema) -> str:
     names = {pa.string(): "string", pa.float64(): "double", pa.int64(): "bigint", pa.int8(): "tinyint",
              pa.bool_(): "boolean", pa.timestamp("us"): "timestamp", pa.date32(): "date"}
