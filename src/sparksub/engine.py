@@ -386,6 +386,11 @@ class Engine:
         Spark's state store and survives restarts from the checkpoint; the subscriptions and, for a new
         checkpoint, the initial rows are those of the engine when ``stream`` is called. The stream's
         updates do not flow back into the engine (``result``/``publish`` do not see them).
+
+        FILTER groups on the table (unicast only) are stateless: each micro-batch is matched on every
+        shard as a ``publish`` batch is, and their notifications (with the event's columns) are
+        unioned with the range groups' (``_seq`` gives ``seq``; without it, a unique but not
+        replay-stable id).
         """
         schema = _mode_schema(mode)  # run_stream adds the ``reason`` column
         with self._lock:

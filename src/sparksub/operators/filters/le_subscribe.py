@@ -266,7 +266,7 @@ class LeSubscribe:
 
     def __init__(self, params: CostParams = CostParams(), *, dynamic: bool = True,
                  maintain_every: int = 16384, maintain_subs: int = 50_000,
-                 bm_max: float = 8.0, b_create: float = 4.0, b_delete: float = 1.0,
+                 bm_max: float = 1.0, b_create: float = 4.0, b_delete: float = 1.0,
                  stats_halflife: float = 200_000.0, max_schema: int = 4,
                  max_new_tables: int = 64, chunk_bytes: int = 16 << 20,
                  predicate_index: PredicateIndex | None = None):
@@ -862,14 +862,16 @@ class LeSubscribe:
     def _insert_rows(self, slots: np.ndarray, P: np.ndarray) -> None:
         """:meth:`_insert` after dropping a predicate repeated inside one row (-1 = absent)."""
         if P.shape[1] > 1:                                   # the same predicate twice in a row
-            P = np.sort(P, axis=1)
+            big = np.iinfo(np.int64).max
+            P = np.sort(np.where(P < 0, big, P), axis=1)     # ascending, absent ones last
             dup = np.zeros(P.shape, dtype=bool)
-            dup[:, 1:] = (P[:, 1:] == P[:, :-1]) & (P[:, 1:] >= 0)
+            dup[:, 1:] = (P[:, 1:] == P[:, :-1]) & (P[:, 1:] != big)
             if dup.any():
                 for pid, c in zip(*np.unique(P[dup], return_counts=True)):
                     self._release_n(int(pid), int(c))
-                P[dup] = -1
-            P = -np.sort(-P, axis=1)                         # -1 padding last
+                P[dup] = big
+                P = np.sort(P, axis=1)
+            P[P == big] = -1
         self._insert(slots, P)
 
     def remove(self, slots) -> None:
