@@ -64,10 +64,11 @@ def test_named_parameters_bind_vectorised():
 
 
 REJECTED = [
-    ("SELECT COUNT(*) FROM stock WHERE risk BETWEEN 1 AND 2", "Aggregate[COUNT(*)]"),
-    ("SELECT SUM(per) FROM stock WHERE risk BETWEEN 1 AND 2", "Aggregate[SUM(per)]"),
-    ("SELECT symbol, per FROM stock WHERE risk BETWEEN 1 AND 2 ORDER BY per LIMIT 5", "Limit[?](Sort[per]"),
-    ("SELECT DISTINCT per FROM stock WHERE risk BETWEEN 1 AND 2", "Distinct[]"),
+    ("SELECT COUNT(per) FROM stock WHERE risk BETWEEN 1 AND 2", "Aggregate[COUNT(per)]"),
+    ("SELECT SUM(per) FROM stock WHERE risk BETWEEN 1 AND 2 AND rank = 3", "Aggregate[SUM(per)]"),
+    ("SELECT symbol, per FROM stock WHERE risk BETWEEN 1 AND 2 ORDER BY per, risk LIMIT 5",
+     "Limit[?](Sort[per, risk]"),
+    ("SELECT DISTINCT per, risk FROM stock WHERE risk BETWEEN 1 AND 2", "Distinct[]"),
     ("SELECT * FROM stock WHERE risk > per", "risk > per"),
     ("SELECT symbol, per + 1 FROM stock WHERE risk > 3", "per + ?"),
     ("SELECT MIN(per) FROM stock WHERE risk BETWEEN 1 AND 2 OR risk > 9", "OR"),

@@ -25,6 +25,7 @@ from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES, Catalog, Tab
 from sparksub.planner.classifier import Planned, bind_filter_columns, bind_range, parameters_of, plan_subscription
 from sparksub.operators.delivery import SubscriptionPoints, Subscribers
 from sparksub.operators.filter_group import EVENT_PREFIX, Block, FilterGroup
+from sparksub.operators.range_groups import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA, RangeClassSnapshot
 from sparksub.operators.range_min_group import (DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA, UPSERT, GroupSnapshot,
                                                 with_reason)
 from sparksub.operators import spark_groups, spark_stream
@@ -89,6 +90,7 @@ class GroupEntry:
     subscribers: Subscribers | None = None  # the deliver() side, seeded lazily
     subscribers_version: int = -1
     version: int = 0  # bumps on every publish and registration change
+    k_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # RANGE_TOPK: k per slot
 
 
 class Engine:
@@ -230,7 +232,15 @@ class Engine:
             disjuncts = bind_filter_columns(physical, params, ids.size, ids=ids)
             return entry.points.add_block(Block(ids, disjuncts, physical.columns))
         x1, x2 = bind_range(physical, params, ids.size, ids=ids)
-        return entry.points.add(ids, x1, x2)
+        k = _bind_k(physical, params, ids) if isinstance(physical, ir.RangeTopkGroupScan) else None
+        slots = entry.points.add(ids, x1, x2)
+        if k is not None:
+            if slots.size and slots.max() >= entry.k_of.size:
+                grown = np.ones(max(int(slots.max()) + 1, 2 * entry.k_of.size), dtype=np.int64)
+                grown[: entry.k_of.size] = entry.k_of
+                entry.k_of = grown
+            entry.k_of[slots] = k
+        return slots
 
     def _check_new_ids(self, ids, target: GroupEntry | None = None) -> None:
         """Ids are unique per engine: check them against every group but ``target``, whose own
@@ -276,7 +286,11 @@ class Engine:
                 tdef = self.catalog.get(physical.table)
                 registry = FilterGroup(gid, tdef.name, [(c, _arrow_type(t)) for c, t in tdef.columns])
             else:
-                gid = f"{physical.klass.lower()}:{physical.table}.{physical.y}@{physical.x}"
+                gid = f"{physical.klass.lower()}:{physical.table}.{physical.y or '*'}@{physical.x}"
+                if isinstance(physical, ir.RangeAggGroupScan):
+                    gid = f"{physical.func.lower()}:{physical.table}.{physical.y or '*'}@{physical.x}"
+                elif isinstance(physical, ir.RangeTopkGroupScan) and physical.descending:
+                    gid = f"{physical.klass.lower()}:{physical.table}.{physical.y}_desc@{physical.x}"
                 registry = SubscriptionPoints()
             entry = GroupEntry(gid, physical, registry)
             self._groups[key] = entry
@@ -331,11 +345,13 @@ class Engine:
                 groups = [e for e in groups if not isinstance(e.physical, ir.FilterGroupScan)]
             elif any(isinstance(e.physical, ir.FilterGroupScan) for e in groups):
                 schema = _with_event_columns(schema, state.definition)
+            if any(isinstance(e.physical, _RANGE_CLASS_NODES) for e in groups):
+                schema = _with_range_class_columns(schema, mode)
             seqs = np.arange(self._next_seq, self._next_seq + batch.num_rows, dtype=np.int64)
             group_batches = {e.group_id: self._group_batch(state, e.physical, batch, seqs) for e in groups}
             replicas, parts, owner = {}, [], {}
             for e in groups:
-                if mode == "reformulated":
+                if mode == "reformulated" and isinstance(e.physical, ir.RangeMinGroupScan):
                     self._sync_subscribers(e)
                 # A range group is one replica; a FILTER group one per shard, each shard seeing
                 # every event (001 is stateless per event: shards only split the subscriptions).
@@ -401,6 +417,10 @@ class Engine:
                                     f"subscriptions registered when it starts")
             filters = [e for e in groups if isinstance(e.physical, ir.FilterGroupScan)]
             ranges = [e for e in groups if e not in filters]
+            later = [e.group_id for e in ranges if isinstance(e.physical, _RANGE_CLASS_NODES)]
+            if later:
+                raise SparksubError(f"stream(): groups {later} (top-k / DISTINCT / aggregates) are not "
+                                    f"served on Structured Streaming yet; publish their updates in batches")
             outs = []
             if filters and mode == "unicast":
                 outs.append(self._stream_filters(state, filters, streaming_df))
@@ -456,7 +476,7 @@ class Engine:
                 return None
             state = self._tables[entry.physical.table.lower()]
             group = self._materialized(state, entry)
-            return group.result(sub_id)
+            return group.result(sub_id)  # MIN/MAX/AGG: a value; TOPK: [(key, x, y)]; DISTINCT: sorted values
 
     def deliver(self, messages):
         """Play the network and the subscribers: reformulated messages -> the unicast rows they cause."""
@@ -468,6 +488,10 @@ class Engine:
             for entry in self._groups.values():
                 mine = table.filter(pc.equal(table.column("group_id"), entry.group_id))
                 if mine.num_rows:
+                    if not isinstance(entry.physical, ir.RangeMinGroupScan):
+                        raise SparksubError(f"deliver(): the {entry.physical.klass} group {entry.group_id!r} "
+                                            f"has no network-side subscriber state yet; its reformulated "
+                                            f"messages carry the subscriber predicate (EXPLAIN)")
                     if entry.subscribers is None:
                         raise SparksubError(f"group {entry.group_id!r} has no subscriber state: deliver "
                                             f"the messages of publish(..., mode='reformulated')")
@@ -591,12 +615,22 @@ class Engine:
         if isinstance(p, ir.FilterGroupScan):
             cols = {EVENT_PREFIX + c: batch.column(c) for c in state.definition.column_names}
             return pa.table({**cols, "op": batch.column("op"), "seq": pa.array(seqs, pa.int64())})
+        extra = {}
+        if isinstance(p, ir.RangeAggGroupScan) and p.y is None:
+            y = pa.array(np.zeros(batch.num_rows))            # COUNT(*): any non-null y
+        elif isinstance(p, ir.RangeDistinctGroupScan) and not pa.types.is_floating(batch.column(p.y).type) \
+                and not pa.types.is_integer(batch.column(p.y).type):
+            # DISTINCT of strings: beside the float ``y`` every group's batch shares (range_groups)
+            y, extra = pa.nulls(batch.num_rows, pa.float64()), {"y_text": batch.column(p.y).cast(pa.string())}
+        else:
+            y = batch.column(p.y).cast(pa.float64())
         return pa.table({
             "key": batch.column(state.definition.key),
             "x": batch.column(p.x).cast(pa.float64()),
-            "y": batch.column(p.y).cast(pa.float64()),
+            "y": y,
             "op": batch.column("op"),
             "seq": pa.array(seqs, pa.int64()),
+            **extra,
         })
 
     def _snapshot(self, state: TableState, entry: GroupEntry):
@@ -604,15 +638,24 @@ class Engine:
             return entry.points.snapshot()  # stateless: the subscriptions are all there is
         p = entry.physical
         names = state.definition.column_names
-        ix, iy = names.index(p.x), names.index(p.y)
+        ix = names.index(p.x)
+        iy = names.index(p.y) if p.y is not None else ix
         keys = np.empty(len(state.rows), dtype=object)
         xs = np.empty(len(state.rows))
-        ys = np.empty(len(state.rows))
+        ys = np.empty(len(state.rows), dtype=object if isinstance(p, ir.RangeDistinctGroupScan) else np.float64)
         for i, (k, row) in enumerate(state.rows.items()):
             keys[i] = k
             xs[i] = np.nan if row[ix] is None else row[ix]
-            ys[i] = np.nan if row[iy] is None else row[iy]
+            ys[i] = (None if isinstance(p, ir.RangeDistinctGroupScan) else np.nan) if row[iy] is None else row[iy]
         slots = entry.points.live_slots()
+        if isinstance(p, _RANGE_CLASS_NODES):
+            option = {ir.RangeTopkGroupScan: getattr(p, "descending", None),
+                      ir.RangeAggGroupScan: getattr(p, "func", None)}.get(type(p))
+            return RangeClassSnapshot(p.klass, entry.group_id, p.table, p.x, p.y, option,
+                                      entry.points.ids_of(slots), entry.points.x1[slots].copy(),
+                                      entry.points.x2[slots].copy(),
+                                      entry.k_of[slots].copy() if entry.k_of.size else np.ones(len(slots), np.int64),
+                                      keys, xs, ys)
         return GroupSnapshot(entry.group_id, p.table, p.x, p.y, p.maximum,
                              entry.points.ids_of(slots), entry.points.x1[slots].copy(),
                              entry.points.x2[slots].copy(), keys, xs, ys)
@@ -737,7 +780,7 @@ def _param_columns(params) -> dict:
 
 def _operator_name(physicals) -> str:
     """The name Spark's EXPLAIN shows for the task function: the operator families it runs."""
-    kinds = sorted({"filter" if isinstance(p, ir.FilterGroupScan) else "range_min" for p in physicals})
+    kinds = sorted({_OPERATOR_KIND.get(type(p), "range_min") for p in physicals})
     return "_and_".join(kinds) + ("_group" if len(kinds) == 1 else "_groups")
 
 
@@ -767,3 +810,34 @@ def _mode_schema(mode: str) -> pa.Schema:
 def _schema_for(mode: str) -> pa.Schema:
     """The output schema of ``publish`` and ``stream``: the mode's columns plus a nullable ``reason``."""
     return with_reason(_mode_schema(mode))
+
+
+_RANGE_CLASS_NODES = (ir.RangeTopkGroupScan, ir.RangeDistinctGroupScan, ir.RangeAggGroupScan)
+_OPERATOR_KIND = {ir.FilterGroupScan: "filter", ir.RangeTopkGroupScan: "range_topk",
+                  ir.RangeDistinctGroupScan: "range_distinct", ir.RangeAggGroupScan: "range_agg"}
+
+
+def _with_range_class_columns(schema: pa.Schema, mode: str) -> pa.Schema:
+    """The columns a top-k / DISTINCT / aggregate notification adds (``range_groups``)."""
+    extra = ITEM_SCHEMA if mode == "unicast" else RANGE_MESSAGE_SCHEMA
+    for f in extra:
+        if f.name not in schema.names:
+            schema = schema.insert(len(schema) - 1, f)  # before ``reason``
+    return schema
+
+
+def _bind_k(physical, params: dict, ids: np.ndarray) -> np.ndarray:
+    """LIMIT k per subscription: a template constant or a parameter column of positive integers."""
+    v = physical.k
+    if isinstance(v, ir.Const):
+        return np.full(ids.size, int(v.value), dtype=np.int64)
+    col = np.asarray(params[v.name], dtype=object)
+    if col.shape != (ids.size,):
+        raise InvalidSubscription(f"parameter {v.name!r} has {col.size} values, expected {ids.size}")
+    bad = [i for i, k in enumerate(col.tolist())
+           if isinstance(k, bool) or not isinstance(k, (int, float, np.integer, np.floating))
+           or k != k or k < 1 or k != int(k)]
+    if bad:
+        raise InvalidSubscription(f"subscription {ids[bad[0]]!r}: LIMIT :{v.name} must be a positive integer, "
+                                  f"got {col[bad[0]]!r}")
+    return col.astype(np.int64)

@@ -32,10 +32,14 @@ __all__ = ["SUPPORTED_CLASSES", "Planned", "plan_subscription", "bind_range", "b
 SUPPORTED_CLASSES = (
     "RANGE_MIN (SELECT MIN(y) FROM t WHERE x BETWEEN a AND b)",
     "RANGE_MAX (SELECT MAX(y) FROM t WHERE x BETWEEN a AND b)",
+    "RANGE_TOPK (SELECT cols FROM t WHERE x BETWEEN a AND b ORDER BY y [DESC] LIMIT k)",
+    "RANGE_DISTINCT (SELECT DISTINCT y FROM t WHERE x BETWEEN a AND b)",
+    "RANGE_AGG (SELECT COUNT(*) | SUM(y) | AVG(y) FROM t WHERE x BETWEEN a AND b)",
     "FILTER (SELECT * | cols FROM t WHERE a conjunction or DNF of attr op const, "
     "op in = != < <= > >= BETWEEN IN IS [NOT] NULL)",
 )
-OPERATOR_NODES = (ir.RangeMinGroupScan, ir.FilterGroupScan)
+OPERATOR_NODES = (ir.RangeMinGroupScan, ir.RangeTopkGroupScan, ir.RangeDistinctGroupScan,
+                  ir.RangeAggGroupScan, ir.FilterGroupScan)
 
 _EXECUTOR = RuleExecutor(BATCHES)
 
@@ -79,9 +83,12 @@ def parameters_of(node: ir.Node) -> tuple[str, ...]:
             out.append(v.name)
         elif isinstance(v, (ir.Succ, ir.Pred)):
             walk(v.of)
-    if isinstance(node, ir.RangeMinGroupScan):
+    if isinstance(node, (ir.RangeMinGroupScan, ir.RangeTopkGroupScan, ir.RangeDistinctGroupScan,
+                         ir.RangeAggGroupScan)):
         walk(node.low)
         walk(node.high)
+        if isinstance(node, ir.RangeTopkGroupScan):
+            walk(node.k)
     elif isinstance(node, ir.FilterGroupScan):
         for conj in node.disjuncts:
             for _, _, values in conj:

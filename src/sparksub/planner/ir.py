@@ -20,7 +20,8 @@ __all__ = [
     "Const", "Param", "Succ", "Pred", "Value", "ColumnRef", "Compare", "Between", "RangePred", "InList",
     "IsNull", "Or", "Opaque", "FilterGroupScan",
     "Predicate", "Node", "Scan", "Filter", "Aggregate", "Project", "Distinct", "Sort", "Limit", "Join",
-    "RangeMinGroupScan", "render_value", "shape_of",
+    "RangeMinGroupScan", "RangeTopkGroupScan", "RangeDistinctGroupScan", "RangeAggGroupScan",
+    "render_value", "shape_of",
 ]
 
 
@@ -290,6 +291,75 @@ class RangeMinGroupScan(Node):
     def args_str(self) -> str:
         return (f"{'MAX' if self.maximum else 'MIN'}({self.y}) over {self.x} IN "
                 f"[{render_value(self.low)}, {render_value(self.high)}] of {self.table}")
+
+
+@dataclass(frozen=True)
+class RangeTopkGroupScan(Node):
+    """RANGE_TOPK: ``SELECT cols FROM t WHERE x BETWEEN low AND high ORDER BY y [DESC] LIMIT k`` (002).
+
+    One group per (table, x, y, order); ``k`` is a constant or a per-subscription parameter (the
+    operator keeps one sweep for the largest k in use, 002 §II-A read per k).  Ties in y are broken
+    by the table's key, ascending, in both orders."""
+    table: str
+    x: str
+    y: str
+    descending: bool
+    low: Value | None
+    high: Value | None
+    k: Value
+    columns: tuple[str, ...]
+
+    klass = "RANGE_TOPK"
+
+    @property
+    def group_key(self) -> tuple:
+        return (self.klass, self.table, self.x, self.y, self.descending)
+
+    def args_str(self) -> str:
+        return (f"TOP {render_value(self.k)} BY {self.y}{' DESC' if self.descending else ''} over {self.x} IN "
+                f"[{render_value(self.low)}, {render_value(self.high)}] of {self.table}")
+
+
+@dataclass(frozen=True)
+class RangeDistinctGroupScan(Node):
+    """RANGE_DISTINCT: ``SELECT DISTINCT y FROM t WHERE x BETWEEN low AND high`` (000 §4: Mar over
+    the tuples sharing a y value)."""
+    table: str
+    x: str
+    y: str
+    low: Value | None
+    high: Value | None
+
+    klass = "RANGE_DISTINCT"
+
+    @property
+    def group_key(self) -> tuple:
+        return (self.klass, self.table, self.x, self.y)
+
+    def args_str(self) -> str:
+        return f"DISTINCT {self.y} over {self.x} IN [{render_value(self.low)}, {render_value(self.high)}] of {self.table}"
+
+
+@dataclass(frozen=True)
+class RangeAggGroupScan(Node):
+    """RANGE_AGG: ``SELECT COUNT(*) | SUM(y) | AVG(y) FROM t WHERE x BETWEEN low AND high`` (000 §4:
+    relaxed range subscriptions; ``y`` is None for COUNT)."""
+    table: str
+    x: str
+    y: str | None
+    func: str
+    low: Value | None
+    high: Value | None
+
+    klass = "RANGE_AGG"
+
+    @property
+    def group_key(self) -> tuple:
+        return (self.klass, self.table, self.x, self.y, self.func)
+
+    def args_str(self) -> str:
+        return (f"{self.func}({self.y or '*'}) over {self.x} IN [{render_value(self.low)}, "
+                f"{render_value(self.high)}] of {self.table}")
 
 
 @dataclass(frozen=True)

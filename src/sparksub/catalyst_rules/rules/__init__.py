@@ -6,14 +6,18 @@ from sparksub.catalyst_rules.rules.comparisons_to_ranges import comparisons_to_r
 from sparksub.catalyst_rules.rules.merge_ranges import merge_ranges
 from sparksub.catalyst_rules.rules.orient_comparisons import orient_comparisons
 from sparksub.catalyst_rules.rules.plan_filter import plan_filter
+from sparksub.catalyst_rules.rules.plan_range_agg import plan_range_agg
+from sparksub.catalyst_rules.rules.plan_range_distinct import plan_range_distinct
 from sparksub.catalyst_rules.rules.plan_range_min import plan_range_min
+from sparksub.catalyst_rules.rules.plan_range_topk import plan_range_topk
 
 #: Logical normalisation, to a fixed point, then physical planning once (Catalyst's Optimizer, then
 #: its SparkPlanner). A new subscription class adds its planning rule to the last batch.
 BATCHES = (
     Batch("Normalize range predicates", FIXED_POINT, (orient_comparisons, comparisons_to_ranges, merge_ranges)),
     Batch("Close strict bounds", ONCE, (close_strict_bounds,)),
-    Batch("Plan operators", ONCE, (plan_range_min, plan_filter)),
+    Batch("Plan operators", ONCE, (plan_range_min, plan_range_topk, plan_range_distinct, plan_range_agg,
+                                   plan_filter)),
 )
 
 RULES = tuple(r for b in BATCHES for r in b.rules)

@@ -15,19 +15,27 @@ from sparksub.planner import ir
 from sparksub.planner.catalog import NUMERIC_TYPES
 
 
+def closed_range(child: ir.Node) -> tuple[ir.Scan, ir.RangePred | None] | None:
+    """``(scan, range)`` when ``child`` reads one table under at most one closed range predicate (the
+    shape every range class shares); ``range`` is None without a WHERE; None for any other shape."""
+    if isinstance(child, ir.Scan):
+        return child, None
+    if isinstance(child, ir.Filter) and isinstance(child.child, ir.Scan) and len(child.conjuncts) == 1 \
+            and isinstance(child.conjuncts[0], ir.RangePred):
+        rng = child.conjuncts[0]
+        if (rng.low is not None and not rng.low_closed) or (rng.high is not None and not rng.high_closed):
+            return None  # close_strict_bounds has not run
+        return child.child, rng
+    return None
+
+
 def plan_range_min(plan: ir.Node, catalog) -> ir.Node:
     if not (isinstance(plan, ir.Aggregate) and plan.func in ("MIN", "MAX") and plan.column):
         return plan
-    child = plan.child
-    if isinstance(child, ir.Scan):  # no WHERE: the whole table is one unbounded range
-        scan, rng = child, None
-    elif isinstance(child, ir.Filter) and isinstance(child.child, ir.Scan) and len(child.conjuncts) == 1 \
-            and isinstance(child.conjuncts[0], ir.RangePred):
-        scan, rng = child.child, child.conjuncts[0]
-        if (rng.low is not None and not rng.low_closed) or (rng.high is not None and not rng.high_closed):
-            return plan  # close_strict_bounds has not run
-    else:
+    found = closed_range(plan.child)
+    if found is None:
         return plan
+    scan, rng = found
     table = catalog.get(scan.table)
     for col, role in ((plan.column, "aggregated"), (rng.column if rng else None, "range")):
         if col is not None and table.type_of(col) not in NUMERIC_TYPES:
