@@ -56,3 +56,14 @@ def test_explain_filter(spark):
                      {"id": ["a", "b", "c"], "n": ["X", "Y", "X"], "v": [1, 2, 3]})
     check("filter_ibm", e.explain("ibm"))
     check("filter_bulk", e.explain("b"))
+
+
+def test_explain_topk_distinct_agg(stock_engine):
+    stock_engine.sql("CREATE SUBSCRIPTION top2 AS SELECT * FROM stock WHERE risk BETWEEN 15 AND 45 "
+                     "ORDER BY per DESC LIMIT 2")
+    stock_engine.sql("CREATE SUBSCRIPTION pers AS SELECT DISTINCT per FROM stock WHERE risk <= 30")
+    stock_engine.sql("CREATE SUBSCRIPTION mean AS SELECT AVG(per) FROM stock WHERE risk BETWEEN 10 AND 30")
+    stock_engine.publish("stock", [{"symbol": "e", "risk": 25.0, "per": 5.0}])
+    check("topk", stock_engine.explain("top2"))
+    check("distinct", stock_engine.explain("pers"))
+    check("agg", stock_engine.explain("mean"))
