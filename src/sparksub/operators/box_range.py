@@ -57,12 +57,14 @@ depends only on the objects (asserted in the tests with 10 vs 1,000 subscribers)
   and ΔIR(j) = ``"eq"`` region around bbox(o, j).  An x-move (p or q changes) is a deletion step then an
   insertion step (002 footnote 4), so a subscription holding the object in both places sees two messages
   that cancel: those are the only false positives of exact top-k.
-* **Relaxed** (``relax=True``, the 000 §4 option): MIN sends the whole falling region as ONE bounding 4-d box
-  with mode ``"min"`` (subscriber: if (p, q) is in my box, MIN := min(MIN, value)); the rising part stays
-  exact (a subscriber cannot filter an exposed value without more state).  Top-k replaces each q-cell's
-  staircase / diagonal by its bounding box (002 §IV-B's MEB idea, here per cell: a receiver ranks the object
-  within 2k); the subscriber protocol (insert and trim to k, drop what left the box) filters the rest.
-  Messages then are fewer and some deliveries change nothing: counted as false positives.
+* **Relaxed** (the 000 §4 option; :func:`box_cover` = one 4-d box covering a region).  ``BoxMinCore(relax=True)``
+  sends the falling region as ONE covering box with mode ``"min"`` (subscriber: if (p, q) is in my box,
+  MIN := min(MIN, value)); the rising part stays exact (a subscriber cannot filter an exposed value without
+  more state).  ``BoxTopkCore(k, relax="cell")`` (or True) replaces each q-cell's staircase / diagonal by its
+  bounding box (002 §IV-B's MEB idea, per cell: a receiver ranks the object within 2k); ``relax="region"``
+  sends one covering box per region (the object's own region and each exposed object's).  The subscriber
+  protocol (insert and trim to k, drop what left the box) filters the rest.  Messages then are fewer and
+  some deliveries change nothing: counted as false positives.
 
 Subscriber side: :class:`BoxMinSubscriber`, :class:`BoxTopkSubscriber`; :class:`BoxSubscriberSet` plays the
 content-based network (a vectorised 4-d box query over the subscription points), applies the messages in
@@ -397,6 +399,45 @@ def _merge_tiles(tiles: list[Tile]) -> list[Tile]:
     return tiles
 
 
+def box_cover(inner: Sequence[float], a: Iterable[float], b: Iterable[float], k: int = 1) -> Tile | None:
+    """ONE 4-d box covering :func:`box_region` (both "lt" and "eq"), or None when the region is empty.
+
+    p-part: the 1-d staircase's bounding box with only the obstacles always in range (more obstacles only
+    shrink it); q1 / q2: down to / up to the first cell where the inner rectangle alone holds k obstacles.
+
+    >>> box_cover((0.0, 0.0, 0.0, 0.0), [1.0, -1.0], [1.0, -1.0])
+    (0.0, 0.0, -inf, inf, 0.0, 0.0, -inf, inf)
+    """
+    ip1, ip2, iq1, iq2 = inner
+    mid: list[float] = []
+    low: list[tuple[float, float]] = []
+    up: list[tuple[float, float]] = []
+    for aa, bb in zip(a, b):
+        if bb < iq1:
+            low.append((bb, aa))
+        elif bb > iq2:
+            up.append((bb, aa))
+        else:
+            mid.append(aa)
+    pt = _tiles_1d(mid, ip1, ip2, k, False)
+    if not pt:
+        return None
+    c0 = sum(1 for x in mid if ip1 <= x <= ip2)
+
+    def reach(pairs: list[tuple[float, float]], far: float) -> float:
+        c = c0
+        for bb, aa in pairs:
+            if ip1 <= aa <= ip2:
+                c += 1
+                if c >= k:
+                    return bb
+        return far
+    low.sort(key=lambda t: -t[0])
+    up.sort(key=lambda t: t[0])
+    pil, pir, pol, por = _bound_1d(pt)[0]
+    return (pil, pir, pol, por, iq1, iq2, reach(low, _NINF), reach(up, _INF))
+
+
 def _bounding_tile(tiles: list[Tile]) -> Tile:
     return (max(t[0] for t in tiles), min(t[1] for t in tiles), min(t[2] for t in tiles), max(t[3] for t in tiles),
             max(t[4] for t in tiles), min(t[5] for t in tiles), min(t[6] for t in tiles), max(t[7] for t in tiles))
@@ -623,23 +664,22 @@ class BoxMinCore:
                 a = np.r_[a, old[0]]
                 b = np.r_[b, old[1]]
             inner = (pn, pn, qn, qn)
-            r = relevant_obstacles(inner, a, b, 1)
-            tiles = box_region(inner, a[r].tolist(), b[r].tolist(), 1)
-            if tiles:
-                if self.relax:
-                    msgs.append(self._msg(yn, _bounding_tile(tiles), "max" if self.maximum else "min", pn, qn))
-                else:
-                    msgs.extend(self._msg(yn, t) for t in tiles)
+            if self.relax:
+                tile = box_cover(inner, a.tolist(), b.tolist(), 1)
+                if tile is not None:
+                    msgs.append(self._msg(yn, tile, "max" if self.maximum else "min", pn, qn))
+            else:
+                r = relevant_obstacles(inner, a, b, 1)
+                msgs.extend(self._msg(yn, t) for t in box_region(inner, a[r].tolist(), b[r].tolist(), 1))
         if old is not None:  # rising: subscriptions containing o with no other point <= y_o (nor n <= y_o)
             po, qo, yo = old
             m = others & (st.Y <= yo)
             a = st.P[m]
             b = st.Q[m]
             cand = np.flatnonzero(others & (st.Y > yo))
-            if new is not None:
-                if new[2] <= yo:
-                    a = np.r_[a, new[0]]
-                    b = np.r_[b, new[1]]
+            if new is not None and new[2] <= yo:
+                a = np.r_[a, new[0]]
+                b = np.r_[b, new[1]]
             inner = (po, po, qo, qo)
             r = relevant_obstacles(inner, a, b, 1)
             a = a[r]
@@ -694,11 +734,11 @@ class BoxTopkCore:
     Exact by default; ``relax=True`` replaces each cell's staircase / diagonal by its bounding box (fewer
     messages, some false positives).  Counters as :class:`BoxMinCore`."""
 
-    def __init__(self, k: int, *, relax: bool = False):
+    def __init__(self, k: int, *, relax: bool | str = False):
         if int(k) < 1:
             raise InvalidSubscription(f"k must be >= 1, got {k!r}")
         self.k = int(k)
-        self.relax = bool(relax)
+        self.relax = {False: "", True: "cell", "": "", "cell": "cell", "region": "region"}[relax]
         self.store = _Store()
         self.counters: dict[str, int] = {"updates": 0, "ignorable": 0, "messages": 0, "exposed": 0,
                                          "deliveries": 0, "false_positives": 0, "unicast": 0}
@@ -749,6 +789,12 @@ class BoxTopkCore:
         self.counters["messages"] += len(msgs)
         return tuple(msgs)
 
+    def _tiles(self, inner, a: list, b: list, eq: bool) -> list[Tile]:
+        if self.relax == "region":
+            t = box_cover(inner, a, b, self.k)
+            return [] if t is None else [t]
+        return box_region(inner, a, b, self.k, eq=eq, relax=self.relax == "cell")
+
     def _raise(self, key, p: float, q: float, y: float) -> list:
         """Insertion / rank-raising update: i's new value to IR_new(i) (002 §III-A)."""
         st = self.store
@@ -757,7 +803,7 @@ class BoxTopkCore:
         b = st.Q[m]
         inner = (p, p, q, q)
         r = relevant_obstacles(inner, a, b, self.k)
-        tiles = box_region(inner, a[r].tolist(), b[r].tolist(), self.k, relax=self.relax)
+        tiles = self._tiles(inner, a[r].tolist(), b[r].tolist(), False)
         st.put(key, p, q, y)
         return [BoxTopkMessage(key, p, q, y, *t) for t in tiles]
 
@@ -775,7 +821,7 @@ class BoxTopkCore:
         a = a[r]
         b = b[r]
         msgs = [BoxTopkMessage(key, po, qo, yn, *t)
-                for t in box_region(inner, a.tolist(), b.tolist(), k, relax=self.relax)]
+                for t in self._tiles(inner, a.tolist(), b.tolist(), False)]
         cm = st.rank_mask(others, yo, key, below=False)
         if yn is not None:
             cm &= st.rank_mask(others, yn, key, below=True)
@@ -784,7 +830,7 @@ class BoxTopkCore:
             st.pop(key)
         for s, (ea, eb) in _sweep(st, (po, qo), np.flatnonzero(cm), a, b, k, self.counters):
             pj, qj = st.P.item(s), st.Q.item(s)
-            tiles = box_region(_bbox(po, qo, pj, qj), ea, eb, k, eq=True, relax=self.relax)
+            tiles = self._tiles(_bbox(po, qo, pj, qj), ea, eb, True)
             msgs.extend(BoxTopkMessage(st.keys[s], pj, qj, st.Y.item(s), *t) for t in tiles)
         return msgs
 
@@ -794,8 +840,9 @@ class BoxTopkCore:
         d = max(c["deliveries"], 1)
         return {
             "operator": f"BoxTopkCore(k={self.k})",
-            "algorithm": "relaxed (per-cell bounding boxes, subscriber filters)" if self.relax
-            else "exact (Paint-Dense on boxes; x-moves as delete + insert)",
+            "algorithm": {"": "exact (Paint-Dense on boxes; x-moves as delete + insert)",
+                          "cell": "relaxed (per-cell bounding boxes, subscriber filters)",
+                          "region": "relaxed (one bounding box per region, subscriber filters)"}[self.relax],
             "objects": len(self.store),
             "counters": dict(c),
             "messages_per_update": c["messages"] / n,
@@ -952,7 +999,7 @@ def _random_box(rng: random.Random, span: float) -> tuple[float, float, float, f
 
 
 def measure_false_positives(n_objects: int = 500, n_subs: int = 1000, n_updates: int = 300, seed: int = 0,
-                            k: int = 3) -> dict:
+                            k: int = 3, exact_topk: bool = True) -> dict:
     """Random objects in the unit square (y uniform), random boxes, random inserts / deletes / y-changes /
     moves; runs exact and relaxed BoxMinCore and BoxTopkCore (with ``k``) against the same stream and reports
     per variant: messages per update, deliveries, false positives and their rate (false_positives /
@@ -979,8 +1026,11 @@ def measure_false_positives(n_objects: int = 500, n_subs: int = 1000, n_updates:
             stream.append(("move", rng.choice(sorted(live)), rng.random(), rng.random()))
     variants = {
         "min_exact": BoxMinCore(), "min_relaxed": BoxMinCore(relax=True),
-        f"top{k}_exact": BoxTopkCore(k), f"top{k}_relaxed": BoxTopkCore(k, relax=True),
+        f"top{k}_exact": BoxTopkCore(k), f"top{k}_relaxed_cell": BoxTopkCore(k, relax="cell"),
+        f"top{k}_relaxed_region": BoxTopkCore(k, relax="region"),
     }
+    if exact_topk is False:
+        del variants[f"top{k}_exact"]
     result = {}
     for name, core in variants.items():
         core.load((key, *v) for key, v in objs.items())
