@@ -77,6 +77,12 @@ Semantics: objects ``(key, p, q, y)``, finite floats, keys comparable among them
 ranks by ``(y, key)``.  Subscriptions ``[p1, p2] x [q1, q2]`` with ``p1 <= p2`` and ``q1 <= q2`` (closed; ends
 may be infinite; degenerate boxes allowed).  ``BoxMinCore(maximum=True)`` is MAX (y negated internally).
 
+Measured (:func:`measure_false_positives`, uniform data, 1,000 random boxes, 200 updates, seed 1; false-positive
+rate = deliveries that changed nothing / deliveries):  n = 300: MIN exact 101 messages/update, rate 0;
+MIN relaxed 83, 0.92; top-3 exact 976, 0; top-3 "cell" 548, 0.26; top-3 "region" 21, 0.92.  n = 1,000: MIN
+exact 163, 0; MIN relaxed 124, 0.97; top-3 "cell" 1,076, 0.28; top-3 "region" 27, 0.96.  Exact tilings
+grow like 002 Theorem 5's O((k ln^{d-1} n)^{d+1}) and are far from minimal: the price of exactness in 4-d.
+
 Missing: the server index is a numpy scan (O(n) per update plus a Python sweep over the candidates that
 survive the staircase filter), not a 2-d range tree / kd-tree; no Paint-Sparse (subscription-aware merging),
 no batching; top-k has one k per core and ascending order only; the decomposition is exact but not minimal.
@@ -436,11 +442,6 @@ def box_cover(inner: Sequence[float], a: Iterable[float], b: Iterable[float], k:
     up.sort(key=lambda t: t[0])
     pil, pir, pol, por = _bound_1d(pt)[0]
     return (pil, pir, pol, por, iq1, iq2, reach(low, _NINF), reach(up, _INF))
-
-
-def _bounding_tile(tiles: list[Tile]) -> Tile:
-    return (max(t[0] for t in tiles), min(t[1] for t in tiles), min(t[2] for t in tiles), max(t[3] for t in tiles),
-            max(t[4] for t in tiles), min(t[5] for t in tiles), min(t[6] for t in tiles), max(t[7] for t in tiles))
 
 
 def _bbox(p1: float, q1: float, p2: float, q2: float) -> tuple[float, float, float, float]:
