@@ -296,7 +296,7 @@ class DistinctGroup(_RangeClassGroup):
             "class": "RANGE_DISTINCT", "group": self.group_id, "subscriptions": len(self), "tuples": len(self.core),
             "algorithm": "Mar extended to duplicates: the widest X range around an insertion or deletion "
                          "holding no other tuple with the same Y (000 §4)",
-            "data index": f"per-{self.y} sorted X lists ({self.core.num_values} distinct values)",
+            "data index": f"per-{self.y} sorted X lists ({self.core.num_values()} distinct values)",
             "message format": "<ADD|REMOVE, y, INNER_L, INNER_R, OUTER_L, OUTER_R>",
             "reformulated predicate": "(OUTER_L < x1 <= INNER_L) AND (INNER_R <= x2 < OUTER_R)",
             "messages per update": round(c["messages"] / n, 3),
