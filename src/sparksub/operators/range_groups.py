@@ -8,8 +8,9 @@ as :class:`~sparksub.operators.range_min_group.RangeMinGroup` does for MIN/MAX:
   group_id`` plus the item columns of :data:`ITEM_SCHEMA` (which object entered / left a top-k, which
   string value joined a DISTINCT set);
 * ``reformulated``: the core's messages, whose number does not depend on the subscriptions
-  (Paint-Dense for top-k, 002 §III-A; the DISTINCT Mar messages and the relaxed aggregate deltas,
-  000 §4), in :data:`RANGE_MESSAGE_SCHEMA`;
+  (Paint-Batch over the whole batch for top-k, 002 §IV-A, so subscribers are exact at the batch's
+  end; the DISTINCT Mar messages and the relaxed aggregate deltas per update, 000 §4), in
+  :data:`RANGE_MESSAGE_SCHEMA`;
 * ``none``: maintain the core only (replaying a log).
 
 Cores: :mod:`~sparksub.operators.topk`, :mod:`~sparksub.operators.range_distinct`,
@@ -106,10 +107,16 @@ class _RangeClassGroup:
         self.counters["batches"] += 1
         if mode == "none":
             self._stale = True         # per-subscription unicast state: recomputed when next needed
-        elif self._stale:
+        elif self._stale and mode == "unicast":
             self._resync()
             self._stale = False
         rows: list = []
+        if mode == "reformulated" and hasattr(self, "_batch_messages"):
+            rows = self._batch_messages(cols)
+            self.counters["reformulated_messages"] += len(rows)
+            out = {f.name: [r.get(f.name) for r in rows] for f in RANGE_MESSAGE_SCHEMA}
+            out["group_id"] = [self.group_id] * len(rows)
+            return pa.table(out, schema=RANGE_MESSAGE_SCHEMA)
         for key, x, y, op, seq in zip(cols["key"], cols["x"], cols["y"], cols["op"], cols["seq"]):
             null = x is None or x != x or y is None or (isinstance(y, float) and y != y)
             prev = self._x_of(key)
@@ -187,6 +194,29 @@ class TopkGroup(_RangeClassGroup):
         i = self.slot[sub_id]
         return self.core.top_k(self.x1[i], self.x2[i], int(self.k[i]))
 
+    def _batch_messages(self, cols) -> list[dict]:
+        """A whole batch through Paint-Batch (002 §IV-A): subscribers are exact at the batch's end;
+        every message carries the batch's last ``seq``."""
+        events, alive = [], {}         # alive: key -> exists at this point of the batch
+        for key, x, y, op, seq in zip(cols["key"], cols["x"], cols["y"], cols["op"], cols["seq"]):
+            null = x is None or x != x or y is None or y != y
+            exists = alive[key] if key in alive else self.core.get(key) is not None
+            if op == DELETE or null:
+                if exists:
+                    events.append(("delete", key))
+                    alive[key] = False
+            else:
+                events.append(("upsert", key, float(x), float(y)))
+                alive[key] = True
+        if not events:
+            return []
+        last = int(cols["seq"][-1])
+        outcome = self.core.apply_batch(events)
+        self._stale = True             # the unicast lists did not follow
+        return [{"seq": last, "op": "DELETE" if m.y is None else "PUT", "k": m.k, "new_value": m.y,
+                 "item_key": _key_text(m.key), "item_x": m.x, "inner_l": m.inner_l, "inner_r": m.inner_r,
+                 "outer_l": m.outer_l, "outer_r": m.outer_r} for m in outcome.messages]
+
     def _notifications(self, outcome, seq: int, mode: str, touched: list) -> list[dict]:
         if mode == "reformulated":
             return [{"seq": seq, "op": "DELETE" if m.y is None else "PUT", "k": m.k,
@@ -228,7 +258,8 @@ class TopkGroup(_RangeClassGroup):
             "class": "RANGE_TOPK", "group": self.group_id, "subscriptions": len(self), "tuples": len(self.core),
             "order": f"{self.y} {'DESC' if self.descending else 'ASC'}, ties by key ascending",
             "k values": sorted(set(self.k.tolist())),
-            "algorithm": "influence regions (Lemma 2) + Paint-Dense (002 §III-A); unicast by list diff",
+            "algorithm": "influence regions (Lemma 2) + Paint-Dense (002 §III-A), Paint-Batch per "
+                         "publish batch (002 §IV-A); unicast by list diff",
             "data index": f"A2B-tree on {self.x} (first_k / min_y, 002 §II-B): "
                           f"{self.core.tree.num_leaves} leaves",
             "message format": "Msg(k, INNER_L, INNER_R, OUTER_L, OUTER_R, key, x, y) (002 §II-A)",
