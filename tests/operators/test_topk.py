@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparksub.errors import BadUpdate, InvalidSubscription
+from sparksub.errors import BadUpdate, DuplicateSubscription, InvalidSubscription
 from sparksub.operators.topk import (
     RelaxSubscriber,
     TopkCore,
@@ -464,3 +464,29 @@ def test_paint_batch_beats_online_on_repeated_updates():
     core = run_batches("dense", init, [batch], subs, check_min=False)
     online = run_online("dense", init, [("up", *e[1:]) for e in batch], subs)
     assert core.counters["messages"] < online.counters["messages"]
+
+
+def test_subscriptions_add_many_equals_one_by_one():
+    import random as _random
+
+    from sparksub.operators.topk import Subscriptions
+    rnd = _random.Random(4)
+    rows = []
+    for i in range(300):
+        a = float(rnd.randint(0, 20))
+        rows.append((f"s{i}", a, a + rnd.randint(0, 10), rnd.randint(1, 3)))
+    one, many = Subscriptions(), Subscriptions()
+    for sid, a, b, k in rows:
+        one.add(sid, a, b, k)
+    many.add_many([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows])
+    for _ in range(200):
+        il = float(rnd.randint(0, 25))
+        rect = (il, il + rnd.randint(0, 5), il - rnd.randint(0, 8) - 0.5, il + rnd.randint(5, 15) + 0.5)
+        for k in (1, 2, 3):
+            assert one.snap(k, rect) == many.snap(k, rect)
+            assert sorted(one.in_rect(k, rect)) == sorted(many.in_rect(k, rect))
+    with pytest.raises(DuplicateSubscription):
+        many.add_many(["new", "s3"], [0.0, 0.0], [1.0, 1.0], [1, 1])
+    with pytest.raises(InvalidSubscription):
+        many.add_many(["new"], [2.0], [1.0], [1])
+    assert "new" not in {sid for sid, *_ in many} and len(many) == 300

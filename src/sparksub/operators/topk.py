@@ -483,6 +483,9 @@ class Subscriptions:
         self._coords: dict[int, dict[int, tuple[float, float]]] = {}
         self._sids: dict[int, dict[int, Hashable]] = {}
         self._next_slot = 0
+        # (x1, x2) by slot as numpy columns: ``snap`` gathers thousands of them per call (002 §III-B)
+        self._x1 = np.empty(0)
+        self._x2 = np.empty(0)
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -501,18 +504,50 @@ class Subscriptions:
             raise InvalidSubscription(f"bad range for subscription {sid!r}: [{x1!r}, {x2!r}]")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise InvalidSubscription(f"k must be a positive integer for subscription {sid!r}, got {k!r}")
-        k = int(k)
-        slot = self._next_slot
-        self._next_slot += 1
-        idx = self._index.get(k)
-        if idx is None:
-            idx = self._index[k] = PointIndex2D()
-            self._coords[k] = {}
-            self._sids[k] = {}
-        idx.add_many(np.array([slot]), np.array([x1]), np.array([x2]))
-        self._coords[k][slot] = (x1, x2)
-        self._sids[k][slot] = sid
-        self._by_id[sid] = (x1, x2, k, slot)
+        self._add_valid([sid], np.array([x1]), np.array([x2]), np.array([int(k)]))
+
+    def add_many(self, sids, x1s, x2s, ks) -> None:
+        """Register many subscriptions at once (one bulk insert per k); all checked first."""
+        sids = list(sids)
+        x1s = np.asarray(x1s, dtype=np.float64)
+        x2s = np.asarray(x2s, dtype=np.float64)
+        ks = np.asarray(ks)
+        if not (len(sids) == len(x1s) == len(x2s) == len(ks)):
+            raise InvalidSubscription("add_many: sids, x1s, x2s and ks differ in length")
+        seen = set(self._by_id)
+        for i, sid in enumerate(sids):
+            if sid in seen:
+                raise DuplicateSubscription(f"subscription id already registered: {sid!r}")
+            seen.add(sid)
+        bad = np.flatnonzero(np.isnan(x1s) | np.isnan(x2s) | ~(x1s <= x2s))
+        if len(bad):
+            raise InvalidSubscription(f"bad range for subscription {sids[bad[0]]!r}: [{x1s[bad[0]]!r}, {x2s[bad[0]]!r}]")
+        if ks.dtype.kind not in "iu" or (ks < 1).any():
+            raise InvalidSubscription("k must be a positive integer for every subscription")
+        self._add_valid(sids, x1s, x2s, ks.astype(np.int64))
+
+    def _add_valid(self, sids: list, x1s: np.ndarray, x2s: np.ndarray, ks: np.ndarray) -> None:
+        n = len(sids)
+        slots = np.arange(self._next_slot, self._next_slot + n, dtype=np.int64)
+        self._next_slot += n
+        if self._next_slot > len(self._x1):
+            m = max(self._next_slot, 2 * len(self._x1), 64)
+            self._x1 = np.concatenate([self._x1, np.full(m - len(self._x1), np.nan)])
+            self._x2 = np.concatenate([self._x2, np.full(m - len(self._x2), np.nan)])
+        self._x1[slots], self._x2[slots] = x1s, x2s
+        for k in np.unique(ks).tolist():
+            sel = np.flatnonzero(ks == k)
+            idx = self._index.get(k)
+            if idx is None:
+                idx = self._index[k] = PointIndex2D()
+                self._coords[k] = {}
+                self._sids[k] = {}
+            idx.add_many(slots[sel], x1s[sel], x2s[sel])
+            for i in sel.tolist():
+                slot = int(slots[i])
+                self._coords[k][slot] = (float(x1s[i]), float(x2s[i]))
+                self._sids[k][slot] = sids[i]
+                self._by_id[sids[i]] = (float(x1s[i]), float(x2s[i]), k, slot)
 
     def remove(self, sid) -> None:
         if sid not in self._by_id:
@@ -542,13 +577,11 @@ class Subscriptions:
 
     def snap(self, k: int, rect: tuple) -> tuple | None:
         """(lmin, lmax, rmin, rmax, count) of the subscriptions with this k inside ``rect``; None if none."""
-        slots = self._query(k, rect).tolist()
-        if not slots:
+        slots = self._query(k, rect)
+        if not len(slots):
             return None
-        c = self._coords[k]
-        ls = [c[s][0] for s in slots]
-        rs = [c[s][1] for s in slots]
-        return min(ls), max(ls), min(rs), max(rs), len(slots)
+        ls, rs = self._x1[slots], self._x2[slots]
+        return float(ls.min()), float(ls.max()), float(rs.min()), float(rs.max()), len(slots)
 
     def get(self, sid) -> tuple[float, float, int]:
         x1, x2, k, _ = self._by_id[sid]
