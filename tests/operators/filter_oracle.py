@@ -3,8 +3,34 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+from hypothesis import strategies as st
 
 from sparksub.operators.filters.predicates import Pred
+
+
+#: Operators for random predicates, equality-heavy as 001 §6's workloads.
+OPS = ["="] * 8 + ["!=", "<", "<=", ">", ">=", "between", "in", "is_null"]
+
+
+def draw_pred(draw, attr: str, nv: int) -> Pred:
+    """A random predicate on ``attr`` with constants in 0..nv (inside a ``@st.composite``)."""
+    op = draw(st.sampled_from(OPS))
+    v = lambda: draw(st.integers(0, nv))  # noqa: E731
+    if op == "between":
+        val = (v(), v())
+    elif op == "in":
+        val = tuple(v() for _ in range(draw(st.integers(1, 3))))
+    elif op == "is_null":
+        val = ()
+    else:
+        val = (v(),)
+    return Pred(attr, op, val)
+
+
+def draw_event(draw, attrs: list, nv: int) -> dict:
+    """A random event: each attribute a value in 0..nv or missing (None)."""
+    miss = draw(st.floats(0, 0.4))
+    return {a: (None if draw(st.floats(0, 1)) < miss else draw(st.integers(0, nv))) for a in attrs}
 
 
 def holds(p: Pred, ev: dict) -> bool:

@@ -12,13 +12,10 @@ from sparksub.operators.filters.le_subscribe import LeSubscribe
 from sparksub.operators.filters.predicates import Pred
 
 
-from filter_oracle import brute as _brute, got as _got, table as _table
+from filter_oracle import brute as _brute, draw_event, draw_pred, got as _got, table as _table
 
 
 # ----------------------------------------------------------------------------- strategies
-OPS = ["="] * 8 + ["!=", "<", "<=", ">", ">=", "between", "in", "is_null"]
-
-
 @st.composite
 def workloads(draw):
     n_attrs = draw(st.integers(4, 32))
@@ -27,26 +24,13 @@ def workloads(draw):
     hot = attrs[: draw(st.integers(1, min(6, n_attrs)))]   # often used -> hash tables form
 
     def pred():
-        a = draw(st.sampled_from(hot)) if draw(st.booleans()) else draw(st.sampled_from(attrs))
-        op = draw(st.sampled_from(OPS))
-        v = lambda: draw(st.integers(0, nv))  # noqa: E731
-        if op == "between":
-            val = (v(), v())
-        elif op == "in":
-            val = tuple(v() for _ in range(draw(st.integers(1, 3))))
-        elif op == "is_null":
-            val = ()
-        else:
-            val = (v(),)
-        return Pred(a, op, val)
+        return draw_pred(draw, draw(st.sampled_from(hot if draw(st.booleans()) else attrs)), nv)
 
     def conj():
         return [pred() for _ in range(draw(st.integers(0, 5)))]
 
     def event():
-        miss = draw(st.floats(0, 0.4))
-        return {a: (None if draw(st.floats(0, 1)) < miss else draw(st.integers(0, nv)))
-                for a in attrs}
+        return draw_event(draw, attrs, nv)
 
     steps = []
     for _ in range(draw(st.integers(1, 6))):
