@@ -188,11 +188,20 @@ class FilterGroup:
         self._proj.extend([tuple(block.projection)] * n)
         self._blocks.append(block)
         bid = len(self._blocks) - 1
-        self._block_of = np.concatenate([self._block_of, np.full(n, bid, dtype=np.int64)])
-        self._row_of = np.concatenate([self._row_of, np.arange(n, dtype=np.int64)])
-        self._first_slot = np.concatenate([self._first_slot, first])
-        self._stride = np.concatenate([self._stride, stride])
-        self._nslots = np.concatenate([self._nslots, np.full(n, D, dtype=np.int64)])
+        # per-number columns grow geometrically: many single subscriptions stay O(1) each
+        end = base_number + n
+        if end > len(self._block_of):
+            cap = max(end, 2 * len(self._block_of), 16)
+            for name in ("_block_of", "_row_of", "_first_slot", "_stride", "_nslots"):
+                old = getattr(self, name)
+                grown = np.zeros(cap, dtype=np.int64)
+                grown[: len(old)] = old
+                setattr(self, name, grown)
+        self._block_of[base_number:end] = bid
+        self._row_of[base_number:end] = np.arange(n)
+        self._first_slot[base_number:end] = first
+        self._stride[base_number:end] = stride
+        self._nslots[base_number:end] = D
 
     def _add_to_matcher(self, slots: np.ndarray, conj: list, n: int) -> None:
         template = [(a, op) for a, op, _ in conj]
@@ -256,14 +265,15 @@ class FilterGroup:
 
     def snapshot(self) -> FilterSnapshot:
         """The live subscriptions, block by block (columns sliced, nothing expanded per row)."""
-        alive = np.fromiter((i is not None for i in self._ids), dtype=bool, count=len(self._ids))
+        live = np.flatnonzero(np.fromiter((i is not None for i in self._ids), dtype=bool, count=len(self._ids)))
+        blocks, rows = self._block_of[live], self._row_of[live]
+        order = np.lexsort((rows, blocks))               # live rows grouped by block, in row order
+        blocks, rows = blocks[order], rows[order]
+        starts = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]]) if len(blocks) else blocks
         out = []
-        for bid, block in enumerate(self._blocks):
-            rows = self._row_of[(self._block_of == bid) & alive]
-            if len(rows) == len(block):
-                out.append(block)
-            elif len(rows):
-                out.append(block.take(np.sort(rows)))
+        for a, b in zip(starts.tolist(), np.r_[starts[1:], len(blocks)].tolist()):
+            block = self._blocks[int(blocks[a])]
+            out.append(block if b - a == len(block) else block.take(rows[a:b]))
         return FilterSnapshot(self.group_id, self.table, self.columns, out)
 
     # ---- matching -------------------------------------------------------------------------------
