@@ -76,3 +76,36 @@ def got(eng, evs, attrs) -> set:
     pairs = list(zip(e.tolist(), s.tolist()))
     assert len(set(pairs)) == len(pairs), "duplicate matches"
     return set(pairs)
+
+
+def run_steps(eng, attrs: list, steps: list, rnd, add=None, after_step=None) -> dict:
+    """Play a workload's steps (add / remove a fraction / match / static / maintain) on a matcher,
+    checking every match step and the subscription count against brute force; returns the live
+    subscriptions.  ``add(slots, conjunctions)`` replaces ``eng.add``; ``after_step()`` runs after each."""
+    subs: dict = {}
+    nxt = 0
+    for kind, arg in steps:
+        if kind == "add":
+            slots = list(range(nxt, nxt + len(arg)))
+            nxt += len(arg)
+            rnd.shuffle(slots)
+            if add is None:
+                eng.add(np.array(slots, dtype=np.int64), arg)
+            else:
+                add(slots, arg)
+            subs.update(zip(slots, arg))
+        elif kind == "remove":
+            rm = rnd.sample(sorted(subs), int(len(subs) * arg))
+            eng.remove(np.array(rm, dtype=np.int64))
+            for r in rm:
+                del subs[r]
+        elif kind == "match":
+            assert got(eng, arg, attrs) == brute(subs, arg)
+        elif kind == "static":
+            eng.recluster_static()
+        elif kind == "maintain":
+            eng.maintain()
+        assert len(eng) == len(subs)
+        if after_step is not None:
+            after_step()
+    return subs

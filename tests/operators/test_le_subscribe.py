@@ -12,7 +12,7 @@ from sparksub.operators.filters.le_subscribe import LeSubscribe
 from sparksub.operators.filters.predicates import Pred
 
 
-from filter_oracle import brute as _brute, draw_event, draw_pred, got as _got, table as _table
+from filter_oracle import brute as _brute, draw_event, draw_pred, got as _got, run_steps, table as _table
 
 
 # ----------------------------------------------------------------------------- strategies
@@ -78,28 +78,8 @@ def _add(eng: LeSubscribe, slots: list, conjs: list, how: str) -> None:
 
 
 def _run(attrs, steps, eng: LeSubscribe, rnd) -> None:
-    subs: dict = {}
-    nxt = 0
-    for kind, arg in steps:
-        if kind == "add":
-            slots = list(range(nxt, nxt + len(arg)))
-            nxt += len(arg)
-            rnd.shuffle(slots)
-            _add(eng, slots, arg, rnd.choice(["list", "matrix", "columns"]))
-            subs.update(zip(slots, arg))
-        elif kind == "remove":
-            k = int(len(subs) * arg)
-            rm = rnd.sample(sorted(subs), k)
-            eng.remove(np.array(rm, dtype=np.int64))
-            for r in rm:
-                del subs[r]
-        elif kind == "match":
-            assert _got(eng, arg, attrs) == _brute(subs, arg)
-        elif kind == "static":
-            eng.recluster_static()
-        elif kind == "maintain":
-            eng.maintain()
-        assert len(eng) == len(subs)
+    subs = run_steps(eng, attrs, steps, rnd,
+                     add=lambda slots, conjs: _add(eng, slots, conjs, rnd.choice(["list", "matrix", "columns"])))
     # a final check after everything
     evs = steps[2][1]
     assert _got(eng, evs, attrs) == _brute(subs, evs)
