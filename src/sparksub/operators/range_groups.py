@@ -137,6 +137,11 @@ class _RangeClassGroup:
         out["group_id"] = [self.group_id] * len(rows)
         return pa.table(out, schema=schema)
 
+    def _x_of(self, key):
+        """The X a row has in the core (every core's ``get`` gives ``(x, y)``), or None."""
+        r = self.core.get(key)
+        return None if r is None else r[0]
+
     def _resync(self) -> None:
         """Rebuild what unicast keeps per subscription from the core (after a log replay)."""
 
@@ -179,10 +184,6 @@ class TopkGroup(_RangeClassGroup):
 
     def _resync(self) -> None:
         self.lists = [self.core.top_k(a, b, k) for a, b, k in zip(self.x1, self.x2, self.k)]
-
-    def _x_of(self, key):
-        r = self.core.get(key)
-        return None if r is None else r[0]
 
     def _upsert(self, key, x, y):
         return self.core.upsert(key, x, float(y))
@@ -284,10 +285,6 @@ class DistinctGroup(_RangeClassGroup):
         self.core.load(np.asarray(keys, dtype=object)[ok].tolist(), np.asarray(xs, dtype=np.float64)[ok],
                        np.asarray(ys, dtype=object)[ok].tolist())
 
-    def _x_of(self, key):
-        r = self.core.get(key)
-        return None if r is None else r[0]
-
     def _upsert(self, key, x, y):
         return self.core.upsert(key, x, y)
 
@@ -353,10 +350,6 @@ class AggGroup(_RangeClassGroup):
 
     def _resync(self) -> None:
         self.unicast = range_agg.AggUnicast(self.func, self.x1, self.x2, self.core)
-
-    def _x_of(self, key):
-        r = self.core.get(key)
-        return None if r is None else r[0]
 
     def _upsert(self, key, x, y):
         return self.core.upsert(key, x, 0.0 if self.y is None else float(y))
