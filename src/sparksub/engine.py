@@ -417,10 +417,6 @@ class Engine:
                                     f"subscriptions registered when it starts")
             filters = [e for e in groups if isinstance(e.physical, ir.FilterGroupScan)]
             ranges = [e for e in groups if e not in filters]
-            later = [e.group_id for e in ranges if isinstance(e.physical, _RANGE_CLASS_NODES)]
-            if later:
-                raise SparksubError(f"stream(): groups {later} (top-k / DISTINCT / aggregates) are not "
-                                    f"served on Structured Streaming yet; publish their updates in batches")
             outs = []
             if filters and mode == "unicast":
                 outs.append(self._stream_filters(state, filters, streaming_df))
@@ -429,9 +425,14 @@ class Engine:
                 for e in ranges:
                     if e.replica is not None and e.replica.log:
                         e.base_stale = True  # the stream seeds its state from the base: make it current
-                    specs[e.group_id] = (e.physical.x, e.physical.y, self._replica(state, e).base)
+                    p = e.physical
+                    specs[e.group_id] = (p.x, p.y, self._replica(state, e).base, _y_is_text(state.definition, p))
+                if any(isinstance(e.physical, _RANGE_CLASS_NODES) for e in ranges):
+                    wide = _with_range_class_columns(with_reason(schema), mode)
+                    schema = wide.remove(wide.get_field_index("reason"))  # run_stream appends it
                 outs.append(spark_stream.run_stream(self.spark, streaming_df, state.definition, specs, mode,
-                                                    schema, self.uid))
+                                                    schema, self.uid,
+                                                    _operator_name(e.physical for e in ranges) + "_stream"))
             if not outs:
                 raise SparksubError(f"stream(): FILTER subscriptions on {table!r} have no "
                                     f"{mode!r} form; use mode='unicast'")
@@ -618,8 +619,7 @@ class Engine:
         extra = {}
         if isinstance(p, ir.RangeAggGroupScan) and p.y is None:
             y = pa.array(np.zeros(batch.num_rows))            # COUNT(*): any non-null y
-        elif isinstance(p, ir.RangeDistinctGroupScan) and not pa.types.is_floating(batch.column(p.y).type) \
-                and not pa.types.is_integer(batch.column(p.y).type):
+        elif _y_is_text(state.definition, p):
             # DISTINCT of strings: beside the float ``y`` every group's batch shares (range_groups)
             y, extra = pa.nulls(batch.num_rows, pa.float64()), {"y_text": batch.column(p.y).cast(pa.string())}
         else:
@@ -824,6 +824,14 @@ def _with_range_class_columns(schema: pa.Schema, mode: str) -> pa.Schema:
         if f.name not in schema.names:
             schema = schema.insert(len(schema) - 1, f)  # before ``reason``
     return schema
+
+
+def _y_is_text(tdef: TableDef, physical) -> bool:
+    """A DISTINCT over a non-numeric column: its values travel as strings (``y_text``), not floats."""
+    if not isinstance(physical, ir.RangeDistinctGroupScan):
+        return False
+    t = _arrow_type(tdef.type_of(physical.y))
+    return not (pa.types.is_floating(t) or pa.types.is_integer(t))
 
 
 def _bind_k(physical, params: dict, ids: np.ndarray) -> np.ndarray:

@@ -1,9 +1,12 @@
-"""Thin Spark wrapper: the RANGE_MIN / RANGE_MAX group operators on Structured Streaming.
+"""Thin Spark wrapper: the range group operators on Structured Streaming -- RANGE_MIN / RANGE_MAX
+(``range_min_group``) and RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG (``range_groups``).
 
 ``run_stream`` turns a streaming DataFrame of table updates into a streaming DataFrame of
 notifications. The plan (names as Spark's EXPLAIN prints them)::
 
     TransformWithStateInPySpark range_min_group_stream(...)      one state partition per group
+                                 (range_topk_group_stream, range_min_and_range_agg_groups_stream, ...:
+                                 named after the operator families it runs)
     +- Exchange hashpartitioning(group_id), REQUIRED_BY_STATEFUL_OPERATOR
        +- Generate explode([group structs])                       every row goes to every group
           +- MapInArrow range_min_group_stream_order(...)         input order (only without ``_seq``)
@@ -11,15 +14,17 @@ notifications. The plan (names as Spark's EXPLAIN prints them)::
 
 **State** (Spark's state store, RocksDB, per ``group_id``):
 
-* MapState ``rows``: table key -> ``(x, y)`` (doubles, null allowed) for every row of the table (a row
-  with a null X or Y is kept: it is in no range, but it exists for a later delete);
+* MapState ``rows``: table key -> ``(x, y, t)`` for every row of the table: X and Y as doubles, or, for
+  a DISTINCT over a string column, Y as text in ``t`` (null allowed; a row with a null X or Y is kept:
+  it is in no range, but it exists for a later delete);
 * ValueState ``meta``: ``(applied, rebuilds)`` -- micro-batches applied to this group so far, and how
   often the index was rebuilt from the MapState;
-* ListStates ``log0`` .. ``log3``: a ring holding the valid rows ``(batch, key, x, y, op, seq)`` of the
+* ListStates ``log0`` .. ``log3``: a ring holding the valid rows ``(batch, key, x, y, t, op, seq)`` of the
   last ``LOG_SLOTS`` micro-batches (slot ``batch % LOG_SLOTS``).
 
-The state is the truth; the in-memory index (a materialised :class:`RangeMinGroup`, A2B-tree + the
-subscriptions' point index) is a cache in the Python worker, keyed by (engine uid, group, stream id)
+The state is the truth; the in-memory index (a materialised group: for MIN/MAX a :class:`RangeMinGroup`,
+A2B-tree + the subscriptions' point index; for the other classes a ``range_groups`` group, whose
+unicast state is rebuilt from its core after a log replay) is a cache in the Python worker, keyed by (engine uid, group, stream id)
 and usable only by the same streaming query *run* (``spark.jobGroup.id`` is the run id). If its
 ``applied`` counter equals the state's, it is used as is; if it is behind by at most ``LOG_SLOTS``
 (Spark gives a group's next task to whichever Python worker is idle, so a worker often last saw the
@@ -61,7 +66,7 @@ import pandas as pd
 import pyarrow as pa
 
 from sparksub.errors import BadUpdate
-from sparksub.operators.range_min_group import DELETE, UPSERT, GroupSnapshot, RangeMinGroup, with_reason
+from sparksub.operators.range_min_group import DELETE, UPSERT, with_reason
 
 __all__ = ["run_stream", "stream_stats", "output_schema", "REJECTED", "STAT_NAMES"]
 
@@ -118,10 +123,11 @@ class GroupSpec:
     """One group as the stream needs it: its columns and where its base snapshot lives."""
     group_id: str
     x: str
-    y: str
-    base: _Deferred  # holds a Broadcast of the pickled GroupSnapshot (or those bytes themselves)
+    y: str | None     # None: COUNT(*) (any row with an X counts)
+    base: _Deferred   # a Broadcast of the pickled GroupSnapshot / RangeClassSnapshot (or those bytes)
+    text: bool = False  # Y is a string column (DISTINCT): it travels in ``t``, not ``y``
 
-    def snapshot(self) -> GroupSnapshot:
+    def snapshot(self):
         base = self.base.get()
         return pickle.loads(base.value if hasattr(base, "value") else base)
 
@@ -143,9 +149,10 @@ class StreamSpec:
 # ---- Spark side (driver) ---------------------------------------------------------------------------
 
 def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: pa.Schema,
-               engine_uid: str):
-    """The streaming DataFrame of notifications. ``groups``: group_id -> (x column, y column, base),
-    ``base`` being the broadcast pickled :class:`GroupSnapshot` (``GroupReplica.base``)."""
+               engine_uid: str, name: str = "range_min_group_stream"):
+    """The streaming DataFrame of notifications. ``groups``: group_id -> (x column, y column or None,
+    base, y is text), ``base`` being the broadcast pickled snapshot (``GroupReplica.base``); ``name``:
+    what Spark's EXPLAIN calls the stateful operator."""
     from pyspark.sql import functions as F
 
     cols = list(streaming_df.columns)
@@ -197,21 +204,31 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
     if key_type in ("bigint", "double"):  # keep a pandas integer column free of nulls (rejected anyway)
         key = F.coalesce(key, F.lit(0).cast(key_type))
 
-    per_group = F.array(*[F.struct(F.lit(gid).alias("group_id"),
-                                   typed[x].cast("double").alias("x"), typed[y].cast("double").alias("y"))
-                          for gid, (x, y, _) in sorted(groups.items())])
-    rows = (df.select(F.explode(per_group).alias("g"), key.alias("key"), op.alias("op"),
+    def y_of(y, text):
+        if y is None:  # COUNT(*): a constant Y, so only a null X leaves the ranges
+            return F.lit(0.0), F.lit(None).cast("string")
+        if text:
+            return F.lit(None).cast("double"), typed[y].cast("string")
+        return typed[y].cast("double"), F.lit(None).cast("string")
+
+    structs = []
+    for gid, (x, y, _, text) in sorted(groups.items()):
+        yd, yt = y_of(y, text)
+        structs.append(F.struct(F.lit(gid).alias("group_id"), typed[x].cast("double").alias("x"),
+                                yd.alias("y"), yt.alias("t")))
+    rows = (df.select(F.explode(F.array(*structs)).alias("g"), key.alias("key"), op.alias("op"),
                       order.alias("ord"), reason.alias("reason"))
-              .select("g.group_id", "key", "g.x", "g.y", "op", "ord", "reason"))
+              .select("g.group_id", "key", "g.x", "g.y", "g.t", "op", "ord", "reason"))
 
     stream_id = uuid.uuid4().hex
     stats = _new_stats(spark, stream_id)
     spec = StreamSpec(engine_uid, stream_id, tname, key_type, mode, output_schema(schema),
-                      {gid: GroupSpec(gid, x, y, _Deferred(base)) for gid, (x, y, base) in groups.items()},
+                      {gid: GroupSpec(gid, x, y, _Deferred(base), text)
+                       for gid, (x, y, base, text) in groups.items()},
                       min(groups), seq_given, stats)
     processor = _processor_class()(spec)
     out_ddl = ", ".join(f"`{f.name}` {_SPARK_DDL[f.type]}" for f in spec.schema)
-    out = _transform_with_state(rows.groupBy("group_id"), processor, out_ddl, "range_min_group_stream")
+    out = _transform_with_state(rows.groupBy("group_id"), processor, out_ddl, name)
     out.sparksub_stream_id = stream_id  # for stream_stats(out)
     return out
 
@@ -302,7 +319,7 @@ def _canonical_type(spark_type: str) -> str:
 def _processor_class():
     from pyspark.sql.streaming import StatefulProcessor
 
-    class RangeMinGroupStream(StatefulProcessor):
+    class RangeGroupStream(StatefulProcessor):
         """One group's updates of one micro-batch -> its notifications, state in the state store."""
 
         def __init__(self, spec: StreamSpec):
@@ -311,10 +328,10 @@ def _processor_class():
         def init(self, handle) -> None:
             kt = self.spec.key_type
             self.state = GroupState(
-                rows=handle.getMapState("rows", f"key {kt}", "x double, y double"),
+                rows=handle.getMapState("rows", f"key {kt}", "x double, y double, t string"),
                 meta=handle.getValueState("meta", "applied long, rebuilds long"),
-                log=[handle.getListState(f"log{i}", f"batch long, key {kt}, x double, y double, op int, "
-                                                    f"seq long") for i in range(LOG_SLOTS)])
+                log=[handle.getListState(f"log{i}", f"batch long, key {kt}, x double, y double, t string, "
+                                                    f"op int, seq long") for i in range(LOG_SLOTS)])
 
         def handleInputRows(self, key, rows, timerValues):
             frames = [pdf for pdf in rows if len(pdf)]
@@ -325,19 +342,19 @@ def _processor_class():
         def close(self) -> None:
             pass
 
-    return RangeMinGroupStream
+    return RangeGroupStream
 
 
 @dataclass
 class GroupState:
     """One group's state variables (the handles of the state store; in tests, any look-alike)."""
-    rows: object      # MapState  key -> (x, y)
+    rows: object      # MapState  key -> (x, y, t)
     meta: object      # ValueState (applied, rebuilds)
     log: list         # LOG_SLOTS ListStates: slot b % LOG_SLOTS holds micro-batch b's valid rows
 
 
 def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: GroupState) -> pd.DataFrame:
-    """Apply one micro-batch of one group (``pdf``: key, x, y, op, ord, reason) against its state."""
+    """Apply one micro-batch of one group (``pdf``: key, x, y, [t,] op, ord, reason) against its state."""
     stats = dict.fromkeys(STAT_NAMES, 0)
     stats["micro_batches"] = 1
     pdf = pdf.iloc[np.argsort(pdf["ord"].to_numpy(), kind="stable")]
@@ -350,6 +367,7 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
     keys = pdf["key"].tolist()
     xs = pdf["x"].to_numpy(dtype=np.float64, na_value=np.nan)
     ys = pdf["y"].to_numpy(dtype=np.float64, na_value=np.nan)
+    ts = [None if v is None or v != v else str(v) for v in pdf["t"].tolist()] if "t" in pdf else [None] * len(pdf)
     ops = pdf["op"].tolist()
     reasons = pdf["reason"].tolist()
     if spec.seq_given:
@@ -359,7 +377,7 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
 
     valid = np.zeros(n, dtype=bool)
     valid_ops = np.zeros(n, dtype=np.int8)
-    final: dict = {}  # key -> (x, y) or None (deleted): the state writes of this micro-batch
+    final: dict = {}  # key -> (x, y, t) or None (deleted): the state writes of this micro-batch
     rej_seq, rej_reason = [], []
     core = group.core
     for i in range(n):
@@ -374,29 +392,28 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
                 else:
                     reason = f"delete of unknown key {k!r} from {spec.table!r}"
             else:
-                final[k] = (xs[i], ys[i])
+                final[k] = (xs[i], ys[i], ts[i])
                 valid[i], valid_ops[i] = True, UPSERT
         if not valid[i] and gid == spec.primary:
             rej_seq.append(None if seqs[i] == _NO_SEQ else int(seqs[i]))
             rej_reason.append(str(reason))
 
     idx = np.flatnonzero(valid)
-    batch = pa.table({
-        "key": pa.array([keys[i] for i in idx]),
-        "x": pa.array(xs[idx], pa.float64()), "y": pa.array(ys[idx], pa.float64()),
-        "op": pa.array(valid_ops[idx], pa.int8()), "seq": pa.array(seqs[idx], pa.int64()),
-    })
+    text = spec.groups[gid].text
+    batch = _batch([keys[i] for i in idx], xs[idx], ys[idx], [ts[i] for i in idx] if text else None,
+                   valid_ops[idx], seqs[idx])
     notes = group.apply(batch, spec.mode) if len(idx) else None
-    _track_null_keys(null_keys, final)
+    _track_null_keys(null_keys, final, text)
 
     for k, v in final.items():  # the state store: one write per key touched
         if v is None:
             state.rows.removeKey((k,))
         else:
-            state.rows.updateValue((k,), (_opt(v[0]), _opt(v[1])))
+            state.rows.updateValue((k,), (_opt(v[0]), _opt(v[1]), v[2]))
     slot = state.log[applied % LOG_SLOTS]
     if len(idx):
-        slot.put([(applied, keys[i], _opt(xs[i]), _opt(ys[i]), int(valid_ops[i]), int(seqs[i])) for i in idx])
+        slot.put([(applied, keys[i], _opt(xs[i]), _opt(ys[i]), ts[i], int(valid_ops[i]), int(seqs[i]))
+                  for i in idx])
     else:
         slot.clear()
     state.meta.update((applied + 1, rebuilds))
@@ -424,13 +441,23 @@ def _group_for(spec: StreamSpec, gid: str, state: GroupState, ident, query_id, r
         at, group, null_keys = cached[2], cached[3], cached[4]
         if at == applied:
             return group, null_keys, applied, rebuilds, "cache_hits"
-        if at < applied <= at + LOG_SLOTS and _catch_up(group, null_keys, state.log, at, applied):
+        if at < applied <= at + LOG_SLOTS and _catch_up(group, null_keys, state.log, at, applied,
+                                                         group_spec.text):
             return group, null_keys, applied, rebuilds, "caught_up"
     group, null_keys = _rebuild(group_spec, state.rows)
     return group, null_keys, applied, rebuilds + 1, "rebuilt"
 
 
-def _catch_up(group: RangeMinGroup, null_keys: set, log: list, at: int, applied: int) -> bool:
+def _batch(keys: list, xs, ys, ts, ops, seqs) -> pa.Table:
+    """A group's batch (``key, x, y, op, seq``; ``y_text`` for a string Y, as ``range_groups`` reads it)."""
+    cols = {"key": pa.array(keys), "x": pa.array(xs, pa.float64()), "y": pa.array(ys, pa.float64()),
+            "op": pa.array(ops, pa.int8()), "seq": pa.array(seqs, pa.int64())}
+    if ts is not None:
+        cols["y_text"] = pa.array(ts, pa.string())
+    return pa.table(cols)
+
+
+def _catch_up(group, null_keys: set, log: list, at: int, applied: int, text: bool) -> bool:
     """Replay micro-batches ``at .. applied-1`` from the log slots into a cached group that another
     worker's tasks left behind. False (the group is then discarded) if a slot does not hold them."""
     batches = []
@@ -442,22 +469,19 @@ def _catch_up(group: RangeMinGroup, null_keys: set, log: list, at: int, applied:
     for rows in batches:
         if not rows:
             continue
-        keys, xs, ys, ops, seqs = zip(*((r[1], r[2], r[3], r[4], r[5]) for r in rows))
-        group.apply(pa.table({
-            "key": pa.array(list(keys)), "x": pa.array(list(xs), pa.float64()),
-            "y": pa.array(list(ys), pa.float64()), "op": pa.array(list(ops), pa.int8()),
-            "seq": pa.array(list(seqs), pa.int64())}), "none")
+        keys, xs, ys, ts, ops, seqs = (list(c) for c in zip(*(r[1:7] for r in rows)))
+        group.apply(_batch(keys, xs, ys, ts if text else None, ops, seqs), "none")
         final = {}
-        for k, x, y, op in zip(keys, xs, ys, ops):
-            final[k] = None if op == DELETE else (np.nan if x is None else x, np.nan if y is None else y)
-        _track_null_keys(null_keys, final)
+        for k, x, y, t, op in zip(keys, xs, ys, ts, ops):
+            final[k] = None if op == DELETE else (np.nan if x is None else x, np.nan if y is None else y, t)
+        _track_null_keys(null_keys, final, text)
     return True
 
 
-def _track_null_keys(null_keys: set, final: dict) -> None:
+def _track_null_keys(null_keys: set, final: dict, text: bool = False) -> None:
     """Keys of rows with a null X or Y: in no range (not in the index) but present (deletable)."""
     for k, v in final.items():
-        if v is not None and (v[0] != v[0] or v[1] != v[1]):
+        if v is not None and (v[0] != v[0] or (v[2] is None if text else v[1] != v[1])):
             null_keys.add(k)
         else:
             null_keys.discard(k)
@@ -478,7 +502,9 @@ def _output(spec: StreamSpec, gid: str, notes, rej_seq, rej_reason) -> pa.Table:
     schema = spec.schema
     parts = []
     if notes is not None and notes.num_rows:
-        parts.append(notes.append_column("reason", pa.nulls(notes.num_rows, pa.string())))
+        # the groups of one stream may differ in columns (MIN messages vs top-k items): nulls fill in
+        parts.append(pa.table({f.name: notes.column(f.name) if f.name in notes.column_names
+                               else pa.nulls(notes.num_rows, f.type) for f in schema}))
     if rej_seq:
         m = len(rej_seq)
         cols = {f.name: pa.nulls(m, f.type) for f in schema}
@@ -502,26 +528,38 @@ def _query_identity() -> tuple:
     return tc.getLocalProperty("sql.streaming.queryId"), tc.getLocalProperty("spark.jobGroup.id")
 
 
+def _is_null(v) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
+
+
 def _seed(group_spec: GroupSpec, rows_state):
     """First micro-batch: the group from the base snapshot, its rows written to the MapState."""
     snap = group_spec.snapshot()
+    text = group_spec.text
+    null_keys = set()
     for k, x, y in zip(snap.keys.tolist(), snap.xs.tolist(), snap.ys.tolist()):
-        rows_state.updateValue((k,), (None if x != x else x, None if y != y else y))
-    null_keys = {k for k, x, y in zip(snap.keys.tolist(), snap.xs, snap.ys) if x != x or y != y}
-    return RangeMinGroup.from_snapshot(snap), null_keys
+        t = None if not text or _is_null(y) else str(y)
+        rows_state.updateValue((k,), (None if x != x else x, None if text or _is_null(y) else float(y), t))
+        if x != x or _is_null(y):
+            null_keys.add(k)
+    return snap.build(), null_keys
 
 
 def _rebuild(group_spec: GroupSpec, rows_state):
     """The group from the rows in the state store and the subscriptions of the base snapshot."""
     snap = group_spec.snapshot()
+    text = group_spec.text
     keys, xs, ys = [], [], []
-    for (k,), (x, y) in rows_state.iterator():
+    for (k,), (x, y, t) in rows_state.iterator():
         keys.append(k)
         xs.append(np.nan if x is None else x)
-        ys.append(np.nan if y is None else y)
-    xs_a, ys_a = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+        ys.append(t if text else (np.nan if y is None else y))
+    xs_a = np.asarray(xs, dtype=np.float64)
+    ys_a = np.empty(len(ys), dtype=object) if text else np.asarray(ys, dtype=np.float64)
+    if text:
+        ys_a[:] = ys
     keys_a = np.empty(len(keys), dtype=object)
     keys_a[:] = keys
     snap = dataclasses.replace(snap, keys=keys_a, xs=xs_a, ys=ys_a)
-    null_keys = {k for k, x, y in zip(keys, xs_a, ys_a) if x != x or y != y}
-    return RangeMinGroup.from_snapshot(snap), null_keys
+    null_keys = {k for k, x, y in zip(keys, xs_a, ys) if x != x or _is_null(y)}
+    return snap.build(), null_keys
