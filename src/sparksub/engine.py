@@ -403,6 +403,11 @@ class Engine:
         checkpoint, the initial rows are those of the engine when ``stream`` is called. The stream's
         updates do not flow back into the engine (``result``/``publish`` do not see them).
 
+        Range groups (MIN/MAX, top-k, DISTINCT, aggregates) are one stateful operator
+        (``transformWithStateInPandas``, one state partition per group); a micro-batch is one batch
+        for them, so in ``'reformulated'`` mode a top-k group sends Paint-Batch's messages for the
+        whole micro-batch (002 §IV-A), each carrying the micro-batch's last ``seq``.
+
         FILTER groups on the table (unicast only) are stateless: each micro-batch is matched on every
         shard as a ``publish`` batch is, and their notifications (with the event's columns) are
         unioned with the range groups' (``_seq`` gives ``seq``; without it, a unique but not
