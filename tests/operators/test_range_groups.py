@@ -186,3 +186,135 @@ def test_agg_group(sc, func, mode, replayed):
                 state[s[0]] = range_agg.apply(msgs, state[s[0]], s[1], s[2])
                 v = state[s[0]].value(func)
                 assert (v is None and want is None) or math.isclose(v, want, rel_tol=1e-12, abs_tol=1e-12)
+
+
+# ---- the unicast path: core messages routed through the subscription index (range_subscribers) ----
+def _topk_diff(sid, old, new, seq):
+    before = {key: (x, y) for key, x, y in old}
+    after = {key: (x, y) for key, x, y in new}
+    out = [{"subscription_id": sid, "op": "enter" if key not in before else "update", "value": y, "seq": seq,
+            "item_key": key, "item_x": x} for key, (x, y) in after.items() if before.get(key) != (x, y)]
+    return out + [{"subscription_id": sid, "op": "leave", "value": y, "seq": seq, "item_key": key, "item_x": x}
+                  for key, (x, y) in before.items() if key not in after]
+
+
+def _strip(rows, keys):
+    return [{k: r[k] for k in keys} for r in rows]
+
+
+@_SET
+@given(scenario(num), st.booleans(), st.lists(st.sampled_from(["unicast", "reformulated", "none"]), min_size=4,
+                                               max_size=4))
+def test_topk_unicast_rows_are_the_per_update_list_diffs(sc, desc, modes):
+    """Unicast rows = every update's per-subscription list diff (entries in the new list's order, then
+    leaves), subscriptions in order - also right after a 'none' replay or a Paint-Batch batch (resync)."""
+    rows, subs, batches = sc
+    g = _snapshot("RANGE_TOPK", desc, subs, rows).build()
+    seq = 0
+    for ups, mode in zip(batches, modes):
+        out = g.apply(_batch(ups, seq), mode).to_pylist()
+        if mode != "unicast":
+            _apply_rows(rows, ups)
+            seq += len(ups)
+            continue
+        want = []
+        for i, u in enumerate(ups):
+            old = {s[0]: _topk_oracle(rows, s[1], s[2], s[3], desc) for s in subs}
+            _apply_rows(rows, [u])
+            for s in subs:
+                want += _topk_diff(s[0], old[s[0]], _topk_oracle(rows, s[1], s[2], s[3], desc), seq + i)
+        assert _strip(out, ["subscription_id", "op", "value", "seq", "item_key", "item_x"]) == want
+        assert all(r["group_id"] == "g" and r["item_text"] is None for r in out)
+        seq += len(ups)
+
+
+@_SET
+@given(scenario(st.sampled_from(["a", "b", "c"])), st.lists(st.sampled_from(["unicast", "none"]), min_size=4,
+                                                            max_size=4))
+def test_distinct_unicast_rows_equal_the_predicate_over_all_subscriptions(sc, modes):
+    """The index gives the rows the vectorised predicate over every subscription gave (message order,
+    then subscription order)."""
+    rows, subs, batches = sc
+    g = _snapshot("RANGE_DISTINCT", None, subs, rows).build()
+    mirror = range_distinct.RangeDistinctCore()
+    mirror.load(list(rows), [v[0] for v in rows.values()], [v[1] for v in rows.values()])
+    x1 = np.array([s[1] for s in subs])
+    x2 = np.array([s[2] for s in subs])
+    seq = 0
+    for ups, mode in zip(batches, modes):
+        out = g.apply(_batch(ups, seq), mode).to_pylist()
+        want = []
+        for i, (key, x, y, op) in enumerate(ups):
+            if op == 1 or x is None or y is None:
+                if key not in mirror:
+                    continue
+                outcome = mirror.delete(key)
+            else:
+                outcome = mirror.upsert(key, x, y)
+            sub, msg = range_distinct.notifications(x1, x2, outcome)
+            want += [{"subscription_id": subs[s][0], "op": outcome.messages[j].op.lower(), "seq": seq + i,
+                      "item_text": outcome.messages[j].value} for s, j in zip(sub.tolist(), msg.tolist())]
+        if mode == "unicast":
+            assert _strip(out, ["subscription_id", "op", "seq", "item_text"]) == want
+        seq += len(ups)
+
+
+@_SET
+@given(scenario(num), st.sampled_from(["count", "sum", "avg"]),
+       st.lists(st.sampled_from(["unicast", "reformulated", "none"]), min_size=4, max_size=4))
+def test_agg_unicast_rows_equal_the_mask_over_all_subscriptions(sc, func, modes):
+    """The index gives the rows ``range_agg.AggUnicast`` (the server-side S-UN) gives, in subscription order."""
+    rows, subs, batches = sc
+    g = _snapshot("RANGE_AGG", func, subs, rows).build()
+    seq = 0
+    for ups, mode in zip(batches, modes):
+        mirror = range_agg.RangeAggCore(func)
+        mirror.load(list(rows), [v[0] for v in rows.values()], [v[1] for v in rows.values()])
+        uni = range_agg.AggUnicast(func, [s[1] for s in subs], [s[2] for s in subs], mirror)
+        out = g.apply(_batch(ups, seq), mode).to_pylist()
+        want = []
+        for i, (key, x, y, op) in enumerate(ups):
+            if op == 1 or x is None or y is None:
+                if key not in mirror:
+                    continue
+                outcome = mirror.delete(key)
+            else:
+                outcome = mirror.upsert(key, x, y)
+            idx, vals = uni.apply(outcome)
+            want += [{"subscription_id": subs[s][0], "op": "update", "seq": seq + i, "value": None if v != v else v}
+                     for s, v in sorted(zip(idx.tolist(), np.asarray(vals, dtype=np.float64).tolist()))]
+        if mode == "unicast":
+            assert _strip(out, ["subscription_id", "op", "seq", "value"]) == want
+        _apply_rows(rows, ups)
+        seq += len(ups)
+
+
+def test_explain_influence_regions_and_reach():
+    """EXPLAIN's reach per message is the number of subscriptions each message's rectangle holds."""
+    subs = [(f"s{i}", float(i % 5), float(i % 5 + 3), 1 + i % 2) for i in range(12)]
+    rows = {f"k{i}": (float(i % 8), float(i % 3)) for i in range(8)}
+    for kind, option in (("RANGE_TOPK", False), ("RANGE_DISTINCT", None), ("RANGE_AGG", "sum")):
+        g = _snapshot(kind, option, subs, rows if kind != "RANGE_DISTINCT" else
+                      {k: (x, "abc"[int(y)]) for k, (x, y) in rows.items()}).build()
+        ups = [("k1", 2.0, 0.0, 0), ("k9", 4.0, 1.0, 0), ("k3", None, None, 1)]
+        if kind == "RANGE_DISTINCT":
+            ups = [(k, x, None if y is None else "abc"[int(y)], op) for k, x, y, op in ups]
+        msgs = g.apply(_batch(ups, 0), "reformulated").to_pylist()
+        g.apply(_batch([("k2", 7.0, 2.0 if kind != "RANGE_DISTINCT" else "c", 0)], 3), "unicast")
+        ex = g.explain()
+        keys = list(ex)
+        assert keys[keys.index("messages per update") + 1:][-5:] == [
+            "subscription index", "influence regions",
+            "subscriptions reached per message (index count, last messages)",
+            "expected per update (messages / deliveries)", "unicast rows per update"]
+        assert ex["unicast rows per update"].endswith("over 1 updates")
+        rect = g.regions.recent[0]
+        if kind == "RANGE_TOPK":
+            assert "calls so far (first_k / min_y / snap)" in keys
+            m = topk.TopkMessage(rect[0], *rect[1:], "k", 0.0, 0.0)
+            want = sum(topk.reaches(m, s[1], s[2], s[3]) for s in subs)
+        else:
+            m = range_distinct.Message("ADD", "a", *rect[1:])
+            want = sum(range_distinct.matches(m, s[1], s[2]) for s in subs)
+        assert g._count(*rect) == want
+        assert g.regions.messages == len(g.regions.recent) >= len(msgs)

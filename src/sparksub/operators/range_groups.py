@@ -6,7 +6,10 @@ as :class:`~sparksub.operators.range_min_group.RangeMinGroup` does for MIN/MAX:
 
 * ``unicast``: one row per (affected subscription, change): ``subscription_id, op, value, seq,
   group_id`` plus the item columns of :data:`ITEM_SCHEMA` (which object entered / left a top-k, which
-  string value joined a DISTINCT set);
+  string value joined a DISTINCT set).  The core's messages of each update are routed through the
+  subscription index of :mod:`~sparksub.operators.range_subscribers` to the subscribers they reach,
+  which apply them (002 §II-A for top-k, 000 §4 for DISTINCT and aggregates): an update costs its
+  messages plus the subscriptions they reach, never a pass over all subscriptions;
 * ``reformulated``: the core's messages, whose number does not depend on the subscriptions
   (Paint-Batch over the whole batch for top-k, 002 §IV-A, so subscribers are exact at the batch's
   end; the DISTINCT Mar messages and the relaxed aggregate deltas per update, 000 §4), in
@@ -14,7 +17,9 @@ as :class:`~sparksub.operators.range_min_group.RangeMinGroup` does for MIN/MAX:
 * ``none``: maintain the core only (replaying a log).
 
 Cores: :mod:`~sparksub.operators.topk`, :mod:`~sparksub.operators.range_distinct`,
-:mod:`~sparksub.operators.range_agg`.  Pure (numpy / pyarrow); ``spark_groups`` runs them in tasks.
+:mod:`~sparksub.operators.range_agg`.  Every mode records the influence-region sizes of the core's
+messages (:class:`~sparksub.operators.range_subscribers.RegionStats`) for EXPLAIN.  Pure (numpy /
+pyarrow); ``spark_groups`` runs them in tasks.
 """
 from __future__ import annotations
 
@@ -25,13 +30,12 @@ import numpy as np
 import pyarrow as pa
 
 from sparksub.operators import range_agg, range_distinct, topk
-from sparksub.operators.range_min_group import DELETE, UNICAST_SCHEMA
+from sparksub.operators.range_min_group import DELETE
+from sparksub.operators.range_subscribers import (ITEM_SCHEMA, UNICAST_ITEMS_SCHEMA, DistinctSubscribers,
+                                                  RegionStats, TopkSubscribers, key_text)
 
 __all__ = ["RangeClassSnapshot", "TopkGroup", "DistinctGroup", "AggGroup", "ITEM_SCHEMA",
            "RANGE_MESSAGE_SCHEMA"]
-
-#: Columns a range-class notification adds to ``UNICAST_SCHEMA`` (null where they do not apply).
-ITEM_SCHEMA = pa.schema([("item_key", pa.string()), ("item_x", pa.float64()), ("item_text", pa.string())])
 
 #: The messages of the reformulated form (``op``: the core's message kind).
 RANGE_MESSAGE_SCHEMA = pa.schema([
@@ -68,8 +72,7 @@ class RangeClassSnapshot:
         return g
 
 
-def _key_text(key) -> str:
-    return key if isinstance(key, str) else str(key)
+_key_text = key_text
 
 
 class _RangeClassGroup:
@@ -83,7 +86,9 @@ class _RangeClassGroup:
         self.x2 = np.asarray(snap.sub_x2, dtype=np.float64)
         self.slot = {sid: i for i, sid in enumerate(self.ids.tolist())}
         self._stale = False
-        self.counters = {"batches": 0, "unicast_rows": 0, "reformulated_messages": 0}
+        self.counters = {"batches": 0, "unicast_rows": 0, "reformulated_messages": 0, "unicast_updates": 0}
+        self.regions = RegionStats()   # influence-region sizes of the core's messages (EXPLAIN)
+        self.subscribers = None        # range_subscribers: the index and, where kept, each result
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -105,9 +110,11 @@ class _RangeClassGroup:
             raise ValueError(f"unknown mode {mode!r} for {self.kind}; expected 'unicast' or 'reformulated'")
         cols = _columns(batch, text=self.kind == "RANGE_DISTINCT")
         self.counters["batches"] += 1
-        if mode == "none":
-            self._stale = True         # per-subscription unicast state: recomputed when next needed
-        elif self._stale and mode == "unicast":
+        if mode != "unicast":
+            # the per-subscription unicast state does not follow a replay or a reformulated batch:
+            # recomputed from the core when next needed
+            self._stale = True
+        elif self._stale:
             self._resync()
             self._stale = False
         rows: list = []
@@ -126,9 +133,11 @@ class _RangeClassGroup:
                 outcome = self._delete(key)
             else:
                 outcome = self._upsert(key, float(x), y)
+            self._observe(outcome.messages)
+            if mode == "unicast":
+                self.counters["unicast_updates"] += 1
             if mode != "none":
-                touched = [v for v in (prev, None if op == DELETE or null else float(x)) if v is not None]
-                rows.extend(self._notifications(outcome, int(seq), mode, touched))
+                rows.extend(self._notifications(outcome, int(seq), mode))
         if mode == "none":
             return RANGE_MESSAGE_SCHEMA.empty_table()
         schema = RANGE_MESSAGE_SCHEMA if mode == "reformulated" else _UNICAST_ITEMS
@@ -145,11 +154,32 @@ class _RangeClassGroup:
     def _resync(self) -> None:
         """Rebuild what unicast keeps per subscription from the core (after a log replay)."""
 
+    def _observe(self, messages) -> None:
+        """Record the rectangles of the core's messages (every mode: a replay counts too)."""
+        observe = self.regions.observe
+        for m in messages:
+            observe(*self._rectangle(m))
+
+    def _explain_network(self, messages_per_update: float) -> dict:
+        """The EXPLAIN lines every range class shares: the subscription index, the influence regions,
+        their reach and the expected traffic per update (keys in a fixed order)."""
+        mean, top, n = self.regions.reach(self._count)
+        ups = self.counters["unicast_updates"]
+        return {
+            "influence regions": self.regions.extent(self._extent_name),
+            "subscriptions reached per message (index count, last messages)":
+                f"mean {mean:.2f} / max {top} over {n} messages",
+            "expected per update (messages / deliveries)":
+                f"{messages_per_update:.3f} / {messages_per_update * mean:.3f}",
+            "unicast rows per update": (f"{self.counters['unicast_rows'] / ups:.3f} over {ups} updates" if ups
+                                        else "no unicast update yet"),
+        }
+
     def stats(self) -> dict:
         return {**self.core.counters, **self.counters, "subscriptions": len(self), "tuples": len(self.core)}
 
 
-_UNICAST_ITEMS = pa.schema(list(UNICAST_SCHEMA) + list(ITEM_SCHEMA))
+_UNICAST_ITEMS = UNICAST_ITEMS_SCHEMA
 
 
 def _columns(batch, text: bool = False) -> dict:
@@ -164,9 +194,11 @@ def _columns(batch, text: bool = False) -> dict:
 
 
 class TopkGroup(_RangeClassGroup):
-    """RANGE_TOPK: Paint-Dense messages (reformulated) or per-subscription changes (unicast, 002 §V)."""
+    """RANGE_TOPK: Paint-Batch messages (reformulated) or per-subscription changes (unicast: each
+    update's Paint-Dense messages routed to the subscribers they reach, 002 §II-A / §III-A)."""
 
     kind = "RANGE_TOPK"
+    _extent_name = "X extent"
 
     def __init__(self, snap: RangeClassSnapshot):
         super().__init__(snap)
@@ -174,7 +206,6 @@ class TopkGroup(_RangeClassGroup):
         self.k = np.asarray(snap.sub_k, dtype=np.int64)
         # the reformulated form paints for the k values in use (002 §II-A, one sweep for the largest)
         self.core = topk.TopkCore("dense", descending=self.descending, ks=sorted(set(self.k.tolist())) or [1])
-        self.lists: list[list] = []
 
     def load(self, keys, xs, ys) -> None:
         ok = self._valid(xs, ys)
@@ -183,7 +214,20 @@ class TopkGroup(_RangeClassGroup):
         self._resync()
 
     def _resync(self) -> None:
-        self.lists = [self.core.top_k(a, b, k) for a, b, k in zip(self.x1, self.x2, self.k)]
+        # the subscriber lists from the core; the index over (x1, x2) per k is built once
+        if self.subscribers is None:
+            self.subscribers = TopkSubscribers.from_group(self)
+        else:
+            self.subscribers.reseed(self.core)
+
+    @staticmethod
+    def _rectangle(m) -> tuple:
+        return m.k, m.inner_l, m.inner_r, m.outer_l, m.outer_r
+
+    def _count(self, k, inner_l, inner_r, outer_l, outer_r) -> int:
+        if self.subscribers is None:
+            return 0
+        return self.subscribers.count(k, inner_l, inner_r, outer_l, outer_r)
 
     def _upsert(self, key, x, y):
         return self.core.upsert(key, x, float(y))
@@ -213,44 +257,22 @@ class TopkGroup(_RangeClassGroup):
             return []
         last = int(cols["seq"][-1])
         outcome = self.core.apply_batch(events)
+        self._observe(outcome.messages)
         self._stale = True             # the unicast lists did not follow
         return [{"seq": last, "op": "DELETE" if m.y is None else "PUT", "k": m.k, "new_value": m.y,
                  "item_key": _key_text(m.key), "item_x": m.x, "inner_l": m.inner_l, "inner_r": m.inner_r,
                  "outer_l": m.outer_l, "outer_r": m.outer_r} for m in outcome.messages]
 
-    def _notifications(self, outcome, seq: int, mode: str, touched: list) -> list[dict]:
+    def _notifications(self, outcome, seq: int, mode: str) -> list[dict]:
         if mode == "reformulated":
             return [{"seq": seq, "op": "DELETE" if m.y is None else "PUT", "k": m.k,
                      "new_value": m.y, "item_key": _key_text(m.key), "item_x": m.x,
                      "inner_l": m.inner_l, "inner_r": m.inner_r, "outer_l": m.outer_l, "outer_r": m.outer_r}
                     for m in outcome.messages]
-        # unicast: only a subscription whose range holds the old or the new x can change (002 §II-C);
-        # its list before and after is the change a unicast server sends (002 §V)
-        hit = np.zeros(len(self.ids), dtype=bool)
-        for x in touched:
-            hit |= (self.x1 <= x) & (x <= self.x2)
-        out = []
-        for i in np.flatnonzero(hit).tolist():
-            new = self.core.top_k(self.x1[i], self.x2[i], int(self.k[i]))
-            old = self.lists[i]
-            if new == old:
-                continue
-            before = {key: (x, y) for key, x, y in old}
-            after = {key: (x, y) for key, x, y in new}
-            sid = self.ids[i]
-            for key, (x, y) in after.items():
-                if key not in before:
-                    out.append({"subscription_id": sid, "op": "enter", "value": y, "seq": seq,
-                                "item_key": _key_text(key), "item_x": x})
-                elif before[key] != (x, y):
-                    out.append({"subscription_id": sid, "op": "update", "value": y, "seq": seq,
-                                "item_key": _key_text(key), "item_x": x})
-            for key, (x, y) in before.items():
-                if key not in after:
-                    out.append({"subscription_id": sid, "op": "leave", "value": y, "seq": seq,
-                                "item_key": _key_text(key), "item_x": x})
-            self.lists[i] = new
-        return out
+        # unicast: the update's Paint-Dense messages reach exactly the subscriptions whose top-k may
+        # change (002 §III-A, Theorem 1); each applies them by the §II-A protocol and the ones whose list
+        # changed get the diff as rows (the change a unicast server sends, 002 §V)
+        return self.subscribers.receive(outcome.messages, seq)
 
     def explain(self) -> dict:
         c = self.core.counters
@@ -260,7 +282,8 @@ class TopkGroup(_RangeClassGroup):
             "order": f"{self.y} {'DESC' if self.descending else 'ASC'}, ties by key ascending",
             "k values": sorted(set(self.k.tolist())),
             "algorithm": "influence regions (Lemma 2) + Paint-Dense (002 §III-A), Paint-Batch per "
-                         "publish batch (002 §IV-A); unicast by list diff",
+                         "publish batch (002 §IV-A); unicast: each update's messages routed to the "
+                         "subscribers they reach, rows by list diff",
             "data index": f"A2B-tree on {self.x} (first_k / min_y, 002 §II-B): "
                           f"{self.core.tree.num_leaves} leaves",
             "message format": "Msg(k, INNER_L, INNER_R, OUTER_L, OUTER_R, key, x, y) (002 §II-A)",
@@ -268,6 +291,10 @@ class TopkGroup(_RangeClassGroup):
             "calls per update (first_k / min_y / snap)": f"{c['first_k'] / n:.2f} / {c['min_y'] / n:.2f} / "
                                                          f"{c['snap'] / n:.2f}",
             "messages per update": round(c["messages"] / n, 3),
+            "calls so far (first_k / min_y / snap)": f"{c['first_k']} / {c['min_y']} / {c['snap']}",
+            "subscription index": f"a 2-d point index over (x1, x2) per k ({len(self)} points): one "
+                                  f"rectangle query per message and k (002 §II-A)",
+            **self._explain_network(c["messages"] / n),
         }
 
 
@@ -275,10 +302,21 @@ class DistinctGroup(_RangeClassGroup):
     """RANGE_DISTINCT: the Mar-for-duplicates messages (000 §4) or per-subscription add/remove rows."""
 
     kind = "RANGE_DISTINCT"
+    _extent_name = "Mar width"
 
     def __init__(self, snap: RangeClassSnapshot):
         super().__init__(snap)
         self.core = range_distinct.RangeDistinctCore()
+        # a match is a change (000 §4), so unicast needs only the index, no per-subscription sets
+        self.subscribers = DistinctSubscribers(keep_sets=False, group_id=self.group_id)
+        self.subscribers.add(self.ids, self.x1, self.x2)
+
+    @staticmethod
+    def _rectangle(m) -> tuple:
+        return None, m.inner_l, m.inner_r, m.outer_l, m.outer_r
+
+    def _count(self, k, inner_l, inner_r, outer_l, outer_r) -> int:
+        return self.subscribers.count(inner_l, inner_r, outer_l, outer_r)
 
     def load(self, keys, xs, ys) -> None:
         ok = self._valid(xs, ys)
@@ -299,7 +337,7 @@ class DistinctGroup(_RangeClassGroup):
     def _value_columns(v) -> dict:
         return {"item_text": v} if isinstance(v, str) else {"new_value": float(v), "value": float(v)}
 
-    def _notifications(self, outcome, seq: int, mode: str, touched: list) -> list[dict]:
+    def _notifications(self, outcome, seq: int, mode: str) -> list[dict]:
         if mode == "reformulated":
             out = []
             for m in outcome.messages:
@@ -308,14 +346,8 @@ class DistinctGroup(_RangeClassGroup):
                 row.pop("value", None)
                 out.append(row)
             return out
-        sub, msg = range_distinct.notifications(self.x1, self.x2, outcome)
-        out = []
-        for s, j in zip(sub.tolist(), msg.tolist()):
-            m = outcome.messages[j]
-            row = {"subscription_id": self.ids[s], "op": m.op.lower(), "seq": seq, **self._value_columns(m.value)}
-            row.pop("new_value", None)
-            out.append(row)
-        return out
+        # unicast: one rectangle query per message; every match is an add / remove (000 §4)
+        return self.subscribers.receive(outcome.messages, seq)
 
     def explain(self) -> dict:
         c = self.core.counters
@@ -328,6 +360,9 @@ class DistinctGroup(_RangeClassGroup):
             "message format": "<ADD|REMOVE, y, INNER_L, INNER_R, OUTER_L, OUTER_R>",
             "reformulated predicate": "(OUTER_L < x1 <= INNER_L) AND (INNER_R <= x2 < OUTER_R)",
             "messages per update": round(c["messages"] / n, 3),
+            "subscription index": f"a 2-d point index over (x1, x2) ({len(self)} points): one rectangle "
+                                  f"query per message",
+            **self._explain_network(c["messages"] / n),
         }
 
 
@@ -335,12 +370,14 @@ class AggGroup(_RangeClassGroup):
     """RANGE_AGG: relaxed delta messages ⟨x, Δcount, Δsum⟩ (000 §4) or exact new values per subscription."""
 
     kind = "RANGE_AGG"
+    _extent_name = "X extent"
 
     def __init__(self, snap: RangeClassSnapshot):
         super().__init__(snap)
         self.func = str(snap.option).lower()
         self.core = range_agg.RangeAggCore(self.func)
         self.unicast = None
+        self._sorted_bounds = None     # (sorted x1, sorted x2) of the non-empty ranges: EXPLAIN's reach
 
     def load(self, keys, xs, ys) -> None:
         ok = self._valid(xs, ys)
@@ -349,7 +386,21 @@ class AggGroup(_RangeClassGroup):
         self._resync()
 
     def _resync(self) -> None:
+        # S-UN state from the core: range_agg.AggUnicast answers each message's stabbing rectangle
+        # (-inf, X] x [X, +inf) over its own layout of the subscription points (000 §3-§4)
         self.unicast = range_agg.AggUnicast(self.func, self.x1, self.x2, self.core)
+
+    @staticmethod
+    def _rectangle(m) -> tuple:
+        return None, m.x, m.x, -math.inf, math.inf
+
+    def _count(self, k, inner_l, inner_r, outer_l, outer_r) -> int:
+        # ranges with x1 <= X <= x2 = #(x1 <= X) - #(x2 < X) over the non-empty ranges (x2 < X implies x1 < X)
+        if self._sorted_bounds is None:
+            live = self.x1 <= self.x2
+            self._sorted_bounds = (np.sort(self.x1[live]), np.sort(self.x2[live]))
+        a, b = self._sorted_bounds
+        return int(np.searchsorted(a, inner_l, "right") - np.searchsorted(b, inner_l, "left"))
 
     def _upsert(self, key, x, y):
         return self.core.upsert(key, x, 0.0 if self.y is None else float(y))
@@ -361,17 +412,18 @@ class AggGroup(_RangeClassGroup):
         i = self.slot[sub_id]
         return self.core.value(self.x1[i], self.x2[i])
 
-    def _notifications(self, outcome, seq: int, mode: str, touched: list) -> list[dict]:
+    def _notifications(self, outcome, seq: int, mode: str) -> list[dict]:
         if mode == "reformulated":
             return [{"seq": seq, "op": "DELTA", "new_value": m.d_sum, "d_count": m.d_count,
                      "inner_l": m.x, "inner_r": m.x, "outer_l": -math.inf, "outer_r": math.inf}
                     for m in outcome.messages]
+        # unicast: the subscriptions whose value changed, in subscription order
         idx, vals = self.unicast.apply(outcome)
-        out = []
-        for i, v in zip(idx.tolist(), np.asarray(vals, dtype=np.float64).tolist()):
-            out.append({"subscription_id": self.ids[i], "op": "update", "seq": seq,
-                        "value": None if v != v else v})
-        return out
+        idx = np.asarray(idx, dtype=np.int64)
+        vals = np.asarray(vals, dtype=np.float64)
+        order = np.argsort(idx, kind="stable")
+        return [{"subscription_id": self.ids[i], "op": "update", "seq": seq, "value": None if v != v else v}
+                for i, v in zip(idx[order].tolist(), vals[order].tolist())]
 
     def explain(self) -> dict:
         c = self.core.counters
@@ -384,4 +436,7 @@ class AggGroup(_RangeClassGroup):
             "message format": "<X, D_COUNT, D_SUM> (at most 2 per update)",
             "reformulated predicate": "x1 <= X <= x2",
             "messages per update": round(c["messages"] / n, 3),
+            "subscription index": f"the subscriptions as points (x1, x2) ({len(self)} points): a stabbing "
+                                  f"query x1 <= X <= x2, the rectangle (-inf, X] x [X, +inf), per message",
+            **self._explain_network(c["messages"] / n),
         }
