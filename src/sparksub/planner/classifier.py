@@ -27,7 +27,8 @@ from sparksub.planner import ir
 from sparksub.planner.catalog import Catalog
 from sparksub.planner.logical import to_logical
 
-__all__ = ["SUPPORTED_CLASSES", "Planned", "plan_subscription", "bind_range", "bind_filter_columns", "parameters_of"]
+__all__ = ["SUPPORTED_CLASSES", "Planned", "plan_subscription", "bind_range", "bind_box", "bind_filter_columns",
+           "parameters_of"]
 
 SUPPORTED_CLASSES = (
     "RANGE_MIN (SELECT MIN(y) FROM t WHERE x BETWEEN a AND b)",
@@ -35,11 +36,15 @@ SUPPORTED_CLASSES = (
     "RANGE_TOPK (SELECT cols FROM t WHERE x BETWEEN a AND b ORDER BY y [DESC] LIMIT k)",
     "RANGE_DISTINCT (SELECT DISTINCT y FROM t WHERE x BETWEEN a AND b)",
     "RANGE_AGG (SELECT COUNT(*) | SUM(y) | AVG(y) FROM t WHERE x BETWEEN a AND b)",
+    "BOX_MIN (SELECT MIN(y) FROM t WHERE x1 BETWEEN a AND b AND x2 BETWEEN c AND d)",
+    "BOX_MAX (SELECT MAX(y) FROM t WHERE x1 BETWEEN a AND b AND x2 BETWEEN c AND d)",
+    "BOX_TOPK (SELECT cols FROM t WHERE x1 BETWEEN a AND b AND x2 BETWEEN c AND d ORDER BY y [DESC] LIMIT k)",
     "FILTER (SELECT * | cols FROM t WHERE a conjunction or DNF of attr op const, "
     "op in = != < <= > >= BETWEEN IN IS [NOT] NULL)",
 )
 OPERATOR_NODES = (ir.RangeMinGroupScan, ir.RangeTopkGroupScan, ir.RangeDistinctGroupScan,
-                  ir.RangeAggGroupScan, ir.FilterGroupScan)
+                  ir.RangeAggGroupScan, ir.BoxMinGroupScan, ir.BoxTopkGroupScan, ir.FilterGroupScan)
+_BOX_NODES = (ir.BoxMinGroupScan, ir.BoxTopkGroupScan)
 
 _EXECUTOR = RuleExecutor(BATCHES)
 
@@ -67,10 +72,13 @@ def plan_subscription(select: exp.Expression, catalog: Catalog) -> Planned:
     if not isinstance(physical, OPERATOR_NODES):
         raise UnsupportedSubscription(ir.shape_of(physical), SUPPORTED_CLASSES)
     # Constant ranges are checked here; parameter ranges when bound.
-    lo, hi = getattr(physical, "low", None), getattr(physical, "high", None)
-    if isinstance(lo, ir.Const) and isinstance(hi, ir.Const) and lo.value > hi.value:
-        raise InvalidSubscription(f"empty range: {physical.x} from {lo.value} to {hi.value} "
-                                  f"(the lower bound exceeds the upper) in: {select.sql('spark')}")
+    ranges = [(getattr(physical, "x", None), getattr(physical, "low", None), getattr(physical, "high", None))]
+    if isinstance(physical, _BOX_NODES):
+        ranges.append((physical.x2, physical.low2, physical.high2))
+    for x, lo, hi in ranges:
+        if isinstance(lo, ir.Const) and isinstance(hi, ir.Const) and lo.value > hi.value:
+            raise InvalidSubscription(f"empty range: {x} from {lo.value} to {hi.value} "
+                                      f"(the lower bound exceeds the upper) in: {select.sql('spark')}")
     return Planned(select.sql(dialect="spark"), logical, physical, tuple(trace))
 
 
@@ -84,10 +92,13 @@ def parameters_of(node: ir.Node) -> tuple[str, ...]:
         elif isinstance(v, (ir.Succ, ir.Pred)):
             walk(v.of)
     if isinstance(node, (ir.RangeMinGroupScan, ir.RangeTopkGroupScan, ir.RangeDistinctGroupScan,
-                         ir.RangeAggGroupScan)):
+                         ir.RangeAggGroupScan) + _BOX_NODES):
         walk(node.low)
         walk(node.high)
-        if isinstance(node, ir.RangeTopkGroupScan):
+        if isinstance(node, _BOX_NODES):
+            walk(node.low2)
+            walk(node.high2)
+        if isinstance(node, (ir.RangeTopkGroupScan, ir.BoxTopkGroupScan)):
             walk(node.k)
     elif isinstance(node, ir.FilterGroupScan):
         for conj in node.disjuncts:
@@ -129,16 +140,32 @@ def bind_range(node: ir.RangeMinGroupScan, params: dict[str, np.ndarray], n: int
     """The closed ranges [x1, x2] of ``n`` subscriptions, as float64 columns (±inf for open ends).
 
     Raises :class:`InvalidSubscription` naming the first offending subscription (NaN, or x1 > x2).
+    For a box node: its range on ``x`` (:func:`bind_box` binds both).
     """
-    x1 = _eval(node.low, params, n, -np.inf)
-    x2 = _eval(node.high, params, n, np.inf)
+    return _bind_bounds(node.low, node.high, node.x, params, n, ids)
+
+
+def bind_box(node: ir.BoxMinGroupScan | ir.BoxTopkGroupScan, params: dict[str, np.ndarray], n: int,
+             ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The closed boxes of ``n`` box subscriptions as four float64 columns ``(x_low, x_high, x2_low,
+    x2_high)`` (±inf for open ends): the ``sub_p1, sub_q1, sub_p2, sub_q2`` of a
+    :class:`~sparksub.operators.box_groups.BoxClassSnapshot`.  Both ranges are checked as
+    :func:`bind_range` checks one, naming the subscription and the attribute."""
+    x_lo, x_hi = _bind_bounds(node.low, node.high, node.x, params, n, ids)
+    x2_lo, x2_hi = _bind_bounds(node.low2, node.high2, node.x2, params, n, ids)
+    return x_lo, x_hi, x2_lo, x2_hi
+
+
+def _bind_bounds(low, high, column: str, params, n: int, ids) -> tuple[np.ndarray, np.ndarray]:
+    x1 = _eval(low, params, n, -np.inf)
+    x2 = _eval(high, params, n, np.inf)
     bad = np.isnan(x1) | np.isnan(x2) | (x1 > x2)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         who = f"subscription {ids[i]!r}" if ids is not None else f"row {i}"
         why = "a NaN/null bound" if np.isnan(x1[i]) or np.isnan(x2[i]) else \
             f"an empty range (lower bound {x1[i]} > upper bound {x2[i]})"
-        raise InvalidSubscription(f"{who} has {why} on {node.x}")
+        raise InvalidSubscription(f"{who} has {why} on {column}")
     return x1, x2
 
 

@@ -21,7 +21,7 @@ __all__ = [
     "IsNull", "Or", "Opaque", "FilterGroupScan",
     "Predicate", "Node", "Scan", "Filter", "Aggregate", "Project", "Distinct", "Sort", "Limit", "Join",
     "RangeMinGroupScan", "RangeTopkGroupScan", "RangeDistinctGroupScan", "RangeAggGroupScan",
-    "render_value", "shape_of",
+    "BoxMinGroupScan", "BoxTopkGroupScan", "render_value", "shape_of",
 ]
 
 
@@ -360,6 +360,75 @@ class RangeAggGroupScan(Node):
     def args_str(self) -> str:
         return (f"{self.func}({self.y or '*'}) over {self.x} IN [{render_value(self.low)}, "
                 f"{render_value(self.high)}] of {self.table}")
+
+
+def _box_str(x: str, low, high, x2: str, low2, high2) -> str:
+    return (f"{x} IN [{render_value(low)}, {render_value(high)}] AND "
+            f"{x2} IN [{render_value(low2)}, {render_value(high2)}]")
+
+
+@dataclass(frozen=True)
+class BoxMinGroupScan(Node):
+    """BOX_MIN / BOX_MAX: ``MIN(y)`` (``MAX(y)``) over the 2-d box ``x IN [low, high] AND x2 IN
+    [low2, high2]`` (002 §IV-C: a box subscription is the point (low, high, low2, high2) of the 4-d
+    subscription space; 000 §4: Mar in higher dimensions).
+
+    As :class:`RangeMinGroupScan`, with a second range attribute: one group per (table, x, x2, y,
+    MIN|MAX); ``x`` is the range attribute declared first in the table, whatever the WHERE order,
+    so both spellings share a group.  ``low2``/``high2`` bound ``x2`` as ``low``/``high`` bound ``x``.
+    """
+    table: str
+    x: str
+    x2: str
+    y: str
+    maximum: bool
+    low: Value | None
+    high: Value | None
+    low2: Value | None
+    high2: Value | None
+
+    @property
+    def klass(self) -> str:
+        return "BOX_MAX" if self.maximum else "BOX_MIN"
+
+    @property
+    def group_key(self) -> tuple:
+        return (self.klass, self.table, self.x, self.x2, self.y)
+
+    def args_str(self) -> str:
+        return (f"{'MAX' if self.maximum else 'MIN'}({self.y}) over "
+                f"{_box_str(self.x, self.low, self.high, self.x2, self.low2, self.high2)} of {self.table}")
+
+
+@dataclass(frozen=True)
+class BoxTopkGroupScan(Node):
+    """BOX_TOPK: ``SELECT cols FROM t WHERE x BETWEEN low AND high AND x2 BETWEEN low2 AND high2
+    ORDER BY y [DESC] LIMIT k`` (002 §IV-C: Paint-Dense lifted to 2-d boxes).
+
+    As :class:`RangeTopkGroupScan`, with a second range attribute (``x`` declared first in the
+    table): one group per (table, x, x2, y, order); ``k`` a constant or a per-subscription
+    parameter; ties in y broken by the table's key, ascending, in both orders."""
+    table: str
+    x: str
+    x2: str
+    y: str
+    descending: bool
+    low: Value | None
+    high: Value | None
+    low2: Value | None
+    high2: Value | None
+    k: Value
+    columns: tuple[str, ...]
+
+    klass = "BOX_TOPK"
+
+    @property
+    def group_key(self) -> tuple:
+        return (self.klass, self.table, self.x, self.x2, self.y, self.descending)
+
+    def args_str(self) -> str:
+        return (f"TOP {render_value(self.k)} BY {self.y}{' DESC' if self.descending else ''} over "
+                f"{_box_str(self.x, self.low, self.high, self.x2, self.low2, self.high2)} of {self.table}")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from sparksub.catalyst_rules.rules.close_strict_bounds import close_strict_bound
 from sparksub.catalyst_rules.rules.comparisons_to_ranges import comparisons_to_ranges
 from sparksub.catalyst_rules.rules.merge_ranges import merge_ranges
 from sparksub.catalyst_rules.rules.orient_comparisons import orient_comparisons
+from sparksub.catalyst_rules.rules.plan_box_range import plan_box_range
 from sparksub.catalyst_rules.rules.plan_filter import plan_filter
 from sparksub.catalyst_rules.rules.plan_range_agg import plan_range_agg
 from sparksub.catalyst_rules.rules.plan_range_distinct import plan_range_distinct
@@ -16,8 +17,8 @@ from sparksub.catalyst_rules.rules.plan_range_topk import plan_range_topk
 BATCHES = (
     Batch("Normalize range predicates", FIXED_POINT, (orient_comparisons, comparisons_to_ranges, merge_ranges)),
     Batch("Close strict bounds", ONCE, (close_strict_bounds,)),
-    Batch("Plan operators", ONCE, (plan_range_min, plan_range_topk, plan_range_distinct, plan_range_agg,
-                                   plan_filter)),
+    Batch("Plan operators", ONCE, (plan_range_min, plan_range_topk, plan_box_range, plan_range_distinct,
+                                   plan_range_agg, plan_filter)),
 )
 
 RULES = tuple(r for b in BATCHES for r in b.rules)
