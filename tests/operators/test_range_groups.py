@@ -303,11 +303,12 @@ def test_explain_influence_regions_and_reach():
         g.apply(_batch([("k2", 7.0, 2.0 if kind != "RANGE_DISTINCT" else "c", 0)], 3), "unicast")
         ex = g.explain()
         keys = list(ex)
-        assert keys[keys.index("messages per update") + 1:][-5:] == [
+        assert keys[keys.index("messages per update") + 1:][-4:] == [
             "subscription index", "influence regions",
             "subscriptions reached per message (index count, last messages)",
-            "expected per update (messages / deliveries)", "unicast rows per update"]
-        assert ex["unicast rows per update"].endswith("over 1 updates")
+            "expected per update (messages / deliveries)"]
+        assert ex["influence regions"].startswith(f"{g.regions.messages} messages; ")
+        assert g.counters["unicast_updates"] == 1
         rect = g.regions.recent[0]
         if kind == "RANGE_TOPK":
             assert "calls so far (first_k / min_y / snap)" in keys

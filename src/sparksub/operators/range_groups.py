@@ -161,18 +161,17 @@ class _RangeClassGroup:
             observe(*self._rectangle(m))
 
     def _explain_network(self, messages_per_update: float) -> dict:
-        """The EXPLAIN lines every range class shares: the subscription index, the influence regions,
-        their reach and the expected traffic per update (keys in a fixed order)."""
+        """The EXPLAIN lines every range class shares: the influence regions of the messages so far (this
+        copy of the group: a replayed log counts), their reach in the subscription index and the expected
+        traffic per update (keys in a fixed order)."""
         mean, top, n = self.regions.reach(self._count)
-        ups = self.counters["unicast_updates"]
         return {
             "influence regions": self.regions.extent(self._extent_name),
             "subscriptions reached per message (index count, last messages)":
                 f"mean {mean:.2f} / max {top} over {n} messages",
+            # deliveries = messages x reach: what the network hands to subscribers per update
             "expected per update (messages / deliveries)":
                 f"{messages_per_update:.3f} / {messages_per_update * mean:.3f}",
-            "unicast rows per update": (f"{self.counters['unicast_rows'] / ups:.3f} over {ups} updates" if ups
-                                        else "no unicast update yet"),
         }
 
     def stats(self) -> dict:
