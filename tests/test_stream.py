@@ -324,8 +324,9 @@ def _micro_batch_frame(file_no: int):
 
 def final_rows() -> dict:
     """The table as the oracle ends with it: the base rows with every file's valid rows applied, in the
-    MapState's shape ``(key,) -> (x, y, t)`` (``t``: a string Y, unused by MIN/MAX)."""
-    table = {(k,): (float(x), y, None) for k, (x, y) in ROWS.items()}
+    MapState's shape ``(key,) -> (x, y, t, x2)`` (``t``: a string Y, ``x2``: a box's second attribute;
+    unused by MIN/MAX)."""
+    table = {(k,): (float(x), y, None, None) for k, (x, y) in ROWS.items()}
     for lines in FILES:
         for row, bad in lines:
             if bad is not None:
@@ -333,7 +334,7 @@ def final_rows() -> dict:
             if row.get("_op") == "delete":
                 del table[(row["k"],)]
             else:
-                table[(row["k"],)] = (float(row["x"]), row.get("y"), None)
+                table[(row["k"],)] = (float(row["x"]), row.get("y"), None, None)
     return table
 
 

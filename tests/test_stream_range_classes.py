@@ -1,5 +1,5 @@
-"""Engine.stream for RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG (beside a RANGE_MIN group on the same
-table): on Structured Streaming the notifications must equal the pure group operators' on the same
+"""Engine.stream for RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG and the 2-d BOX_MIN / BOX_TOPK (beside a
+RANGE_MIN group on the same table): on Structured Streaming the notifications must equal the pure group operators' on the same
 valid rows in the same order (unicast rows; reformulated messages, Paint-Batch per micro-batch for
 top-k), malformed rows come out once as 'rejected', and under PySpark's TwsTester every path to the
 cached index (seed, cache hit, catch-up from the log ring, rebuild from the state store) agrees --
@@ -23,14 +23,14 @@ from sparksub.operators.range_min_group import DELETE, UPSERT
 pytestmark = pytest.mark.spark
 
 N_FILES = 4
-STREAM_SCHEMA = "k string, x string, y double, c string, _op string"
+STREAM_SCHEMA = "k string, x string, y double, c string, z int, _op string"
 X_MAX, Y_MAX = 20, 6  # small domains: ties in X and Y, repeated DISTINCT values
 
 
 def workload(seed: int = 5):
     rnd = random.Random(seed)
-    rows = {f"k{i:02d}": (rnd.randint(0, X_MAX), float(rnd.randint(0, Y_MAX)), rnd.choice("abcd"))
-            for i in range(40)}
+    rows = {f"k{i:02d}": (rnd.randint(0, X_MAX), float(rnd.randint(0, Y_MAX)), rnd.choice("abcd"),
+                          rnd.randint(0, 9)) for i in range(40)}
     files, live, nxt = [], dict(rows), 40
     for f in range(N_FILES):
         lines = []
@@ -49,19 +49,21 @@ def workload(seed: int = 5):
             elif r < 0.3:
                 k = f"k{nxt}"
                 nxt += 1
-                row = {"k": k, "x": rnd.randint(0, X_MAX), "y": float(rnd.randint(0, Y_MAX)), "c": rnd.choice("abcde")}
+                row = {"k": k, "x": rnd.randint(0, X_MAX), "y": float(rnd.randint(0, Y_MAX)), "c": rnd.choice("abcde"),
+                       "z": rnd.randint(0, 9)}
             elif r < 0.38:  # a null C: the row leaves the DISTINCT ranges only
                 k = rnd.choice(sorted(live))
-                row = {"k": k, "x": live[k][0], "y": live[k][1], "c": None}
+                row = {"k": k, "x": live[k][0], "y": live[k][1], "c": None, "z": live[k][3]}
             else:  # a Y change, often with an X move and a new C
                 k = rnd.choice(sorted(live))
                 moved = rnd.random() < 0.4
                 row = {"k": k, "x": rnd.randint(0, X_MAX) if moved else live[k][0],
-                       "y": float(rnd.randint(0, Y_MAX)), "c": rnd.choice("abcde") if moved else live[k][2]}
+                       "y": float(rnd.randint(0, Y_MAX)), "c": rnd.choice("abcde") if moved else live[k][2],
+                       "z": rnd.randint(0, 9) if moved else live[k][3]}
             if row.get("_op") == "delete":
                 del live[k]
             else:
-                live[k] = (row["x"], row["y"], row["c"])
+                live[k] = (row["x"], row["y"], row["c"], row["z"])
             lines.append((row, None))
         files.append(lines)
     return rows, files
@@ -73,8 +75,8 @@ ROWS, FILES = workload()
 def make_engine(spark) -> Engine:
     rnd = random.Random(9)
     e = Engine(spark)
-    e.sql("CREATE TABLE t (k STRING PRIMARY KEY, x INT, y DOUBLE, c STRING)")
-    e.load("t", [{"k": k, "x": x, "y": y, "c": c} for k, (x, y, c) in ROWS.items()])
+    e.sql("CREATE TABLE t (k STRING PRIMARY KEY, x INT, y DOUBLE, c STRING, z INT)")
+    e.load("t", [{"k": k, "x": x, "y": y, "c": c, "z": z} for k, (x, y, c, z) in ROWS.items()])
     lo = [rnd.randint(-1, X_MAX) for _ in range(12)]
     e.subscribe_many("SELECT k, y FROM t WHERE x BETWEEN :lo AND :hi ORDER BY y LIMIT :k",
                      {"id": [f"top{i}" for i in range(12)], "lo": lo, "hi": [a + rnd.randint(0, 8) for a in lo],
@@ -87,6 +89,10 @@ def make_engine(spark) -> Engine:
     e.subscribe_many("SELECT SUM(y) FROM t WHERE x BETWEEN :lo AND :hi",
                      {"id": [f"s{i}" for i in range(6)], "lo": lo[:6], "hi": [a + 5 for a in lo[:6]]})
     e.sql("CREATE SUBSCRIPTION m AS SELECT MIN(y) FROM t WHERE x BETWEEN 2 AND 3")
+    e.subscribe_many("SELECT MAX(y) FROM t WHERE x BETWEEN :lo AND :hi AND z BETWEEN :zlo AND :zhi",
+                     {"id": [f"bm{i}" for i in range(6)], "lo": lo[:6], "hi": [a + 6 for a in lo[:6]],
+                      "zlo": [i for i in range(6)], "zhi": [i + 3 for i in range(6)]})
+    e.sql("CREATE SUBSCRIPTION bt AS SELECT * FROM t WHERE x BETWEEN 2 AND 12 AND z <= 5 ORDER BY y LIMIT 2")
     return e
 
 
@@ -109,6 +115,7 @@ def expected(mode: str):
             "x": pa.array([r.get("x") for _, r in valid], pa.int64()),
             "y": pa.array([r.get("y") for _, r in valid], pa.float64()),
             "c": pa.array([r.get("c") for _, r in valid], pa.string()),
+            "z": pa.array([r.get("z") for _, r in valid], pa.int64()),
             "op": pa.array([DELETE if r.get("_op") == "delete" else UPSERT for _, r in valid], pa.int8()),
         })
         seqs = [seq_of(f, j) for j, _ in valid]
@@ -186,7 +193,7 @@ def test_stream_equals_pure_group_operators(runs, mode):
     got = runs[mode]
     kinds = Counter(r["group_id"].split(":")[0] for r in got if r["op"] != spark_stream.REJECTED)
     # every class notified something, so each one's agreement below is tested
-    assert {"range_topk", "range_distinct", "count", "sum", "range_min"} <= set(kinds), kinds
+    assert {"range_topk", "range_distinct", "count", "sum", "range_min", "box_max", "box_topk"} <= set(kinds), kinds
     assert _notes(got) == want
     _check_rejected(got, want_rejected)
     stats = runs["stats_" + mode]
@@ -195,7 +202,8 @@ def test_stream_equals_pure_group_operators(runs, mode):
 
 
 def test_stream_plan_names_the_operator_families(runs):
-    assert "range_agg_and_range_distinct_and_range_min_and_range_topk_groups_stream" in runs["plan"]
+    assert "box_min_and_box_topk_and_range_agg_and_range_distinct_and_range_min_and_range_topk_groups_stream" \
+        in runs["plan"]
 
 
 # ---- the stateful processor under TwsTester (no SparkSession): every path to the index agrees --------
@@ -214,6 +222,7 @@ def _frames(file_no: int, gspec) -> "object":
         y = 0.0 if gspec.y is None else (None if gspec.text else row.get(gspec.y))
         recs.append({"key": row["k"], "x": float(x) if isinstance(x, int) else None, "y": y,
                      "t": row.get(gspec.y) if gspec.text else None,
+                     "x2": float(row["z"]) if gspec.x2 and row.get("z") is not None else None,
                      "op": (row.get("_op") or "").lower() or None, "ord": j,
                      "reason": bad if bad not in (None, "unknown key") else None})
     return pd.DataFrame(recs)
@@ -231,10 +240,10 @@ def test_operator_paths_agree(schedule):
         p = entry.physical
         groups[entry.group_id] = spark_stream.GroupSpec(
             entry.group_id, p.x, p.y, spark_stream._Deferred(pickle.dumps(e._snapshot(state, entry))),
-            _y_is_text(state.definition, p))
+            _y_is_text(state.definition, p), getattr(p, "x2", None))
     assert any(g.text for g in groups.values())  # the string DISTINCT is among them
     stats = _Stats()
-    schema = _with_range_class_columns(_schema_for("unicast"), "unicast")
+    schema = _with_range_class_columns(_schema_for("unicast"), "unicast", True)
     spec = spark_stream.StreamSpec(e.uid, "s1", "t", "string", "unicast", schema, groups, min(groups), False, stats)
     tester = TwsTester(spark_stream._processor_class()(spec))
     workers = [{}, {}]
@@ -260,7 +269,7 @@ def test_operator_paths_agree(schedule):
     # the string DISTINCT keeps its values as text in the state store
     text_gid = next(g for g, s in groups.items() if s.text)
     final = {}
-    for k, (x, y, c) in ROWS.items():
+    for k, (x, y, c, z) in ROWS.items():
         final[k] = c
     for lines in FILES:
         for row, bad in lines:
@@ -269,4 +278,6 @@ def test_operator_paths_agree(schedule):
                     del final[row["k"]]
                 else:
                     final[row["k"]] = row["c"]
-    assert {k: t for (k,), (_, _, t) in tester.peekMapState("rows", text_gid).items()} == final
+    assert {k: t for (k,), (_, _, t, _) in tester.peekMapState("rows", text_gid).items()} == final
+    box_gid = next(g for g, s in groups.items() if s.x2)  # and a box group its second attribute
+    assert all(x2 is not None for (_, _, _, x2) in tester.peekMapState("rows", box_gid).values())

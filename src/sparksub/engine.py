@@ -22,7 +22,9 @@ from sparksub.errors import (AnalysisError, BadUpdate, DuplicateSubscription, In
 from sparksub.grammar import statements as st
 from sparksub.planner import ir
 from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES, Catalog, TableDef
-from sparksub.planner.classifier import Planned, bind_filter_columns, bind_range, parameters_of, plan_subscription
+from sparksub.planner.classifier import (Planned, bind_box, bind_filter_columns, bind_range, parameters_of,
+                                         plan_subscription)
+from sparksub.operators.box_groups import BOX_COLUMNS, BoxClassSnapshot
 from sparksub.operators.delivery import SubscriptionPoints, Subscribers
 from sparksub.operators.filter_group import EVENT_PREFIX, Block, FilterGroup
 from sparksub.operators.range_groups import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA, RangeClassSnapshot
@@ -91,6 +93,8 @@ class GroupEntry:
     subscribers_version: int = -1
     version: int = 0  # bumps on every publish and registration change
     k_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # RANGE_TOPK: k per slot
+    # BOX_*: each slot's [low, high] on the second attribute (the points index holds the first)
+    x2_of: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.float64))
 
 
 class Engine:
@@ -231,15 +235,19 @@ class Engine:
         if isinstance(physical, ir.FilterGroupScan):
             disjuncts = bind_filter_columns(physical, params, ids.size, ids=ids)
             return entry.points.add_block(Block(ids, disjuncts, physical.columns))
-        x1, x2 = bind_range(physical, params, ids.size, ids=ids)
-        k = _bind_k(physical, params, ids) if isinstance(physical, ir.RangeTopkGroupScan) else None
+        box = isinstance(physical, _BOX_NODES)
+        if box:
+            x1, x2, x2_lo, x2_hi = bind_box(physical, params, ids.size, ids=ids)
+        else:
+            x1, x2 = bind_range(physical, params, ids.size, ids=ids)
+        k = _bind_k(physical, params, ids) if isinstance(physical, _TOPK_NODES) else None
         slots = entry.points.add(ids, x1, x2)
         if k is not None:
-            if slots.size and slots.max() >= entry.k_of.size:
-                grown = np.ones(max(int(slots.max()) + 1, 2 * entry.k_of.size), dtype=np.int64)
-                grown[: entry.k_of.size] = entry.k_of
-                entry.k_of = grown
+            entry.k_of = _grown(entry.k_of, slots, 1)
             entry.k_of[slots] = k
+        if box:
+            entry.x2_of = _grown(entry.x2_of, slots, np.nan)
+            entry.x2_of[slots, 0], entry.x2_of[slots, 1] = x2_lo, x2_hi
         return slots
 
     def _check_new_ids(self, ids, target: GroupEntry | None = None) -> None:
@@ -289,8 +297,10 @@ class Engine:
                 gid = f"{physical.klass.lower()}:{physical.table}.{physical.y or '*'}@{physical.x}"
                 if isinstance(physical, ir.RangeAggGroupScan):
                     gid = f"{physical.func.lower()}:{physical.table}.{physical.y or '*'}@{physical.x}"
-                elif isinstance(physical, ir.RangeTopkGroupScan) and physical.descending:
+                elif isinstance(physical, _TOPK_NODES) and physical.descending:
                     gid = f"{physical.klass.lower()}:{physical.table}.{physical.y}_desc@{physical.x}"
+                if isinstance(physical, _BOX_NODES):
+                    gid += f",{physical.x2}"
                 registry = SubscriptionPoints()
             entry = GroupEntry(gid, physical, registry)
             self._groups[key] = entry
@@ -346,7 +356,8 @@ class Engine:
             elif any(isinstance(e.physical, ir.FilterGroupScan) for e in groups):
                 schema = _with_event_columns(schema, state.definition)
             if any(isinstance(e.physical, _RANGE_CLASS_NODES) for e in groups):
-                schema = _with_range_class_columns(schema, mode)
+                schema = _with_range_class_columns(schema, mode, any(isinstance(e.physical, _BOX_NODES)
+                                                                     for e in groups))
             seqs = np.arange(self._next_seq, self._next_seq + batch.num_rows, dtype=np.int64)
             group_batches = {e.group_id: self._group_batch(state, e.physical, batch, seqs) for e in groups}
             replicas, parts, owner = {}, [], {}
@@ -431,9 +442,11 @@ class Engine:
                     if e.replica is not None and e.replica.log:
                         e.base_stale = True  # the stream seeds its state from the base: make it current
                     p = e.physical
-                    specs[e.group_id] = (p.x, p.y, self._replica(state, e).base, _y_is_text(state.definition, p))
+                    specs[e.group_id] = (p.x, p.y, self._replica(state, e).base, _y_is_text(state.definition, p),
+                                         getattr(p, "x2", None))
                 if any(isinstance(e.physical, _RANGE_CLASS_NODES) for e in ranges):
-                    wide = _with_range_class_columns(with_reason(schema), mode)
+                    wide = _with_range_class_columns(with_reason(schema), mode,
+                                                     any(isinstance(e.physical, _BOX_NODES) for e in ranges))
                     schema = wide.remove(wide.get_field_index("reason"))  # run_stream appends it
                 outs.append(spark_stream.run_stream(self.spark, streaming_df, state.definition, specs, mode,
                                                     schema, self.uid,
@@ -622,6 +635,8 @@ class Engine:
             cols = {EVENT_PREFIX + c: batch.column(c) for c in state.definition.column_names}
             return pa.table({**cols, "op": batch.column("op"), "seq": pa.array(seqs, pa.int64())})
         extra = {}
+        if isinstance(p, _BOX_NODES):
+            extra = {"x_2": batch.column(p.x2).cast(pa.float64())}
         if isinstance(p, ir.RangeAggGroupScan) and p.y is None:
             y = pa.array(np.zeros(batch.num_rows))            # COUNT(*): any non-null y
         elif _y_is_text(state.definition, p):
@@ -653,6 +668,16 @@ class Engine:
             xs[i] = np.nan if row[ix] is None else row[ix]
             ys[i] = (None if isinstance(p, ir.RangeDistinctGroupScan) else np.nan) if row[iy] is None else row[iy]
         slots = entry.points.live_slots()
+        if isinstance(p, _BOX_NODES):
+            ix2 = names.index(p.x2)
+            x2s = np.array([np.nan if row[ix2] is None else row[ix2] for row in state.rows.values()], dtype=np.float64)
+            return BoxClassSnapshot(p.klass, entry.group_id, p.table, p.x, p.x2, p.y,
+                                    p.descending if isinstance(p, ir.BoxTopkGroupScan) else p.maximum,
+                                    entry.points.ids_of(slots), entry.points.x1[slots].copy(),
+                                    entry.points.x2[slots].copy(), entry.x2_of[slots, 0].copy(),
+                                    entry.x2_of[slots, 1].copy(),
+                                    entry.k_of[slots].copy() if isinstance(p, ir.BoxTopkGroupScan) else None,
+                                    keys, xs, x2s, ys)
         if isinstance(p, _RANGE_CLASS_NODES):
             option = {ir.RangeTopkGroupScan: getattr(p, "descending", None),
                       ir.RangeAggGroupScan: getattr(p, "func", None)}.get(type(p))
@@ -817,14 +842,19 @@ def _schema_for(mode: str) -> pa.Schema:
     return with_reason(_mode_schema(mode))
 
 
-_RANGE_CLASS_NODES = (ir.RangeTopkGroupScan, ir.RangeDistinctGroupScan, ir.RangeAggGroupScan)
+_BOX_NODES = (ir.BoxMinGroupScan, ir.BoxTopkGroupScan)
+_TOPK_NODES = (ir.RangeTopkGroupScan, ir.BoxTopkGroupScan)
+#: groups whose notifications carry the item columns (and, reformulated, RANGE_MESSAGE_SCHEMA's)
+_RANGE_CLASS_NODES = (ir.RangeTopkGroupScan, ir.RangeDistinctGroupScan, ir.RangeAggGroupScan) + _BOX_NODES
 _OPERATOR_KIND = {ir.FilterGroupScan: "filter", ir.RangeTopkGroupScan: "range_topk",
+                  ir.BoxMinGroupScan: "box_min", ir.BoxTopkGroupScan: "box_topk",
                   ir.RangeDistinctGroupScan: "range_distinct", ir.RangeAggGroupScan: "range_agg"}
 
 
-def _with_range_class_columns(schema: pa.Schema, mode: str) -> pa.Schema:
-    """The columns a top-k / DISTINCT / aggregate notification adds (``range_groups``)."""
-    extra = ITEM_SCHEMA if mode == "unicast" else RANGE_MESSAGE_SCHEMA
+def _with_range_class_columns(schema: pa.Schema, mode: str, box: bool = False) -> pa.Schema:
+    """The columns a top-k / DISTINCT / aggregate notification adds (``range_groups``); ``box``: and a
+    box message's second-attribute bounds (``box_groups.BOX_COLUMNS``)."""
+    extra = list(ITEM_SCHEMA) if mode == "unicast" else list(RANGE_MESSAGE_SCHEMA) + (list(BOX_COLUMNS) if box else [])
     for f in extra:
         if f.name not in schema.names:
             schema = schema.insert(len(schema) - 1, f)  # before ``reason``
@@ -837,6 +867,15 @@ def _y_is_text(tdef: TableDef, physical) -> bool:
         return False
     t = _arrow_type(tdef.type_of(physical.y))
     return not (pa.types.is_floating(t) or pa.types.is_integer(t))
+
+
+def _grown(column: np.ndarray, slots: np.ndarray, fill) -> np.ndarray:
+    """A per-slot column grown (geometrically, new rows = ``fill``) to hold ``slots``."""
+    if not slots.size or slots.max() < column.shape[0]:
+        return column
+    grown = np.full((max(int(slots.max()) + 1, 2 * column.shape[0]),) + column.shape[1:], fill, dtype=column.dtype)
+    grown[: column.shape[0]] = column
+    return grown
 
 
 def _bind_k(physical, params: dict, ids: np.ndarray) -> np.ndarray:

@@ -14,12 +14,13 @@ notifications. The plan (names as Spark's EXPLAIN prints them)::
 
 **State** (Spark's state store, RocksDB, per ``group_id``):
 
-* MapState ``rows``: table key -> ``(x, y, t)`` for every row of the table: X and Y as doubles, or, for
-  a DISTINCT over a string column, Y as text in ``t`` (null allowed; a row with a null X or Y is kept:
-  it is in no range, but it exists for a later delete);
+* MapState ``rows``: table key -> ``(x, y, t, x2)`` for every row of the table: X and Y as doubles, or,
+  for a DISTINCT over a string column, Y as text in ``t``; ``x2`` the second attribute of a 2-d box group
+  (null otherwise). Nulls are allowed: a row with a null X or Y is kept (it is in no range, but it exists
+  for a later delete);
 * ValueState ``meta``: ``(applied, rebuilds)`` -- micro-batches applied to this group so far, and how
   often the index was rebuilt from the MapState;
-* ListStates ``log0`` .. ``log3``: a ring holding the valid rows ``(batch, key, x, y, t, op, seq)`` of the
+* ListStates ``log0`` .. ``log3``: a ring holding the valid rows ``(batch, key, x, y, t, x2, op, seq)`` of the
   last ``LOG_SLOTS`` micro-batches (slot ``batch % LOG_SLOTS``).
 
 The state is the truth; the in-memory index (a materialised group: for MIN/MAX a :class:`RangeMinGroup`,
@@ -126,6 +127,7 @@ class GroupSpec:
     y: str | None     # None: COUNT(*) (any row with an X counts)
     base: _Deferred   # a Broadcast of the pickled GroupSnapshot / RangeClassSnapshot (or those bytes)
     text: bool = False  # Y is a string column (DISTINCT): it travels in ``t``, not ``y``
+    x2: str | None = None  # a 2-d box group's second attribute
 
     def snapshot(self):
         base = self.base.get()
@@ -151,7 +153,7 @@ class StreamSpec:
 def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: pa.Schema,
                engine_uid: str, name: str = "range_min_group_stream"):
     """The streaming DataFrame of notifications. ``groups``: group_id -> (x column, y column or None,
-    base, y is text), ``base`` being the broadcast pickled snapshot (``GroupReplica.base``); ``name``:
+    base, y is text, second box attribute or None), ``base`` being the broadcast pickled snapshot (``GroupReplica.base``); ``name``:
     what Spark's EXPLAIN calls the stateful operator."""
     from pyspark.sql import functions as F
 
@@ -212,19 +214,20 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
         return typed[y].cast("double"), F.lit(None).cast("string")
 
     structs = []
-    for gid, (x, y, _, text) in sorted(groups.items()):
+    for gid, (x, y, _, text, x2) in sorted(groups.items()):
         yd, yt = y_of(y, text)
+        x2d = typed[x2].cast("double") if x2 is not None else F.lit(None).cast("double")
         structs.append(F.struct(F.lit(gid).alias("group_id"), typed[x].cast("double").alias("x"),
-                                yd.alias("y"), yt.alias("t")))
+                                yd.alias("y"), yt.alias("t"), x2d.alias("x2")))
     rows = (df.select(F.explode(F.array(*structs)).alias("g"), key.alias("key"), op.alias("op"),
                       order.alias("ord"), reason.alias("reason"))
-              .select("g.group_id", "key", "g.x", "g.y", "g.t", "op", "ord", "reason"))
+              .select("g.group_id", "key", "g.x", "g.y", "g.t", "g.x2", "op", "ord", "reason"))
 
     stream_id = uuid.uuid4().hex
     stats = _new_stats(spark, stream_id)
     spec = StreamSpec(engine_uid, stream_id, tname, key_type, mode, output_schema(schema),
-                      {gid: GroupSpec(gid, x, y, _Deferred(base), text)
-                       for gid, (x, y, base, text) in groups.items()},
+                      {gid: GroupSpec(gid, x, y, _Deferred(base), text, x2)
+                       for gid, (x, y, base, text, x2) in groups.items()},
                       min(groups), seq_given, stats)
     processor = _processor_class()(spec)
     out_ddl = ", ".join(f"`{f.name}` {_SPARK_DDL[f.type]}" for f in spec.schema)
@@ -328,10 +331,10 @@ def _processor_class():
         def init(self, handle) -> None:
             kt = self.spec.key_type
             self.state = GroupState(
-                rows=handle.getMapState("rows", f"key {kt}", "x double, y double, t string"),
+                rows=handle.getMapState("rows", f"key {kt}", "x double, y double, t string, x2 double"),
                 meta=handle.getValueState("meta", "applied long, rebuilds long"),
                 log=[handle.getListState(f"log{i}", f"batch long, key {kt}, x double, y double, t string, "
-                                                    f"op int, seq long") for i in range(LOG_SLOTS)])
+                                                    f"x2 double, op int, seq long") for i in range(LOG_SLOTS)])
 
         def handleInputRows(self, key, rows, timerValues):
             frames = [pdf for pdf in rows if len(pdf)]
@@ -348,13 +351,13 @@ def _processor_class():
 @dataclass
 class GroupState:
     """One group's state variables (the handles of the state store; in tests, any look-alike)."""
-    rows: object      # MapState  key -> (x, y, t)
+    rows: object      # MapState  key -> (x, y, t, x2)
     meta: object      # ValueState (applied, rebuilds)
     log: list         # LOG_SLOTS ListStates: slot b % LOG_SLOTS holds micro-batch b's valid rows
 
 
 def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: GroupState) -> pd.DataFrame:
-    """Apply one micro-batch of one group (``pdf``: key, x, y, [t,] op, ord, reason) against its state."""
+    """Apply one micro-batch of one group (``pdf``: key, x, y, [t, x2,] op, ord, reason) against its state."""
     stats = dict.fromkeys(STAT_NAMES, 0)
     stats["micro_batches"] = 1
     pdf = pdf.iloc[np.argsort(pdf["ord"].to_numpy(), kind="stable")]
@@ -368,6 +371,7 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
     xs = pdf["x"].to_numpy(dtype=np.float64, na_value=np.nan)
     ys = pdf["y"].to_numpy(dtype=np.float64, na_value=np.nan)
     ts = [None if v is None or v != v else str(v) for v in pdf["t"].tolist()] if "t" in pdf else [None] * len(pdf)
+    x2s = pdf["x2"].to_numpy(dtype=np.float64, na_value=np.nan) if "x2" in pdf else np.full(len(pdf), np.nan)
     ops = pdf["op"].tolist()
     reasons = pdf["reason"].tolist()
     if spec.seq_given:
@@ -377,9 +381,9 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
 
     valid = np.zeros(n, dtype=bool)
     valid_ops = np.zeros(n, dtype=np.int8)
-    final: dict = {}  # key -> (x, y, t) or None (deleted): the state writes of this micro-batch
+    final: dict = {}  # key -> (x, y, t, x2) or None (deleted): the state writes of this micro-batch
     rej_seq, rej_reason = [], []
-    core = group.core
+    core = group.core if hasattr(group, "core") else group.store  # box groups keep their rows in a store
     for i in range(n):
         reason = reasons[i]
         if reason is None or reason != reason:  # None or NaN (pandas' null)
@@ -392,28 +396,28 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
                 else:
                     reason = f"delete of unknown key {k!r} from {spec.table!r}"
             else:
-                final[k] = (xs[i], ys[i], ts[i])
+                final[k] = (xs[i], ys[i], ts[i], x2s[i])
                 valid[i], valid_ops[i] = True, UPSERT
         if not valid[i] and gid == spec.primary:
             rej_seq.append(None if seqs[i] == _NO_SEQ else int(seqs[i]))
             rej_reason.append(str(reason))
 
     idx = np.flatnonzero(valid)
-    text = spec.groups[gid].text
-    batch = _batch([keys[i] for i in idx], xs[idx], ys[idx], [ts[i] for i in idx] if text else None,
-                   valid_ops[idx], seqs[idx])
+    gspec = spec.groups[gid]
+    batch = _batch([keys[i] for i in idx], xs[idx], ys[idx], [ts[i] for i in idx] if gspec.text else None,
+                   x2s[idx] if gspec.x2 else None, valid_ops[idx], seqs[idx])
     notes = group.apply(batch, spec.mode) if len(idx) else None
-    _track_null_keys(null_keys, final, text)
+    _track_null_keys(null_keys, final, gspec)
 
     for k, v in final.items():  # the state store: one write per key touched
         if v is None:
             state.rows.removeKey((k,))
         else:
-            state.rows.updateValue((k,), (_opt(v[0]), _opt(v[1]), v[2]))
+            state.rows.updateValue((k,), (_opt(v[0]), _opt(v[1]), v[2], _opt(v[3])))
     slot = state.log[applied % LOG_SLOTS]
     if len(idx):
-        slot.put([(applied, keys[i], _opt(xs[i]), _opt(ys[i]), ts[i], int(valid_ops[i]), int(seqs[i]))
-                  for i in idx])
+        slot.put([(applied, keys[i], _opt(xs[i]), _opt(ys[i]), ts[i], _opt(x2s[i]), int(valid_ops[i]),
+                   int(seqs[i])) for i in idx])
     else:
         slot.clear()
     state.meta.update((applied + 1, rebuilds))
@@ -441,23 +445,25 @@ def _group_for(spec: StreamSpec, gid: str, state: GroupState, ident, query_id, r
         at, group, null_keys = cached[2], cached[3], cached[4]
         if at == applied:
             return group, null_keys, applied, rebuilds, "cache_hits"
-        if at < applied <= at + LOG_SLOTS and _catch_up(group, null_keys, state.log, at, applied,
-                                                         group_spec.text):
+        if at < applied <= at + LOG_SLOTS and _catch_up(group, null_keys, state.log, at, applied, group_spec):
             return group, null_keys, applied, rebuilds, "caught_up"
     group, null_keys = _rebuild(group_spec, state.rows)
     return group, null_keys, applied, rebuilds + 1, "rebuilt"
 
 
-def _batch(keys: list, xs, ys, ts, ops, seqs) -> pa.Table:
-    """A group's batch (``key, x, y, op, seq``; ``y_text`` for a string Y, as ``range_groups`` reads it)."""
+def _batch(keys: list, xs, ys, ts, x2s, ops, seqs) -> pa.Table:
+    """A group's batch (``key, x, y, op, seq``; ``y_text`` for a string Y, as ``range_groups`` reads it;
+    ``x_2`` for a box group, as ``box_groups`` reads it)."""
     cols = {"key": pa.array(keys), "x": pa.array(xs, pa.float64()), "y": pa.array(ys, pa.float64()),
             "op": pa.array(ops, pa.int8()), "seq": pa.array(seqs, pa.int64())}
     if ts is not None:
         cols["y_text"] = pa.array(ts, pa.string())
+    if x2s is not None:
+        cols["x_2"] = pa.array(x2s, pa.float64())
     return pa.table(cols)
 
 
-def _catch_up(group, null_keys: set, log: list, at: int, applied: int, text: bool) -> bool:
+def _catch_up(group, null_keys: set, log: list, at: int, applied: int, gspec: GroupSpec) -> bool:
     """Replay micro-batches ``at .. applied-1`` from the log slots into a cached group that another
     worker's tasks left behind. False (the group is then discarded) if a slot does not hold them."""
     batches = []
@@ -469,22 +475,27 @@ def _catch_up(group, null_keys: set, log: list, at: int, applied: int, text: boo
     for rows in batches:
         if not rows:
             continue
-        keys, xs, ys, ts, ops, seqs = (list(c) for c in zip(*(r[1:7] for r in rows)))
-        group.apply(_batch(keys, xs, ys, ts if text else None, ops, seqs), "none")
+        keys, xs, ys, ts, x2s, ops, seqs = (list(c) for c in zip(*(r[1:8] for r in rows)))
+        nan = [np.nan if v is None else v for v in x2s]
+        group.apply(_batch(keys, xs, ys, ts if gspec.text else None, nan if gspec.x2 else None, ops, seqs), "none")
         final = {}
-        for k, x, y, t, op in zip(keys, xs, ys, ts, ops):
-            final[k] = None if op == DELETE else (np.nan if x is None else x, np.nan if y is None else y, t)
-        _track_null_keys(null_keys, final, text)
+        for k, x, y, t, x2, op in zip(keys, xs, ys, ts, nan, ops):
+            final[k] = None if op == DELETE else (np.nan if x is None else x, np.nan if y is None else y, t, x2)
+        _track_null_keys(null_keys, final, gspec)
     return True
 
 
-def _track_null_keys(null_keys: set, final: dict, text: bool = False) -> None:
-    """Keys of rows with a null X or Y: in no range (not in the index) but present (deletable)."""
+def _track_null_keys(null_keys: set, final: dict, gspec: GroupSpec) -> None:
+    """Keys of rows with a null X or Y (or box X2): in no range (not in the index) but present (deletable)."""
     for k, v in final.items():
-        if v is not None and (v[0] != v[0] or (v[2] is None if text else v[1] != v[1])):
+        if v is not None and _null_row(v[0], v[1], v[2], v[3], gspec):
             null_keys.add(k)
         else:
             null_keys.discard(k)
+
+
+def _null_row(x, y, t, x2, gspec: GroupSpec) -> bool:
+    return x != x or (t is None if gspec.text else _is_null(y)) or (gspec.x2 is not None and _is_null(x2))
 
 
 def _opt(v):
@@ -537,10 +548,12 @@ def _seed(group_spec: GroupSpec, rows_state):
     snap = group_spec.snapshot()
     text = group_spec.text
     null_keys = set()
-    for k, x, y in zip(snap.keys.tolist(), snap.xs.tolist(), snap.ys.tolist()):
+    x2s = snap.x2s.tolist() if group_spec.x2 else [None] * len(snap.keys)
+    for k, x, y, x2 in zip(snap.keys.tolist(), snap.xs.tolist(), snap.ys.tolist(), x2s):
         t = None if not text or _is_null(y) else str(y)
-        rows_state.updateValue((k,), (None if x != x else x, None if text or _is_null(y) else float(y), t))
-        if x != x or _is_null(y):
+        rows_state.updateValue((k,), (None if x != x else x, None if text or _is_null(y) else float(y), t,
+                                      None if _is_null(x2) else float(x2)))
+        if x != x or _is_null(y) or (group_spec.x2 and _is_null(x2)):
             null_keys.add(k)
     return snap.build(), null_keys
 
@@ -549,17 +562,19 @@ def _rebuild(group_spec: GroupSpec, rows_state):
     """The group from the rows in the state store and the subscriptions of the base snapshot."""
     snap = group_spec.snapshot()
     text = group_spec.text
-    keys, xs, ys = [], [], []
-    for (k,), (x, y, t) in rows_state.iterator():
+    keys, xs, ys, x2s = [], [], [], []
+    for (k,), (x, y, t, x2) in rows_state.iterator():
         keys.append(k)
         xs.append(np.nan if x is None else x)
         ys.append(t if text else (np.nan if y is None else y))
+        x2s.append(np.nan if x2 is None else x2)
     xs_a = np.asarray(xs, dtype=np.float64)
     ys_a = np.empty(len(ys), dtype=object) if text else np.asarray(ys, dtype=np.float64)
     if text:
         ys_a[:] = ys
     keys_a = np.empty(len(keys), dtype=object)
     keys_a[:] = keys
-    snap = dataclasses.replace(snap, keys=keys_a, xs=xs_a, ys=ys_a)
-    null_keys = {k for k, x, y in zip(keys, xs_a, ys) if x != x or _is_null(y)}
+    more = {"x2s": np.asarray(x2s, dtype=np.float64)} if group_spec.x2 else {}
+    snap = dataclasses.replace(snap, keys=keys_a, xs=xs_a, ys=ys_a, **more)
+    null_keys = {k for k, x, y, x2 in zip(keys, xs_a, ys, x2s) if _null_row(x, y, y, x2, group_spec)}
     return snap.build(), null_keys
