@@ -56,8 +56,10 @@ Algorithms (:class:`TopkCore` ``mode``)
 * ``"relax"``: CN-Relax (§V): ``Msg(x, x, -inf, inf, x, y)`` to every subscription whose range contains x; the
   subscriber (:class:`RelaxSubscriber`) keeps every object in its range.
 * :meth:`TopkCore.apply_batch`: Paint-Batch (§IV-A, Theorem 3) over dense or sparse; coalesced, split into
-  ↓ and ↑ events, ↑ processed in descending order of new values, ↓ notified last.  Not exactly minimal per
-  subscriber (see the method for the gap).
+  ↓ and ↑ events, sent in three phases (leavers that cannot be pushed out, then falling values and entrants in
+  ascending order of old value, then the ↑ objects that stay): every subscriber gets the fewest messages
+  possible when, as in 002 footnote 6, a leaving object's message precedes its replacements
+  (:func:`batch_minimum` gives that minimum and the unconstrained one).
 
 Insertions are updates from y = ∞, deletions updates to y = ∞, an x-move is a deletion step then an insertion
 step (002 footnote 4); a subscriber applies the two steps in order.
@@ -85,8 +87,8 @@ from sparksub.operators.range_min import A2BTree, matches
 
 __all__ = [
     "MODES", "Outcome", "RelaxSubscriber", "Step", "Subscriptions", "TopkCore", "TopkIndex", "TopkMessage",
-    "TopkSubscriber", "UnicastMessage", "coarsen", "deliver", "diagonal_cells", "reaches", "staircase_tiles",
-    "union_staircase",
+    "TopkSubscriber", "UnicastMessage", "batch_minimum", "coarsen", "deliver", "diagonal_cells", "reaches",
+    "staircase_tiles",
 ]
 
 _INF = math.inf
@@ -116,52 +118,6 @@ class _Top:
 
 
 _TOP = _Top()
-
-
-class _Ghost:
-    """Paint-Batch: the tree key of an x-moved object's old copy while its new copy is already in the index
-    (002 §IV-A step 2).  Ranks exactly like its key, just after the new copy on a full tie."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key):
-        self.key = key
-
-    def _pair(self, other):
-        if isinstance(other, _Ghost):
-            return (self.key, 1), (other.key, 1)
-        return (self.key, 1), (other, 0)
-
-    def __lt__(self, other):
-        if other is _TOP:
-            return True
-        a, b = self._pair(other)
-        return a < b
-
-    def __gt__(self, other):
-        if other is _TOP:
-            return False
-        a, b = self._pair(other)
-        return a > b
-
-    def __le__(self, other):
-        return not self > other
-
-    def __ge__(self, other):
-        return not self < other
-
-    def __eq__(self, other):
-        return isinstance(other, _Ghost) and other.key == self.key
-
-    def __hash__(self):
-        return hash((_Ghost, self.key))
-
-    def __repr__(self):
-        return f"Ghost({self.key!r})"
-
-
-def _user_key(key):
-    return key.key if isinstance(key, _Ghost) else key
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -329,37 +285,108 @@ def coarsen(tiles: list[tuple], g: int) -> list[tuple]:
     return out
 
 
-def _column_bounds(tiles: list[tuple]) -> list[tuple[float, float, float]]:
-    """Staircase tiles as (ℓ low exclusive, ℓ high inclusive, r bound exclusive), ℓ descending."""
-    return [(r[2], r[0], r[3]) for r, _ in tiles]
+# Column regions (Paint-Batch, 002 §IV-A): a region of the subscription space inside one quadrant θ_i, as a list
+# of columns (lo, hi, r_lo, r_hi) = ℓ ∈ (lo, hi], r ∈ [r_lo, r_hi), disjoint in ℓ and ordered west-going (hi
+# descending).  lo = -inf admits ℓ = -inf and r_hi = inf admits r = inf, as in message rectangles (§II-A).
+def _l_nonempty(lo: float, hi: float) -> bool:
+    return lo < hi or lo == _NINF
 
 
-def union_staircase(x0: float, tiles_a: list[tuple], tiles_b: list[tuple]) -> list[tuple]:
-    """Column tiles of the union of two staircases with the same apex (x0, x0) (Paint-Batch, 002 §IV-A step 3:
-    IR_new(i) ∪ IR_pre(i)): per ℓ the larger r bound, adjacent columns with equal bounds merged.
+def _r_nonempty(rlo: float, rhi: float) -> bool:
+    return rlo < rhi or rhi == _INF
 
-    >>> A = staircase_tiles(5.0, [4.0, 2.0], [7.0], 2)
-    >>> B = staircase_tiles(5.0, [3.0], [9.0, 11.0], 2)
-    >>> [r for r, a in union_staircase(5.0, A, B)]
-    [(5.0, 5.0, 4.0, inf), (4.0, 5.0, 3.0, 11.0), (3.0, 5.0, -inf, 9.0)]
+
+def stair_columns(x0: float, left: Sequence[float], right: Sequence[float], K: int) -> list[tuple]:
+    """θ_i^{≤K} (002 Lemma 2) as columns; empty for K <= 0.
+
+    >>> stair_columns(5.0, [4.0, 2.0], [7.0], 2)
+    [(4.0, 5.0, 5.0, inf), (2.0, 4.0, 5.0, 7.0)]
     """
-    cols = _column_bounds(tiles_a) + _column_bounds(tiles_b)
-    if not cols:
+    if K <= 0:
         return []
-    pts = sorted({c[0] for c in cols} | {c[1] for c in cols}, reverse=True)  # breakpoints in ℓ, west-going
-    out: list[tuple] = []
-    for hi, lo in pairwise(pts):
-        # the segment ℓ ∈ (lo, hi]: bound = max over columns covering it
-        bound = max((c[2] for c in cols if c[0] <= lo and hi <= c[1]), default=None)
-        if bound is None:
-            continue
-        if out and out[-1][3] == bound and out[-1][2] == hi:
-            prev = out.pop()
-            out.append((prev[0], x0, lo, bound))
-            continue
-        out.append((hi, x0, lo, bound))
-    # lowest column may extend to -inf (ℓ = -inf admitted): pts already contains -inf then
-    return [(r, a) for a, r in enumerate(out)]
+    return [(ol, il, x0, orr) for (il, _, ol, orr), _ in staircase_tiles(x0, left, right, K)]
+
+
+def columns_and(fa: list, fb: list) -> list:
+    """Intersection of two column regions (both west-going and disjoint in ℓ: one merge pass).
+
+    >>> columns_and([(4.0, 5.0, 5.0, 9.0), (2.0, 4.0, 5.0, 7.0)], stair_columns(5.0, [3.0], [6.0], 2))
+    [(4.0, 5.0, 5.0, 9.0), (3.0, 4.0, 5.0, 7.0), (2.0, 3.0, 5.0, 6.0)]
+    """
+    out = []
+    i = j = 0
+    while i < len(fa) and j < len(fb):
+        a, b = fa[i], fb[j]
+        lo, hi = max(a[0], b[0]), min(a[1], b[1])
+        if _l_nonempty(lo, hi):
+            rlo, rhi = max(a[2], b[2]), min(a[3], b[3])
+            if _r_nonempty(rlo, rhi):
+                out.append((lo, hi, rlo, rhi))
+        if a[0] >= b[0]:  # a ends first going west
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def columns_minus_stair(fa: list, stair: list) -> list:
+    """``fa`` minus a staircase with the same apex x0 (every staircase column starts at r = x0, at or below
+    the r of ``fa``): where a staircase column covers ℓ, keep r >= its bound; elsewhere keep all.
+
+    >>> A = stair_columns(5.0, [4.0, 2.0], [7.0, 9.0], 3)
+    >>> columns_minus_stair(A, stair_columns(5.0, [4.0], [6.0], 1))
+    [(4.0, 5.0, 6.0, inf), (2.0, 4.0, 5.0, 9.0), (-inf, 2.0, 5.0, 7.0)]
+    >>> columns_minus_stair(A, stair_columns(5.0, [4.0], [7.0], 2))
+    [(2.0, 4.0, 7.0, 9.0)]
+    """
+    out = []
+    for a in fa:
+        edge = a[1]  # ℓ ∈ (a.lo, edge] is still to do
+        for b in stair:
+            lo, hi = max(a[0], b[0]), min(a[1], b[1])
+            if not _l_nonempty(lo, hi):
+                continue
+            if hi < edge:  # a gap between staircase columns: nothing to take away
+                out.append((hi, edge, a[2], a[3]))
+            if b[3] != _INF:  # r = inf is inside a column with an infinite bound
+                rlo = max(a[2], b[3])
+                if _r_nonempty(rlo, a[3]):
+                    out.append((lo, hi, rlo, a[3]))
+            edge = lo
+        if edge != _NINF and _l_nonempty(a[0], edge):
+            out.append((a[0], edge, a[2], a[3]))
+    return out
+
+
+def columns_clip(f: list, x0: float, lo_wall: float = _NINF, hi_wall: float = _INF, xj: float | None = None) -> list:
+    """Columns with ℓ > lo_wall and r < hi_wall (walls: subscriptions that hold a given object are cut
+    away), intersected with the quadrant θ_j of an object at ``xj`` (ℓ <= xj <= r) when given."""
+    out = []
+    for lo, hi, rlo, rhi in f:
+        if lo_wall != _NINF:
+            lo = max(lo, lo_wall)
+        if hi_wall != _INF:
+            rhi = min(rhi, hi_wall)
+        if xj is not None:
+            if xj < x0:
+                hi = min(hi, xj)
+            elif xj > x0:
+                rlo = max(rlo, xj)
+        if _l_nonempty(lo, hi) and _r_nonempty(rlo, rhi):
+            out.append((lo, hi, rlo, rhi))
+    return out
+
+
+def columns_rects(f: list) -> list[tuple]:
+    """Message rectangles (inner_l, inner_r, outer_l, outer_r) of a column region, neighbouring columns with
+    the same r range merged into one rectangle."""
+    out: list = []
+    for lo, hi, rlo, rhi in f:
+        if out and out[-1][2] == hi and out[-1][1] == rlo and out[-1][3] == rhi:
+            out[-1] = (out[-1][0], rlo, lo, rhi)
+        else:
+            out.append((hi, rlo, lo, rhi))
+    return out
 
 
 def _box_rect(lmin: float, lmax: float, rmin: float, rmax: float) -> tuple:
@@ -665,6 +692,55 @@ def deliver(messages: Iterable, subscribers: dict) -> dict:
     return got
 
 
+def batch_minimum(initial: Sequence[tuple], final: Sequence[tuple], k: int, descending: bool = False) -> tuple[int, int]:
+    """Fewest messages a subscriber needs for a batch (Paint-Batch, 002 §IV-A, Theorem 3): ``initial`` and
+    ``final`` are its top-k lists [(key, x, y)] before and after the batch; each message carries an object's
+    value at the end of the batch (or its deletion) and is applied by the §II-A protocol.  Returns the
+    minimum **with 002 footnote 6's order** (every message about an object that leaves the list before any
+    message about one that enters it; what :meth:`TopkCore.apply_batch` delivers) and **without** it.
+
+    Every object in ``final`` that is new or changed needs a message.  A leaver w (in ``initial`` only) is
+    pushed out without one when an entrant arrives while the list is full, w is its worst item and the entrant
+    beats w's stale value.  With the footnote-6 order the entrants arrive after every leaver message, so each
+    eviction happens with all of ``final`` but the entrant present (at old or new value, whichever is lower):
+    w is silent iff the list ends full and every o in ``final`` has min(old, new) below w's old value.
+    Without it the entrants arrive in ascending order and evict the leavers from the highest old value down,
+    the leaver messages placed just before the first entrant that could not evict: the j-th highest leaver is
+    silent iff no object staying in the list is above it at both values and at least (k - |initial|) + j
+    entrants are below its old value.  (Both are checked against a breadth-first search in the tests.)
+
+    >>> batch_minimum([("a", 1.0, 1.0)], [("b", 2.0, 0.5)], 1)  # b evicts a: a needs no message
+    (1, 1)
+    >>> batch_minimum([("a", 1.0, 1.0)], [("b", 2.0, 3.0)], 1)  # a's new value first, then b
+    (2, 2)
+    >>> I = [("a", 0, 1.0), ("l1", 0, 5.0), ("l2", 0, 6.0)]  # a, l1, l2 rise above 8
+    >>> batch_minimum(I, [("e1", 0, 3.0), ("e2", 0, 4.0), ("u", 0, 8.0)], 3)
+    (6, 4)
+    """
+    def rank(key, y):
+        return (-y if descending else y, key)
+    old = {key: (x, y) for key, x, y in initial}
+    new = {key: (x, y) for key, x, y in final}
+    s = {key: rank(key, y) for key, (_, y) in old.items()}
+    v1 = {key: rank(key, y) for key, (_, y) in new.items()}
+    mandatory = sum(1 for key in new if old.get(key) != new[key])
+    leavers = sorted((key for key in old if key not in new), key=s.__getitem__, reverse=True)
+    m = {key: min(s[key], v1[key]) if key in old else v1[key] for key in new}
+    if len(new) < k:  # the list ends short: nothing can push a leaver out after the leaver messages
+        ordered = len(leavers)
+    else:
+        top = max(m.values())
+        ordered = sum(1 for w in leavers if s[w] < top)
+    entrants = sorted(v1[key] for key in new if key not in old)
+    blocker = max((m[key] for key in new if key in old), default=None)
+    silent = 0
+    for j, w in enumerate(leavers, 1):
+        if (blocker is not None and blocker > s[w]) or sum(1 for v in entrants if v < s[w]) < k - len(old) + j:
+            break
+        silent = j
+    return mandatory + ordered, mandatory + len(leavers) - silent
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Server side
 # --------------------------------------------------------------------------------------------------------------
@@ -689,8 +765,6 @@ class TopkCore:
             "updates": 0, "steps": 0, "messages": 0, "first_k": 0, "min_y": 0, "snap": 0, "exposed": 0, "find": 0}
         self.tree = TopkIndex(leaf_capacity, counters=self.counters)
         self.subscriptions = Subscriptions()
-        self._discard: set = set()  # Paint-Batch: exposed objects whose messages are dropped (§IV-A step 3)
-        self._discarded: set = set()  # ... and those of them that did lose messages
 
     # ---- objects and subscriptions ------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -800,22 +874,18 @@ class TopkCore:
     def _g(self, k: int) -> int:
         return max(1, math.floor(self.epsilon * k)) if self.epsilon else 1
 
-    def _emit(self, k: int, tiles: list, key, x: float, y: float | None, clip: tuple | None = None) -> list:
+    def _emit(self, k: int, tiles: list, key, x: float, y: float | None, clip: tuple | None = None,
+              exact: bool = False) -> list:
         """Messages carrying object (key, x, y) for one k covering ``tiles`` (dense: one per tile; sparse:
-        snapped, empty tiles dropped, consecutive ones merged greedily, 002 §III-B)."""
+        snapped, empty tiles dropped, consecutive ones merged greedily, 002 §III-B).  Paint(ε) merges the
+        tiles first (§IV-B) unless ``exact`` (Paint-Batch's regions are exact whatever ε)."""
         if not tiles:
             return []
-        if key in self._discard:
-            self._discard.discard(key)  # one call with the real tiles tells whether messages are lost
-            if self._emit(k, tiles, key, x, y, clip):
-                self._discarded.add(key)
-            self._discard.add(key)
-            return []
-        tiles = coarsen(tiles, self._g(k))
+        if not exact:
+            tiles = coarsen(tiles, self._g(k))
         uy = None if y is None else self._sign(y)
-        ukey = _user_key(key)
         if self.mode == "dense":
-            return [TopkMessage(k, *rect, ukey, x, uy) for rect, _ in tiles]
+            return [TopkMessage(k, *rect, key, x, uy) for rect, _ in tiles]
         subs = self.subscriptions
         c = self.counters
         out = []
@@ -835,11 +905,15 @@ class TopkCore:
                 if n == cur[4] + s[4]:  # the merged box covers nothing not covered before (002 §III-B)
                     cur = (*box, n)
                     continue
-                out.append(TopkMessage(k, *_box_rect(*cur[:4]), ukey, x, uy))
+                out.append(TopkMessage(k, *_box_rect(*cur[:4]), key, x, uy))
             cur = s
         if cur is not None:
-            out.append(TopkMessage(k, *_box_rect(*cur[:4]), ukey, x, uy))
+            out.append(TopkMessage(k, *_box_rect(*cur[:4]), key, x, uy))
         return out
+
+    def _emit_columns(self, k: int, columns: list, key, x: float, y: float | None) -> list:
+        """Messages carrying (key, x, y) to the subscriptions with this k in a column region (Paint-Batch)."""
+        return self._emit(k, [(rect, n) for n, rect in enumerate(columns_rects(columns))], key, x, y, exact=True)
 
     def _apex(self, k: int, tiles: list, clip: tuple | None) -> tuple | None:
         """Paint-Sparse's Q^z: (ℓ^z, r^z) bounds of the subscriptions inside the staircase ``tiles`` as a clip
@@ -859,8 +933,23 @@ class TopkCore:
             return None
         return (_nextafter(lmin, _NINF), _nextafter(rmax, _INF))
 
+    @staticmethod
+    def _join(x: float, left: list, right: list, xj: float, kmax: int) -> bool:
+        """Object at xj joins i's first_k lists (kept to the first kmax); True when it lies at x itself."""
+        if xj < x:
+            p = next((n for n, v in enumerate(left) if v < xj), len(left))
+            left.insert(p, xj)
+            del left[kmax:]
+        elif xj > x:
+            p = next((n for n, v in enumerate(right) if v > xj), len(right))
+            right.insert(p, xj)
+            del right[kmax:]
+        else:
+            return True
+        return False
+
     # ---- Paint-Dense / Paint-Sparse (002 §III) ------------------------------------------------------------
-    def _paint(self, key, x: float, yo, yn, raising: bool, region_override=None) -> list:
+    def _paint(self, key, x: float, yo, yn, raising: bool) -> list:
         ks = self._ks()
         tree = self.tree
         if yo is not None:
@@ -881,15 +970,29 @@ class TopkCore:
             return msgs
         # 002 §III-A rank-lowering: tile IR_old(i) with the new value, then sweep the exposed objects
         left, right, c0 = self._lists(x, yo, key, kmax)
+        for k in ks:
+            msgs += self._emit(k, staircase_tiles(x, left, right, k - c0) if k > c0 else [], key, x, yn)
+
+        def visit(k, cells, clip, j):
+            msgs.extend(self._emit(k, cells, j[1], j[2], j[0], clip))
+        self._sweep(key, x, yo, yn, ks, left, right, c0, visit)
+        if yn is not None:
+            tree.insert(key, x, yn)
+        return msgs
+
+    def _sweep(self, key, x: float, yo, yn, ks: list, left: list, right: list, c0: int, visit) -> None:
+        """The rank-lowering sweep (002 §III-A, Fig. 2(b)): i, already out of the index, moves up from
+        (yo, key) to (yn, key) (None: ∞).  For each exposed object j = (y, key, x), ``visit(k, cells, clip, j)``
+        gets ΔIR(j) = θ_i^{k|y_j-ε} ∩ θ_j (Eq. (1)) as diagonal cells per k.  Paint-Sparse (§III-B) visits only
+        the essential exposed objects, inside the apex Q^z of the subscriptions still in IR^z(i) (``clip``;
+        None for Paint-Dense).  ``left`` / ``right`` / ``c0`` = i's first_k lists at yo, updated in place."""
+        tree = self.tree
+        kmax = ks[-1]
         sparse = self.mode == "sparse"
         clip: dict[int, tuple | None] = {}
-        for k in ks:
-            K = k - c0
-            tiles = staircase_tiles(x, left, right, K) if K > 0 else []
-            if region_override is not None:
-                tiles = region_override(k)
-            msgs += self._emit(k, tiles, key, x, yn)
-            if sparse:
+        if sparse:
+            for k in ks:
+                K = k - c0
                 clip[k] = self._apex(k, staircase_tiles(x, left, right, K), None) if K > 0 else None
         z = (yo, key)
         stop = None if yn is None else (yn, key)
@@ -901,7 +1004,6 @@ class TopkCore:
                     break
                 lo = min(clip[k][0] for k in active)
                 hi = max(clip[k][1] for k in active)
-                closed = False
             else:
                 active = ks
                 K = kmax - c0
@@ -909,9 +1011,8 @@ class TopkCore:
                     break
                 lo = left[K - 1] if K <= len(left) else _NINF
                 hi = right[K - 1] if K <= len(right) else _INF
-                closed = False
             c["min_y"] += 1
-            j = tree.min_y(lo, hi, closed, z[0], z[1])  # next exposed object (002 Fig. 2(b))
+            j = tree.min_y(lo, hi, False, z[0], z[1])  # next exposed object (002 Fig. 2(b))
             if j is None or (stop is not None and not (j[0], j[1]) < stop):
                 break
             yj, kj, xj = j
@@ -919,53 +1020,57 @@ class TopkCore:
             for k in active:
                 K = k - c0
                 if K > 0:
-                    msgs += self._emit(k, diagonal_cells(x, left, right, K, xj), kj, xj, yj,
-                                       clip[k] if sparse else None)
+                    visit(k, diagonal_cells(x, left, right, K, xj), clip[k] if sparse else None, j)
             # i passes j: j joins the lists (Eq. (1)); lists keep the first kmax objects below z
-            if xj < x:
-                p = next((n for n, v in enumerate(left) if v < xj), len(left))
-                left.insert(p, xj)
-                del left[kmax:]
-            elif xj > x:
-                p = next((n for n, v in enumerate(right) if v > xj), len(right))
-                right.insert(p, xj)
-                del right[kmax:]
-            else:
-                c0 += 1
+            c0 += self._join(x, left, right, xj, kmax)
             z = (yj, kj)
             if sparse:
                 for k in active:
                     K = k - c0
                     clip[k] = self._apex(k, staircase_tiles(x, left, right, K), clip[k]) if K > 0 else None
-        if yn is not None:
-            tree.insert(key, x, yn)
-        return msgs
 
     # ---- Paint-Batch (002 §IV-A) ----------------------------------------------------------------------------
     def apply_batch(self, events: Iterable[tuple]) -> Outcome:
         """Paint-Batch over a batch of ``("upsert", key, x, y)`` / ``("delete", key)`` events (002 §IV-A,
-        Theorem 3); subscribers are correct at the end of the batch (not in between).
+        Theorem 3): subscribers are exact at the end of the batch (not in between), each receiving the fewest
+        messages any message sequence needs under the §II-A protocol when, as in 002 footnote 6, an object's
+        update reaches a subscriber before the objects that replace it (below).
 
-        1. Coalesce the events per object (net change; an x-move is a deletion at the old x, an ↑ event, and
-           an insertion at the new x, a ↓ event) and split them into E↓ (y decreases, insertions) and E↑.
-        2. Apply E↓ to the index without messages.
-        3. Process E↑ in descending order of new values with the online algorithm, dropping messages for
-           exposed objects that are in E↓ or not yet processed in E↑; an object whose messages were dropped
-           notifies IR_new ∪ IR_pre.  Here IR_pre is the region **before the batch** (also for objects
-           without dropped messages, in place of IR_old): a subscriber may hold an E↑ object's old value
-           although E↓ pushed the object out of its top k in the index, and a stale value that outranks an
-           entrant would survive step 4 (a counter-example to using the region after step 2 is in the tests).
-        4. Notify IR_new(i) with i's final value for every i in E↓.
+        Per subscriber S, with I = its list before the batch and F = after (values old v0 / new v1, ∞ when
+        absent; m(o) = min(v0, v1)), it needs one message per o ∈ F that is new or changed (mandatory), plus
+        one per leaver w ∈ I \\ F that cannot be pushed out by the entrants while holding its stale value.
+        With every message about a leaver before every message about an entrant, w can be pushed out
+        silently iff the list ends full and every o ∈ F has m(o) < v0(w) (each entrant's arrival evicts the
+        worst item, which must be a leaver it beats).  The batch is sent in three phases:
 
-        Gap to Theorem 3 (checked by brute force in the tests): each subscriber gets at most the minimum
-        number of messages plus one per deleted / risen object that leaves its list (an optimum may let an
-        entrant push such an object out instead of sending its new value).  An x-move is a deletion (of a
-        ghost copy at the old x) plus an insertion, so a subscriber holding the object before and after the
-        move may get two or more messages where one would do.
+        a. every E↑ object w (y rises, deletion) to the S that need it: S ∈ IR_before(w) \\ IR_after(w) such
+           that some o ∈ F_S has m(o) > v0(w), or F_S holds fewer than k objects; found by a sweep from v0(w)
+           up through the objects after the batch (:meth:`_leaver_region`);
+        b. in ascending order of old value (falling updates before any entrant at every S): each E↓ object
+           (y falls, insertion) to IR_after, each unchanged object to IR_after \\ IR_before, each E↑ object to
+           IR_after \\ IR_before (where it enters);
+        c. each E↑ object to IR_after ∩ IR_before (where it stays, after the evictions of phase b).
+
+        IR_before of the E↑ objects is taken before the index changes; the unchanged objects whose region
+        grows are the exposed objects of E↑ sweeps (Paint-Dense / Paint-Sparse, §III) run with E↓ not yet
+        applied, so that their gains are monotone (their union is IR_after-E↑ \\ IR_before).
+
+        002's own steps (E↓ applied without messages, E↑ in descending order of new value notifying
+        IR_new ∪ IR_pre with IR_pre taken after E↓, E↓ notified last) can leave a subscriber holding a stale
+        value that outranks its replacement (``test_paint_batch_stale_value_outranking_an_entrant``); taking
+        IR_pre before the batch instead sends every leaver its new value, one message more than needed
+        wherever an entrant could push it out (11% above Coalesce at k = 1 in ``bench/topk.py``).
+
+        Without the footnote-6 order the true minimum can be lower: an entrant may push out a leaver that
+        then never needs its message, while a later, larger entrant takes the slot of a leaver messaged in
+        between; that needs a per-subscriber position for the leaver's message in the sequence, which no
+        subscription-oblivious sweep here gives.  The tests compare both minima by brute force.
+        An x-move is a deletion at the old x and an insertion at the new one (002 footnote 4), so a subscriber
+        holding the object before and after may get two messages where one would do.
 
         The batch is validated first (``BadUpdate``: NaN, unknown key on delete); nothing is applied then.
-        Only for modes 'dense' and 'sparse'; the outcome has one step per phase ('lower' = step 3,
-        'raise' = step 4).
+        Only for modes 'dense' and 'sparse' (ε is ignored: the regions are exact).  The outcome has one step
+        per phase: 'lower' (a), 'raise' (b), 'lower' (c).
         """
         if self.mode not in ("dense", "sparse"):
             raise ValueError("Paint-Batch needs mode 'dense' or 'sparse'")
@@ -990,7 +1095,8 @@ class TopkCore:
             else:
                 raise BadUpdate(f"unknown batch event {ev[0]!r}; expected 'upsert' or 'delete'", row=row)
         self.counters["updates"] += n_events
-        # step 1: coalesce and split; E↑ entries are (tree key, x, y_old, y_new | None)
+        # 002 §IV-A step 1: coalesce and split; E↓ entries (key, x, y_old | None, y_new), E↑ (key, x, y_old,
+        # y_new | None); an x-move is a deletion at the old x (E↑) and an insertion at the new x (E↓)
         down: list[tuple] = []
         up: list[tuple] = []
         for key, new in final.items():
@@ -1001,64 +1107,167 @@ class TopkCore:
                 down.append((key, new[0], None, new[1]))
             elif new is None:
                 up.append((key, old[0], old[1], None))
-            elif old[0] != new[0]:  # x-move: delete the old copy (under a ghost key), insert the new one
-                up.append((_Ghost(key), old[0], old[1], None))
+            elif old[0] != new[0]:
+                up.append((key, old[0], old[1], None))
                 down.append((key, new[0], None, new[1]))
             elif new[1] < old[1]:
                 down.append((key, old[0], old[1], new[1]))
             else:
                 up.append((key, old[0], old[1], new[1]))
+        self.counters["steps"] += len(up) + len(down)
         ks = self._ks()
-        kmax = ks[-1] if ks else 0
-        # IR_pre of every E↑ object, taken before the batch touches the index (O(n) space): the subscribers
-        # that may still hold the object's old value
-        pre = {key: self._lists(x, yo, _user_key(key), kmax) for key, x, yo, _ in up} if ks else {}
-        for key, x, yo, _ in up:
-            if isinstance(key, _Ghost):
-                tree.remove(key.key)
-                tree.insert(key, x, yo)
-        # step 2: apply E↓, no messages
+        if not ks:
+            for key, x, yo, yn in up:
+                tree.remove(key)
+                if yn is not None:
+                    tree.insert(key, x, yn)
+            for key, x, yo, yn in down:
+                if yo is not None:
+                    tree.remove(key)
+                tree.insert(key, x, yn)
+            return Outcome((Step("lower", ()), Step("raise", ()), Step("lower", ())))
+        kmax = ks[-1]
+        changed = {e[0] for e in up} | {e[0] for e in down}
+        # old value of every changed object as the subscribers hold it (None: not held; an x-move's new copy)
+        y_old = {key: yo for key, _, yo, yn in down}
+        y_old.update((key, yo) for key, _, yo, yn in up if yn is not None)
+        # IR_before of the E↑ objects, before the index changes (O(|E|) space)
+        before = {key: self._lists(x, yo, key, kmax) for key, x, yo, _ in up}
+        # E↑ sweeps with E↓ not yet applied: the gains of the unchanged objects they expose (002 §III-A).  The
+        # union of the gains does not depend on the order; from the highest old value down the sweeps meet the
+        # fewest objects (an object swept later passes the earlier ones at their new, higher values)
+        up.sort(key=lambda e: (e[2], e[0]), reverse=True)
+        gains: dict = {}  # unchanged key -> [x, y, {k: [column, ...]}]
+
+        def collect(k, cells, clip, j):
+            if j[1] in changed:
+                return
+            entry = gains.setdefault(j[1], [j[2], j[0], {}])
+            cols = entry[2].setdefault(k, [])
+            for (il, ir, ol, orr), _ in cells:
+                if clip is not None:
+                    ol, orr = max(ol, clip[0]), min(orr, clip[1])
+                if _nonempty(il, ir, ol, orr):
+                    cols.append((ol, il, ir, orr))
+        for key, x, yo, yn in up:
+            tree.remove(key)
+            left, right, c0 = self._lists(x, yo, key, kmax)
+            self._sweep(key, x, yo, yn, ks, left, right, c0, collect)
+            if yn is not None:
+                tree.insert(key, x, yn)
+        # step 2: E↓ into the index
         for key, x, yo, yn in down:
             if yo is not None:
                 tree.remove(key)
             tree.insert(key, x, yn)
-        # step 3: E↑ in descending order of new values (deletions = +inf first, by old value)
-        up.sort(key=lambda e: (e[3] is None, (e[3], e[0]) if e[3] is not None else (e[2], e[0])), reverse=True)
-        self._discard = {e[0] for e in down} | {e[0] for e in up}
-        self._discarded = set()
-        msgs3: list = []
-        for key, x, yo, yn in up:
-            self._discard.discard(key)
-            self.counters["steps"] += 1
-            override = None
-            if ks:
-                left_p, right_p, c0_p = pre[key]
-                marked = key in self._discarded
 
-                def override(k, key=key, x=x, yn=yn, left_p=left_p, right_p=right_p, c0_p=c0_p, marked=marked):
-                    tiles_pre = staircase_tiles(x, left_p, right_p, k - c0_p) if k > c0_p else []
-                    if yn is None or not marked:
-                        return tiles_pre
-                    left_n, right_n, c0_n = self._lists(x, yn, key, kmax)
-                    tiles_new = staircase_tiles(x, left_n, right_n, k - c0_n) if k > c0_n else []
-                    return union_staircase(x, tiles_new, tiles_pre)
-            msgs3 += self._paint(key, x, yo, yn, False, region_override=override)
-        self._discard = set()
-        self._discarded = set()
-        # step 4: E↓ objects notify their final influence regions
-        msgs4: list = []
-        for key, x, _, yn in down:
-            self.counters["steps"] += 1
-            if not ks:
-                continue
-            tree.remove(key)
-            left, right, c0 = self._lists(x, yn, key, kmax)
-            tree.insert(key, x, yn)
+        def region(x, lists, k):
+            return stair_columns(x, lists[0], lists[1], k - lists[2])
+        # phase a: the leavers that cannot be pushed out silently get their new value (or deletion)
+        msgs_a: list = []
+        after = {}  # IR_after lists of the E↑ objects still present
+        for key, x, yo, yn in up:
+            if yn is not None:
+                after[key] = self._lists(x, yn, key, kmax)
+            gone = {}
             for k in ks:
-                if k > c0:
-                    msgs4 += self._emit(k, staircase_tiles(x, left, right, k - c0), key, x, yn)
-        self.counters["messages"] += len(msgs3) + len(msgs4)
-        return Outcome((Step("lower", tuple(msgs3)), Step("raise", tuple(msgs4))))
+                cols = region(x, before[key], k)
+                if yn is not None:
+                    cols = columns_minus_stair(cols, region(x, after[key], k))
+                if cols:
+                    gone[k] = cols
+            if gone:
+                for k, cols in self._leaver_region(key, x, yo, yn, gone, ks, y_old).items():
+                    msgs_a += self._emit_columns(k, cols, key, x, yn)
+        # phase b: falling values and entrants, in ascending order of old value
+        phase_b: list = []
+        for key, x, yo, yn in down:
+            lists = self._lists(x, yn, key, kmax)
+            phase_b.append(((0, yo, key) if yo is not None else (1, 0.0, key), key, x, yn,
+                            {k: region(x, lists, k) for k in ks}))
+        for key, (x, y, cols_k) in gains.items():
+            lists = self._lists(x, y, key, kmax)
+            parts = {}
+            for k, cols in cols_k.items():
+                fin = region(x, lists, k)
+                parts[k] = [p for col in cols for p in columns_and([col], fin)]
+            phase_b.append(((0, y, key), key, x, y, parts))
+        for key, x, yo, yn in up:
+            if yn is not None:
+                phase_b.append(((0, yo, key), key, x, yn, {k: columns_minus_stair(
+                    region(x, after[key], k), region(x, before[key], k)) for k in ks}))
+        phase_b.sort(key=lambda e: e[0])
+        msgs_b: list = []
+        for _, key, x, y, parts in phase_b:
+            for k in ks:
+                if parts.get(k):
+                    msgs_b += self._emit_columns(k, parts[k], key, x, y)
+        # phase c: E↑ objects that stay, after every eviction
+        msgs_c: list = []
+        for key, x, yo, yn in up:
+            if yn is not None:
+                for k in ks:
+                    cols = columns_and(region(x, after[key], k), region(x, before[key], k))
+                    msgs_c += self._emit_columns(k, cols, key, x, yn)
+        self.counters["messages"] += len(msgs_a) + len(msgs_b) + len(msgs_c)
+        return Outcome((Step("lower", tuple(msgs_a)), Step("raise", tuple(msgs_b)), Step("lower", tuple(msgs_c))))
+
+    def _leaver_region(self, key, x: float, yo: float, yn, gone: dict, ks: list, y_old: dict) -> dict:
+        """Paint-Batch phase a: the part of ``gone`` (per k, the columns of IR_before(w) \\ IR_after(w), where
+        w = key leaves the list) whose subscribers need w's message: those whose final list holds an object o
+        with m(o) = min(old, new value) above w's old value, or fewer than k objects (see :meth:`apply_batch`).
+
+        A sweep in the index after the batch from z = (yo, key) upwards, like Paint-Dense's (§III-A), keeps
+        the first_k lists of the objects below z: those below yo after the batch, then each object met that
+        was below yo before it (it rose past w: it counts as below).  Every other object met, q, is in the
+        final list of the subscriptions still in θ_w^{≤k}(z) ∩ θ_q: they need w's message; q then walls them
+        off (no later object decides them).  When the window runs dry the subscriptions left hold fewer than
+        k objects at the end and need it too."""
+        tree = self.tree
+        kmax = ks[-1]
+        present = yn is not None  # w itself (at its new value) must not count
+        if present:
+            tree.remove(key)
+        left, right, c0 = self._lists(x, yo, key, kmax)
+        need: dict = {k: [] for k in gone}
+        lo_wall, hi_wall = _NINF, _INF
+        z = (yo, key)
+        c = self.counters
+        while True:
+            zones = {}
+            for k, cols in gone.items():
+                zone = columns_and(columns_clip(stair_columns(x, left, right, k - c0), x, lo_wall, hi_wall), cols)
+                if zone:
+                    zones[k] = zone
+            if not zones:
+                break
+            # only objects inside the undecided subscriptions' ranges matter: the window is their extent
+            lo = min(col[0] for zone in zones.values() for col in zone)
+            hi = max(col[3] for zone in zones.values() for col in zone)
+            c["min_y"] += 1
+            j = tree.min_y(lo, hi, False, z[0], z[1])
+            if j is None:  # fewer than k objects end in these ranges: every leaver must be sent
+                for k, zone in zones.items():
+                    need[k] += zone
+                break
+            yj, kj, xj = j
+            c["exposed"] += 1
+            yj_old = y_old[kj] if kj in y_old else yj
+            if yj_old is not None and (yj_old, kj) < (yo, key):
+                c0 += self._join(x, left, right, xj, kmax)  # it rose past w: one more object below
+            else:
+                for k, zone in zones.items():
+                    need[k] += columns_clip(zone, x, xj=xj)
+                if xj < x:
+                    lo_wall = max(lo_wall, xj)
+                elif xj > x:
+                    hi_wall = min(hi_wall, xj)
+                else:
+                    break
+            z = (yj, kj)
+        if present:
+            tree.insert(key, x, yn)
+        return {k: cols for k, cols in need.items() if cols}
 
     # ---- Unicast baseline (002 §V) ------------------------------------------------------------------------
     def _unicast(self, key, x: float, yo, yn) -> list:
