@@ -151,3 +151,64 @@ def test_box_min_and_topk_through_spark(spark):
     msgs = e.publish("pts", [{"id": 99, "a": 3.0, "b": 3.0, "v": -1.0}], mode="reformulated")
     assert {"inner_l_2", "outer_r_2", "item_x_2"} <= set(msgs.columns)
     assert msgs.count() > 0
+
+
+def test_deliver_replays_reformulated_messages_to_every_result(spark):
+    """publish(mode='reformulated') then deliver(): the unicast rows the network + subscribers derive
+    from the messages, replayed by a subscriber, give every subscription's result after every batch --
+    top-k (Paint-Batch per batch), DISTINCT, aggregates, and 2-d boxes -- equal to a recomputation."""
+    rnd = random.Random(12)
+    e = Engine(spark)
+    e.sql("CREATE TABLE s (sym INT PRIMARY KEY, risk DOUBLE, per DOUBLE, sector STRING, rank DOUBLE)")
+    e.subscribe_many("SELECT * FROM s WHERE risk BETWEEN :lo AND :hi ORDER BY per LIMIT :k",
+                     {"id": ["t0", "t1", "t2"], "lo": [0, 2, 4], "hi": [5, 8, 6], "k": [1, 3, 2]})
+    e.sql("CREATE SUBSCRIPTION d AS SELECT DISTINCT sector FROM s WHERE risk BETWEEN 1 AND 6")
+    e.sql("CREATE SUBSCRIPTION c AS SELECT COUNT(*) FROM s WHERE risk <= 4")
+    e.sql("CREATE SUBSCRIPTION a AS SELECT AVG(per) FROM s WHERE risk BETWEEN 2 AND 7")
+    e.sql("CREATE SUBSCRIPTION bm AS SELECT MIN(per) FROM s WHERE risk BETWEEN 1 AND 6 AND rank BETWEEN 0 AND 4")
+    e.sql("CREATE SUBSCRIPTION bt AS SELECT * FROM s WHERE risk BETWEEN 0 AND 7 AND rank >= 2 "
+          "ORDER BY per DESC LIMIT 2")
+    local: dict = {"d": set(), "c": 0, "a": None, "bm": None}
+    rows: dict = {}
+    for step in range(4):
+        batch = []
+        for _ in range(10):
+            sym = rnd.randint(0, 12)
+            if sym in rows and rnd.random() < 0.2:
+                batch.append({"sym": sym, "_op": "delete"})
+            else:
+                batch.append({"sym": sym, "risk": float(rnd.randint(0, 8)), "per": float(rnd.randint(0, 4)),
+                              "sector": rnd.choice("xyz"), "rank": float(rnd.randint(0, 5))})
+        for u in batch:
+            if u.get("_op") == "delete":
+                rows.pop(u["sym"], None)
+            else:
+                rows[u["sym"]] = u
+        msgs = e.publish("s", batch, mode="reformulated")
+        assert "msg_no" in msgs.columns
+        for r in e.deliver(msgs).collect():
+            sid = r.subscription_id
+            if sid == "d":
+                (local["d"].add if r.op == "add" else local["d"].discard)(r.item_text)
+            elif sid in ("c", "a", "bm"):
+                local[sid] = r.value
+            else:
+                lst = local.setdefault(sid, {})
+                if r.op == "leave":
+                    del lst[r.item_key]
+                else:
+                    lst[r.item_key] = r.value
+        assert local["d"] == {u["sector"] for u in rows.values() if 1 <= u["risk"] <= 6} == set(e.result("d"))
+        assert local["c"] == sum(u["risk"] <= 4 for u in rows.values()) == e.result("c")
+        pers = [u["per"] for u in rows.values() if 2 <= u["risk"] <= 7]
+        assert local["a"] == e.result("a") and (local["a"] is None) == (not pers)
+        if pers:
+            assert math.isclose(local["a"], sum(pers) / len(pers))
+        inside = [u["per"] for u in rows.values() if 1 <= u["risk"] <= 6 and 0 <= u["rank"] <= 4]
+        assert local["bm"] == (min(inside) if inside else None) == e.result("bm")
+        for sid in ("t0", "t1", "t2", "bt"):
+            got = {str(key): item[-1] for key, *item in e.result(sid)}
+            assert local.get(sid, {}) == got, (sid, step)
+        best = sorted((u for u in rows.values() if 0 <= u["risk"] <= 7 and u["rank"] >= 2),
+                      key=lambda u: (-u["per"], u["sym"]))[:2]  # ties by the (integer) key
+        assert local.get("bt", {}) == {str(u["sym"]): u["per"] for u in best}

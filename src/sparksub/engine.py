@@ -24,13 +24,13 @@ from sparksub.planner import ir
 from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES, Catalog, TableDef
 from sparksub.planner.classifier import (Planned, bind_box, bind_filter_columns, bind_range, parameters_of,
                                          plan_subscription)
-from sparksub.operators.box_groups import BOX_COLUMNS, BoxClassSnapshot
+from sparksub.operators.box_groups import BOX_COLUMNS, BoxClassSnapshot, BoxSubscribers
 from sparksub.operators.delivery import SubscriptionPoints, Subscribers
 from sparksub.operators.filter_group import EVENT_PREFIX, Block, FilterGroup
 from sparksub.operators.range_groups import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA, RangeClassSnapshot
 from sparksub.operators.range_min_group import (DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA, UPSERT, GroupSnapshot,
                                                 with_reason)
-from sparksub.operators import spark_groups, spark_stream
+from sparksub.operators import range_subscribers, spark_groups, spark_stream
 
 __all__ = ["Engine", "spark_session"]
 
@@ -89,7 +89,7 @@ class GroupEntry:
     shards: dict | None = None  # FILTER: shard group_id -> replica (subscriptions split, events to all)
     base_stale: bool = False  # subscriptions or loaded rows changed since the replica's base
     log_rows: int = 0
-    subscribers: Subscribers | None = None  # the deliver() side, seeded lazily
+    subscribers: object = None  # the deliver() side (delivery / range_subscribers / box_groups), seeded lazily
     subscribers_version: int = -1
     version: int = 0  # bumps on every publish and registration change
     k_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # RANGE_TOPK: k per slot
@@ -362,7 +362,7 @@ class Engine:
             group_batches = {e.group_id: self._group_batch(state, e.physical, batch, seqs) for e in groups}
             replicas, parts, owner = {}, [], {}
             for e in groups:
-                if mode == "reformulated" and isinstance(e.physical, ir.RangeMinGroupScan):
+                if mode == "reformulated" and not isinstance(e.physical, ir.FilterGroupScan):
                     self._sync_subscribers(e)
                 # A range group is one replica; a FILTER group one per shard, each shard seeing
                 # every event (001 is stateless per event: shards only split the subscriptions).
@@ -498,25 +498,39 @@ class Engine:
             return group.result(sub_id)  # MIN/MAX/AGG: a value; TOPK: [(key, x, y)]; DISTINCT: sorted values
 
     def deliver(self, messages):
-        """Play the network and the subscribers: reformulated messages -> the unicast rows they cause."""
+        """Play the network and the subscribers: reformulated messages -> the unicast rows they cause.
+
+        Every group's subscribers start from their results when ``publish(..., mode='reformulated')``
+        first ran for it (and again whenever the group changed in between: a unicast publish,
+        subscriptions added or removed) and follow only the messages handed to ``deliver``, in ``seq``
+        order (within a seq, range-class messages in ``msg_no`` order). Output: ``publish``'s unicast
+        columns (with the item columns when a top-k / DISTINCT / aggregate / box group is among them)."""
         table = _to_arrow(messages)
-        if table.num_rows == 0:
-            return self.spark.createDataFrame(UNICAST_SCHEMA.empty_table())
+        schema = UNICAST_SCHEMA
         outs = []
         with self._lock:
+            if table.num_rows and "group_id" not in table.column_names:
+                raise BadUpdate("deliver(): messages need a group_id column (publish(..., mode='reformulated'))")
             for entry in self._groups.values():
+                if not table.num_rows:
+                    break
                 mine = table.filter(pc.equal(table.column("group_id"), entry.group_id))
                 if mine.num_rows:
-                    if not isinstance(entry.physical, ir.RangeMinGroupScan):
-                        raise SparksubError(f"deliver(): the {entry.physical.klass} group {entry.group_id!r} "
-                                            f"has no network-side subscriber state yet; its reformulated "
-                                            f"messages carry the subscriber predicate (EXPLAIN)")
+                    if isinstance(entry.physical, ir.FilterGroupScan):
+                        raise SparksubError(f"deliver(): FILTER group {entry.group_id!r} has no reformulated "
+                                            f"messages (its notifications are unicast)")
                     if entry.subscribers is None:
                         raise SparksubError(f"group {entry.group_id!r} has no subscriber state: deliver "
                                             f"the messages of publish(..., mode='reformulated')")
-                    outs.append(entry.subscribers.deliver(mine).select(UNICAST_SCHEMA.names)
-                                .cast(UNICAST_SCHEMA))
-        out = pa.concat_tables(outs) if outs else UNICAST_SCHEMA.empty_table()
+                    if isinstance(entry.physical, _RANGE_CLASS_NODES):
+                        schema = pa.schema(list(UNICAST_SCHEMA) + list(ITEM_SCHEMA))
+                    outs.append(entry.subscribers.deliver(mine))
+        # groups differ in columns (MIN rows lack the item columns): nulls fill in. One chunk: pyspark
+        # 4.3's createDataFrame(pa.Table) drops the chunk that follows an empty one.
+        outs = [o for o in outs if o.num_rows]
+        out = pa.concat_tables([pa.table({f.name: o.column(f.name).cast(f.type) if f.name in o.column_names
+                                          else pa.nulls(o.num_rows, f.type) for f in schema}, schema=schema)
+                                for o in outs]).combine_chunks() if outs else schema.empty_table()
         return self.spark.createDataFrame(out)
 
     def explain(self, target: str) -> str:
@@ -735,6 +749,17 @@ class Engine:
             return
         state = self._tables[entry.physical.table.lower()]
         group = self._materialized(state, entry)
+        # keys travel as text; a top-k subscriber ranks ties by the key itself, so it needs the type
+        tdef = state.definition
+        key_type = int if tdef.type_of(tdef.key) in INTEGRAL_TYPES else str
+        if isinstance(entry.physical, _BOX_NODES):
+            entry.subscribers, entry.subscribers_version = BoxSubscribers(group, key_type), entry.version
+            return
+        if isinstance(entry.physical, _RANGE_CLASS_NODES):
+            kw = {"key_type": key_type} if isinstance(entry.physical, ir.RangeTopkGroupScan) else {}
+            entry.subscribers = range_subscribers.subscribers_from_group(group, **kw)
+            entry.subscribers_version = entry.version
+            return
         slots = entry.points.live_slots()
         ids = entry.points.ids_of(slots)
         subs = Subscribers()

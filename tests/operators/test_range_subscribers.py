@@ -149,12 +149,17 @@ def test_topk_deliver_equals_unicast_and_brute_force(w, desc):
     g_u = _snapshot("RANGE_TOPK", desc, subs, rows).build()
     g_r = _snapshot("RANGE_TOPK", desc, subs, rows).build()
     net = TopkSubscribers.from_group(g_r, key_type=int if int_keys else str)
+    # a second network gets every batch's messages with the rows reversed (as a shuffle may leave them):
+    # msg_no puts them back in the emitted order (002 §II-A, footnote 6)
+    net_reversed = TopkSubscribers.from_group(g_r, key_type=int if int_keys else str)
     seq = 0
     for ups in batches:
         before = {s[0]: _top(rows, s[1], s[2], s[3], desc) for s in subs}
         unicast = g_u.apply(_batch(ups, seq), "unicast").to_pylist()
         messages = g_r.apply(_batch(ups, seq), "reformulated")
+        assert messages.column("msg_no").to_pylist() == list(range(messages.num_rows))
         delivered = net.deliver(messages)
+        assert net_reversed.deliver(messages.take(pa.array(range(messages.num_rows)[::-1], pa.int64()))) == delivered
         assert delivered.schema == UNICAST_ITEMS_SCHEMA
         delivered = delivered.to_pylist()
         # the unicast rows: every update's per-subscriber list diff, in subscription order

@@ -346,6 +346,8 @@ class _BoxGroup:
         self.counters["reformulated_messages" if mode == "reformulated" else "unicast_rows"] += len(rows)
         out = {f.name: [r.get(f.name) for r in rows] for f in schema}
         out["group_id"] = [self.group_id] * len(rows)
+        if mode == "reformulated":
+            out["msg_no"] = list(range(len(rows)))  # range_groups.RANGE_MESSAGE_SCHEMA: the apply order
         return pa.table(out, schema=schema)
 
     # ---- recomputation: the rows in rank order, scanned in blocks ------------------------------------
@@ -752,6 +754,94 @@ class BoxTopkReceiver:
             self.key_of(msg["item_key"]), msg["item_x"], msg["item_x_2"], None if y is None else self.sign * y,
             *(msg[c] for c in ("inner_l", "inner_r", "outer_l", "outer_r", "inner_l_2", "inner_r_2",
                                "outer_l_2", "outer_r_2"))))
+
+
+def _reached(boxes: np.ndarray, ks: np.ndarray, msg: dict) -> np.ndarray:
+    """The receivers (rows of ``boxes`` = x_lo, x_hi, x2_lo, x2_hi; ``ks`` their k or -1) one message row
+    reaches: 000 §2.3.1's predicate on each attribute, vectorised (an infinite OUTER bound also admits
+    the same infinite subscription end)."""
+    ninf, inf = -math.inf, math.inf
+    a1, b1, a2, b2 = boxes.T
+
+    def side(lo, hi, il, ir, ol, orr):
+        return (((ol < lo) | ((lo == ol) & (ol == ninf))) & (lo <= il) & (ir <= hi)
+                & ((hi < orr) | ((hi == orr) & (orr == inf))))
+
+    m = side(a1, b1, msg["inner_l"], msg["inner_r"], msg["outer_l"], msg["outer_r"]) & \
+        side(a2, b2, msg["inner_l_2"], msg["inner_r_2"], msg["outer_l_2"], msg["outer_r_2"])
+    if msg.get("k") is not None:
+        m &= ks == int(msg["k"])
+    return m
+
+
+class BoxSubscribers:
+    """The network and the subscribers of one box group, for ``engine.deliver``: one receiver per
+    subscription, seeded with its current result; :meth:`deliver` plays the group's reformulated
+    messages (in ``seq``, then ``msg_no`` order) and returns the unicast rows they cause -- one
+    ``update`` row per BOX_MIN/MAX subscriber whose value changed, the ``enter`` / ``update`` / ``leave``
+    rows of a BOX_TOPK subscriber's net list change per ``seq`` -- as the group's unicast mode does.
+    Routing is one vectorised predicate per message over the receivers' boxes (no 4-d index yet)."""
+
+    def __init__(self, group: "_BoxGroup", key_type=None):
+        """``key_type``: the table key's Python type (``int`` or ``str``): keys travel as text and ties in
+        y rank by the key itself (002 §II-A); inferred from the rows when None (``str`` when empty)."""
+        self.group_id = group.group_id
+        self.topk = isinstance(group, BoxTopkGroup)
+        if key_type is None:
+            ints = any(isinstance(k, (int, np.integer)) for k in group.store.keys if k is not None)
+            key_type = int if ints else str
+        key_of = int if key_type is int else None
+        self.ids = list(group.ids.tolist())
+        self.recv = []
+        for i, sid in enumerate(self.ids):
+            box = (group.x_lo[i], group.x_hi[i], group.x2_lo[i], group.x2_hi[i])
+            if self.topk:
+                self.recv.append(BoxTopkReceiver(*box, int(group.k[i]), group.result(sid),
+                                                 descending=group.descending, key_of=key_of))
+            else:
+                self.recv.append(BoxMinReceiver(*box, group.result(sid), maximum=group.maximum))
+        self.boxes = np.array([(group.x_lo[i], group.x_hi[i], group.x2_lo[i], group.x2_hi[i])
+                               for i in range(len(self.ids))], dtype=np.float64).reshape(-1, 4)
+        self.ks = np.asarray(group.k if self.topk else np.full(len(self.ids), -1), dtype=np.int64)
+
+    def result(self, sid):
+        r = self.recv[self.ids.index(sid)]
+        return r.items if self.topk else r.value
+
+    def deliver(self, messages: pa.Table) -> pa.Table:
+        rows = messages.to_pylist()
+        rows.sort(key=lambda r: (r["seq"], r.get("msg_no") or 0))  # stable: row order without msg_no
+        out: list[dict] = []
+        i = 0
+        while i < len(rows):
+            seq = rows[i]["seq"]
+            before: dict = {}
+            while i < len(rows) and rows[i]["seq"] == seq:
+                msg = rows[i]
+                for s in np.flatnonzero(_reached(self.boxes, self.ks, msg)).tolist():
+                    r = self.recv[s]
+                    if s not in before:
+                        before[s] = list(r.items) if self.topk else r.value
+                    r.receive(msg)
+                i += 1
+            for s in sorted(before):
+                out.extend(self._changes(s, before[s], seq))
+        cols = {f.name: [r.get(f.name) for r in out] for f in BOX_UNICAST_SCHEMA}
+        cols["group_id"] = [self.group_id] * len(out)
+        return pa.table(cols, schema=BOX_UNICAST_SCHEMA)
+
+    def _changes(self, s: int, old, seq: int) -> list[dict]:
+        sid, r = self.ids[s], self.recv[s]
+        if not self.topk:
+            return [] if r.value == old else [{"subscription_id": sid, "op": "update", "value": r.value, "seq": seq}]
+        before = {t[0]: t for t in old}
+        after = {t[0]: t for t in r.items}
+        rows = [{"subscription_id": sid, "op": "enter" if key not in before else "update", "value": t[3],
+                 "seq": seq, "item_key": _key_text(key), "item_x": t[1]}
+                for key, t in after.items() if before.get(key) != t]
+        rows += [{"subscription_id": sid, "op": "leave", "value": t[3], "seq": seq, "item_key": _key_text(key),
+                  "item_x": t[1]} for key, t in before.items() if key not in after]
+        return rows
 
 
 def deliver(messages, receivers: dict, counters: dict | None = None) -> dict:

@@ -43,6 +43,10 @@ RANGE_MESSAGE_SCHEMA = pa.schema([
     ("new_value", pa.float64()), ("item_text", pa.string()), ("item_key", pa.string()),
     ("item_x", pa.float64()), ("d_count", pa.int64()),
     ("inner_l", pa.float64()), ("inner_r", pa.float64()), ("outer_l", pa.float64()), ("outer_r", pa.float64()),
+    # the message's position in its group's output for the batch: a subscriber applies one seq's messages
+    # in this order (002 §II-A, footnote 6: an object's new value before its replacement), whatever a
+    # shuffle does to the rows on the way
+    ("msg_no", pa.int64()),
 ])
 
 
@@ -123,6 +127,7 @@ class _RangeClassGroup:
             self.counters["reformulated_messages"] += len(rows)
             out = {f.name: [r.get(f.name) for r in rows] for f in RANGE_MESSAGE_SCHEMA}
             out["group_id"] = [self.group_id] * len(rows)
+            out["msg_no"] = list(range(len(rows)))
             return pa.table(out, schema=RANGE_MESSAGE_SCHEMA)
         for key, x, y, op, seq in zip(cols["key"], cols["x"], cols["y"], cols["op"], cols["seq"]):
             null = x is None or x != x or y is None or (isinstance(y, float) and y != y)
@@ -144,6 +149,8 @@ class _RangeClassGroup:
         self.counters["reformulated_messages" if mode == "reformulated" else "unicast_rows"] += len(rows)
         out = {f.name: [r.get(f.name) for r in rows] for f in schema}
         out["group_id"] = [self.group_id] * len(rows)
+        if mode == "reformulated":
+            out["msg_no"] = list(range(len(rows)))
         return pa.table(out, schema=schema)
 
     def _x_of(self, key):

@@ -118,14 +118,19 @@ def _rows_table(rows: list[dict], group_id) -> pa.Table:
 
 
 def _by_seq(messages: pa.Table, names: Iterable[str]):
-    """(seq, {name: values of that seq's messages}) in ascending seq, message order kept within a seq."""
+    """(seq, {name: values of that seq's messages}) in ascending seq; within a seq in ``msg_no`` order
+    (the order the group emitted them) when the messages carry it, else in row order."""
     n = messages.num_rows
     if n == 0:
         return
     cols = {name: (messages.column(name).to_pylist() if name in messages.column_names else [None] * n)
             for name in names}
     seqs = np.asarray(messages.column("seq").to_pylist(), dtype=np.int64)
-    order = np.argsort(seqs, kind="stable")
+    msg_no = messages.column("msg_no") if "msg_no" in messages.column_names else None
+    if msg_no is not None and msg_no.null_count == 0:
+        order = np.lexsort((np.asarray(msg_no.to_pylist(), dtype=np.int64), seqs))
+    else:
+        order = np.argsort(seqs, kind="stable")
     s = seqs[order]
     cuts = np.flatnonzero(s[1:] != s[:-1]) + 1
     for part in np.split(order, cuts):

@@ -139,8 +139,9 @@ def plan_string(spark, replicas: dict[str, GroupReplica], batch: pa.Table, mode:
 
 def _plan(spark, replicas, batch: pa.Table, mode: str, schema: pa.Schema, failures=None,
           name: str = "range_min_group"):
-    # One partition per group, rows in seq order within it.
-    df = spark.createDataFrame(batch)
+    # One partition per group, rows in seq order within it. One chunk: pyspark 4.3's
+    # createDataFrame(pa.Table) drops the chunk that follows an empty one.
+    df = spark.createDataFrame(batch.combine_chunks())
     df = df.repartition(max(len(replicas), 1), "group_id").sortWithinPartitions("group_id", "seq")
     return df.mapInArrow(_operator(replicas, mode, schema, failures, name), _ddl(schema))
 
