@@ -67,3 +67,15 @@ def test_explain_topk_distinct_agg(stock_engine):
     check("topk", stock_engine.explain("top2"))
     check("distinct", stock_engine.explain("pers"))
     check("agg", stock_engine.explain("mean"))
+
+
+def test_explain_boxes(spark):
+    e = Engine(spark)
+    e.sql("CREATE TABLE pts (id INT PRIMARY KEY, a DOUBLE, b DOUBLE, v DOUBLE)")
+    e.load("pts", {"id": [1, 2, 3, 4], "a": [1.0, 2.0, 3.0, 4.0], "b": [4.0, 3.0, 2.0, 1.0], "v": [5.0, 6.0, 7.0, 8.0]})
+    e.sql("CREATE SUBSCRIPTION bmin AS SELECT MIN(v) FROM pts WHERE a BETWEEN 1 AND 3 AND b >= 2")
+    e.sql("CREATE SUBSCRIPTION btop AS SELECT id, v FROM pts WHERE b BETWEEN 0 AND 5 AND a BETWEEN 2 AND 4 "
+          "ORDER BY v DESC LIMIT 2")
+    e.publish("pts", [{"id": 5, "a": 2.5, "b": 2.5, "v": 1.0}])
+    check("box_min", e.explain("bmin"))
+    check("box_topk", e.explain("btop"))

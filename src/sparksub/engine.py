@@ -780,6 +780,8 @@ class Engine:
         schema = _schema_for("unicast")
         if isinstance(physical, ir.FilterGroupScan):
             schema = _with_event_columns(schema, tdef)
+        elif isinstance(physical, _RANGE_CLASS_NODES):
+            schema = _with_range_class_columns(schema, "unicast")
         replica = spark_groups.GroupReplica(self.uid, gid, "explain", b"")
         try:
             return spark_groups.plan_string(self.spark, {gid: replica}, sample, "unicast", schema,
