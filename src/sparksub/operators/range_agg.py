@@ -56,10 +56,15 @@ O(log(D / B) + B) plus, rarely, a restructure; a range query adds at most two pa
 Fenwick range (O(log(D / B))).  Vectorised queries (:meth:`RangeAggCore.values`) use cached prefix arrays
 (int64 counts, object array of exact sums) rebuilt after a mutation.
 
-Unicast (S-UN, :class:`AggUnicast`): the server keeps every subscription's exact state, applies each update's
-messages to the subscriptions they reach (one vectorised mask per message) and reports only the subscriptions
-whose SQL value changed, with their new values (e.g. a COUNT range holding both ends of an X-move is reached
-by both messages but not reported).
+Unicast (S-UN, :class:`AggUnicast`): the server keeps every subscription's exact state and reports only the
+subscriptions whose SQL value changed, with their new values (e.g. a COUNT range holding both ends of an X-move
+is reached by both messages but not reported).  As 000 §3 does for S-UN, each message is a query over a 2-d
+index of the subscription points (x1, x2): an update's messages cut the points into at most three disjoint
+rectangles (old X only, new X only, both), each with one net delta, and the state is laid out so that a
+rectangle is a few contiguous runs of it; counts are int64 and the exact sums are kept as pairs of floats
+(double-doubles, with vectorised error-free additions), with a per-subscription Python int only where a sum does
+not fit a pair.  An update costs O(sqrt(M)) index work plus O(1) numpy passes per subscription whose state
+changes (the relaxed deliveries; none for a rectangle whose net delta is zero).
 """
 from __future__ import annotations
 
@@ -72,6 +77,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sparksub.errors import BadUpdate
+from sparksub.operators.arrays import concat_ranges
 
 __all__ = [
     "KINDS",
@@ -563,17 +569,461 @@ class RangeAggCore:
         return (f"RangeAggCore({self.kind.upper()}): {len(self)} tuples, {len(self._cnt)} distinct X in "
                 f"{len(self._bx)} buckets; counters {self.counters}")
 
-class AggUnicast:
-    """S-UN for range aggregates: the server keeps every subscription's exact (count, sum) and, per update,
-    returns the subscriptions whose SQL value changed and their new values (vectorised over subscriptions).
 
-    ``x1s`` / ``x2s``: subscription bounds (index = subscription slot); ``core``: seeds the states from the
-    current table (else all empty).  :meth:`apply` costs O(#messages × #subscriptions) numpy work plus O(T)
-    Python-int work for the T touched subscriptions.  ``counters``: ``touched`` = relaxed deliveries (a
-    subscription reached by a message of the update), ``notified`` = value changes reported.
+# ---- the unicast's exact per-subscription sums: normalised double-doubles --------------------------------------
+# A subscription's exact sum V is kept as two float64 (h, l) with h + l == V exactly and h == fl(V) (a normalised
+# double-double), so SUM is h itself and one vectorised error-free addition (_dd_add) adds a message's exact
+# D_SUM to every subscription it reaches.  Two floats hold V whenever V - fl(V) is itself a float (e.g. whenever V
+# has at most 106 significant bits: sums of ordinary data do); where they do not, or beyond the float range, the
+# subscription falls back to the module's exact Python int (h = NaN marks it) and returns to the pair when its
+# sum fits again.  Every result stays the correctly rounded exact value, as the module docstring requires (000
+# §4 relaxes the subscription; it says nothing about rounding).
+_SPLIT = 134217729.0  # 2**27 + 1: Veltkamp's split of a float into 26-bit halves
+_C_MAX = 1 << 26  # a count below this has <= 26 bits, so half_of_q * count is an exact product
+_AVG_HI = 2.0 ** 990  # |sum| from here: the split could overflow -> exact fallback
+_AVG_LO = 2.0 ** -960  # |mean| below this: near the subnormals -> exact fallback
+_EMPTY_I = np.empty(0, dtype=np.int64)
+
+
+def _dd_of(v: int):
+    """``(h, l)`` with ``h + l == v * 2**-1074`` exactly and ``h`` the correctly rounded value, or None when no such
+    pair of floats exists (``v - fl(v)`` is not a float, or ``v`` is beyond the float range).
+
+    >>> _dd_of(exact(1e16) + exact(1.0)), _dd_of(exact(1e300) + exact(1e-300))
+    ((1e+16, 1.0), (1e+300, 1e-300))
+    >>> _dd_of(exact(1.0) + exact(2.0 ** -60) + exact(2.0 ** -120)), _dd_of(2 * exact(1e308))
+    (None, None)
+    """
+    try:
+        h = v / _ONE  # correctly rounded (int / int true division)
+    except OverflowError:
+        return None
+    r = v - exact(h)
+    lo = r / _ONE
+    return (h, lo) if exact(lo) == r else None
+
+
+_NO_QUANTUM = 1 << 20  # "no constraint yet" for AggUnicast._q
+
+
+def _lowbit(x: float) -> int:
+    """Exponent of the lowest set bit of a nonzero finite float (``x`` is a multiple of ``2**_lowbit(x)``).
+
+    >>> _lowbit(1.0), _lowbit(0.75), _lowbit(12.0), _lowbit(5e-324)
+    (0, -2, 2, -1074)
+    """
+    p, q = x.as_integer_ratio()
+    return 1 - q.bit_length() if q > 1 else (p & -p).bit_length() - 1
+
+
+def _lowbit_min(a: np.ndarray) -> int:
+    """min :func:`_lowbit` over the nonzero finite entries of ``a`` (vectorised; a large number if none)."""
+    x = np.abs(a[np.isfinite(a) & (a != 0)])
+    if not x.size:
+        return _NO_QUANTUM
+    m, e = np.frexp(x)
+    mant = (m * 2.0 ** 53).astype(np.int64)
+    tz = np.frexp((mant & -mant).astype(np.float64))[1] - 1
+    return int((e - 53 + tz).min())
+
+
+
+def _dd_add(h: np.ndarray, l: np.ndarray, d, check_inf: bool = True, ws=None, exact_tail: bool = False):
+    """Exact ``(h, l) + d`` for normalised pairs (``d`` a float or an array): ``(h1, l1, bad)``, ``bad`` = the
+    indices where a pair cannot hold the exact sum (a third float would be needed, it overflowed, or ``h`` was
+    the NaN of an exact-int fallback); ``check_inf=False`` when the caller knows no sum can overflow.  ``ws``:
+    five arrays like ``h`` to work in (``h1`` is the third, ``l1`` the fifth): fresh temporaries this large
+    cost page faults that exceed the arithmetic.
+
+    Three error-free transformations: (s, e) = h + d, (t, f) = l + e, (h1, l1) = s + t; 7 to 17 vectorised
+    passes.  The first is Dekker's FastTwoSum (3 passes) when a scalar ``d`` is no larger than every ``|h|``
+    (one min / max pass tells), else Knuth's TwoSum (6).  The second is exact iff f == 0, which costs 6 passes
+    to check unless ``exact_tail`` says the caller knows it is (:meth:`AggUnicast._tail_exact`; ``bad`` is then
+    empty).  The last is FastTwoSum, exact when ``|t| <= |s|`` or ``s == 0``, which holds wherever the second
+    was exact: if ``h + d`` rounded, ``s`` is within a factor 2 of ``h`` (a cancellation beyond that is exact,
+    Sterbenz) so both ``|l| <= ulp(h) / 2`` and ``|e| <= ulp(s) / 2`` are far below ``|s|``; if it did not, ``s``
+    is a nonzero multiple of ``min(ulp(h), ulp(d))`` that is >= ``|l|`` (``|d| >= |h| / 2``), or ``|s| >= |h| /
+    2``.
+    """
+    if ws is None:
+        ws = [np.empty(h.shape) for _ in range(5)]
+    if exact_tail:  # (no NaN, no overflow possible: no errstate either)
+        return _dd_add_passes(h, l, d, ws, True)
+    with np.errstate(all="ignore"):  # overflow and NaN inputs are what ``bad`` reports
+        return _dd_add_passes(h, l, d, ws, False, check_inf)
+
+
+def _dd_add_passes(h, l, d, ws, exact_tail: bool, check_inf: bool = False):
+    """:func:`_dd_add`'s passes."""
+    s, z, e, f, t = ws
+    np.add(h, d, out=s)
+    np.subtract(s, h, out=z)
+    ad = abs(d) if np.ndim(d) == 0 and h.size >= 4096 else None  # (small: the min / max calls cost more)
+    if ad is not None and (h.min() >= ad or h.max() <= -ad):  # FastTwoSum(h, d); a NaN h -> TwoSum
+        np.subtract(d, z, out=e)
+    else:  # TwoSum(h, d): s + e == h + d
+        np.subtract(s, z, out=e)
+        np.subtract(h, e, out=e)
+        np.subtract(d, z, out=z)
+        e += z
+    np.add(l, e, out=t)  # TwoSum(l, e): t + f == l + e; the pair holds the sum iff f == 0
+    if not exact_tail:
+        np.subtract(t, l, out=z)
+        np.subtract(t, z, out=f)
+        np.subtract(l, f, out=f)
+        np.subtract(e, z, out=z)
+        f += z
+    np.add(s, t, out=e)  # FastTwoSum(s, t): h1 = e, l1 = t
+    np.subtract(e, s, out=z)
+    t -= z
+    if exact_tail:
+        return e, t, _EMPTY_I
+    if check_inf:  # h1 = ±inf leaves l1 = ∓inf: inf - inf is NaN
+        np.subtract(t, t, out=z)
+        f += z
+    return e, t, np.flatnonzero(f) if f.any() else _EMPTY_I  # NaN counts as nonzero
+
+
+def _avg_of(h: np.ndarray, l: np.ndarray, c: np.ndarray, ws=None) -> tuple[np.ndarray, np.ndarray]:
+    """Correctly rounded ``(h + l) / c`` (c >= 1) where certain: ``(values, ok)``; ``ok`` False -> compute exactly.
+    ``ws``: seven arrays like ``h`` to work in (the values are a fresh array).
+
+    q = fl(h / c); the remainder h - q c is a float (computed exactly with a Veltkamp split of q, c having <= 26
+    bits), so the exact mean is q + (r0 + l) / c; that correction is known to 2**-51 relative, and the rounding of
+    q + correction is certain unless it lies within that error of a midpoint between two floats."""
+    if ws is None:
+        ws = [np.empty(h.shape) for _ in range(7)]
+    cf, q, qh, d, r0, t, u = ws
+    r = np.empty(h.shape)
+    with np.errstate(all="ignore"):
+        np.copyto(cf, c, casting="unsafe")
+        np.divide(h, cf, out=q)
+        np.multiply(q, _SPLIT, out=u)
+        np.subtract(u, q, out=d)
+        np.subtract(u, d, out=qh)  # q's high 26 bits
+        np.subtract(q, qh, out=d)  # q's low bits
+        np.multiply(qh, cf, out=r0)
+        np.subtract(h, r0, out=r0)  # exact (Sterbenz: qh * c is within 2**-26 of h)
+        d *= cf
+        r0 -= d  # exact: h - q c is a float
+        r0 += l
+        r0 /= cf  # q2: the exact mean minus q, to 2**-51 relative
+        np.add(q, r0, out=r)
+        np.subtract(r, q, out=d)
+        np.subtract(r, d, out=t)
+        np.subtract(q, t, out=t)
+        np.subtract(r0, d, out=d)
+        t += d  # q + q2 - r exactly
+        # certain iff |t| + err < half the gap on t's side of r: the gap above |r| is its ulp, the one below
+        # too unless |r| is a power of two (then half); np.spacing / nextafter / where are ~10x slower
+        np.abs(r0, out=r0)
+        r0 *= 2.0 ** -48
+        r0 += 2.0 ** -1070  # err
+        a = np.abs(r, out=d)
+        bits = a.view(np.int64)
+        np.add(bits, 1, out=u.view(np.int64))
+        u -= a  # ulp(|r|) (|r| >= _AVG_LO > 0 wherever it matters)
+        u *= 0.5
+        pow2 = (bits & ((1 << 52) - 1)) == 0
+        if pow2.any():  # below a power of two the gap halves: where t points towards zero
+            pow2 &= (t < 0) != (r < 0)
+            u[pow2] *= 0.5
+        np.abs(t, out=t)
+        t += r0
+        ok = t < u
+        ok &= a >= _AVG_LO
+        np.abs(h, out=q)
+        ok &= q < _AVG_HI
+        ok &= c < _C_MAX
+        zero = h == 0  # normalised: h == 0 -> the exact sum is 0
+        r[zero] = 0.0
+        ok |= zero
+    return r, ok
+
+
+def _avg_exact(h: np.ndarray, l: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_avg_of` for the cases its error bound leaves open (mostly exact ties: a mean of floats of coarse
+    granularity is often exactly halfway between two floats): ``(values, ok)`` from the exact residual.
+
+    With a candidate r, rho = h + l - r c exactly (r c split into two exact products; a failed exactness check
+    leaves ``ok`` False); the mean rounds to r iff rho lies strictly within c times half the gaps around r,
+    and on a bound it is a tie, rounded to the even neighbour."""
+    with np.errstate(all="ignore"):
+        cf = c.astype(np.float64)
+        q = h / cf
+        r = q + (((h - (q * _SPLIT - (q * _SPLIT - q)) * cf) - (q - (q * _SPLIT - (q * _SPLIT - q))) * cf) + l) / cf
+        t = r * _SPLIT
+        rh = t - (t - r)
+        a = h - rh * cf  # exact (Sterbenz)
+        b = (r - rh) * cf  # exact: 27 + 26 bits
+        s1 = a - b  # TwoSum(a, -b)
+        z = s1 - a
+        e1 = (a - (s1 - z)) + (-b - z)
+        s = s1 + l  # TwoSum(s1, l): rho = s + e when e1 == 0
+        z = s - s1
+        e = (s1 - (s - z)) + (l - z)
+        up = np.nextafter(r, np.inf)
+        dn = np.nextafter(r, -np.inf)
+        k_hi = (up - r) * 0.5 * cf  # exact: a power of two times c
+        k_lo = (dn - r) * 0.5 * cf
+        inside = ((s < k_hi) | ((s == k_hi) & (e < 0))) & ((s > k_lo) | ((s == k_lo) & (e > 0)))
+        even = (r.view(np.int64) & 1) == 0
+        tie_hi = (s == k_hi) & (e == 0)
+        tie_lo = (s == k_lo) & (e == 0)
+        v = np.where(tie_hi & ~even, up, np.where(tie_lo & ~even, dn, r))
+        ok = (inside | tie_hi | tie_lo) & (e1 == 0) & (np.abs(r) >= _AVG_LO) & (np.abs(h) < _AVG_HI) & (c < _C_MAX)
+    return v, ok
+
+
+class _Sel:
+    """One rectangle's layout positions, ascending: whole runs as slices (copied with memcpy, not gathered) and
+    index arrays, or (many short runs) one index array."""
+
+    __slots__ = ("pieces", "lens", "n", "_pos")
+
+    def __init__(self, pieces: list | None = None, pos: np.ndarray | None = None):
+        if pos is not None:
+            self.pieces, self.lens, self.n, self._pos = None, None, int(pos.size), pos
+        else:
+            self.pieces = pieces
+            self.lens = [p.stop - p.start if isinstance(p, slice) else int(p.size) for p in pieces]
+            self.n, self._pos = sum(self.lens), None
+
+    def take(self, a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        if self.pieces is None:  # ('wrap': the positions are valid, and take's default mode buffers an out)
+            return a.take(self._pos) if out is None else a.take(self._pos, out=out, mode="wrap")
+        if len(self.pieces) == 1:
+            v = a[self.pieces[0]]
+            if out is None:
+                return v.copy()
+            np.copyto(out, v)
+            return out
+        return np.concatenate([a[p] for p in self.pieces], out=out)
+
+    def put(self, a: np.ndarray, v: np.ndarray) -> None:
+        if self.pieces is None:
+            a[self._pos] = v
+            return
+        o = 0
+        for p, n in zip(self.pieces, self.lens):
+            a[p] = v[o:o + n]
+            o += n
+
+    def positions(self) -> np.ndarray:
+        if self._pos is None:
+            self._pos = np.concatenate([np.arange(p.start, p.stop, dtype=np.int64) if isinstance(p, slice) else p
+                                        for p in self.pieces])
+        return self._pos
+
+
+_BUCKET_FACTOR = 32  # layout bucket = 32 sqrt(M) points: ~sqrt(M) / 32 runs per query, each long enough to copy
+_SHORT_RUN = 256  # runs shorter than this on average are gathered by one index array instead
+
+
+class _StabLayout:
+    """The subscriptions as points (x1, x2), laid out for the unicast's rectangle queries (000 §3: a message is a
+    query identifying the affected subscriptions over a 2-d index of subscription points).
+
+    Static (AggUnicast's subscriptions are fixed; range_groups rebuilds it on resync), so unlike
+    :class:`~sparksub.operators.point_index.PointIndex2D` / ``delivery.SubscriptionPoints`` it answers with
+    *layout positions*: the unicast keeps its per-subscription state in this order, so a large answer is one
+    contiguous run of that state per bucket (copied, not gathered).  Points sorted by x1 are cut into buckets of
+    ``B`` (inside a bucket: by x2); ``key = bucket * (M + 1) + rank(x2)`` is sorted, so one ``searchsorted``
+    finds the x2 run of every bucket; only the (at most two) buckets partly inside the x1 interval are masked.
+    A rectangle narrow in x1 or in x2 (the slivers an X-move adds) is instead read off the x1- or x2-sorted
+    order: O(points in that slice).  Ranges with a NaN bound or ``x1 > x2`` are left out: no message reaches
+    them.
     """
 
-    def __init__(self, kind: str, x1s, x2s, core: RangeAggCore | None = None):
+    def __init__(self, x1: np.ndarray, x2: np.ndarray, bucket_size: int | None = None):
+        live = np.flatnonzero(x1 <= x2)
+        a, b = x1[live], x2[live]
+        M = int(live.size)
+        B = int(bucket_size or max(1024, _BUCKET_FACTOR * math.isqrt(M)))
+        o1 = np.argsort(a, kind="stable")
+        bucket = np.empty(M, dtype=np.int64)
+        bucket[o1] = np.arange(M, dtype=np.int64) // B
+        o2 = np.argsort(b, kind="stable")
+        lay = o2[np.argsort(bucket[o2], kind="stable")]
+        rank = np.empty(M, dtype=np.int64)
+        rank[o2] = np.arange(M, dtype=np.int64)
+        pos_of = np.empty(M, dtype=np.int64)
+        pos_of[lay] = np.arange(M, dtype=np.int64)
+        self.M, self.B, self.K = M, B, M + 1
+        self.x1_sorted, self.x2_sorted = a[o1], b[o2]
+        self.o1_pos, self.o1_x2 = pos_of[o1], b[o1]  # the x1 order: layout positions, x2
+        self.o2_pos, self.o2_x1 = pos_of[o2], a[o2]  # the x2 order: layout positions, x1
+        self.key = bucket[lay] * self.K + rank[lay]
+        self.x1, self.x2 = a[lay], b[lay]
+        self.slot = live[lay]  # layout position -> subscription slot
+
+    def _bounds(self, a1, b1, a2, b2) -> tuple[int, int, int, int]:
+        """Slices ``[p_lo, p_hi)`` of the x1 order with ``a1 < x1 <= b1`` and ``[r_lo, r_hi)`` of the x2 order
+        with ``a2 <= x2 < b2`` (None: unbounded on that side)."""
+        xs, ys = self.x1_sorted, self.x2_sorted
+        if a1 is None:
+            p_lo, p_hi = 0, int(xs.searchsorted(b1, "right"))
+        else:
+            p_lo, p_hi = xs.searchsorted((a1, b1), "right").tolist()
+        if b2 is None:
+            r_lo, r_hi = int(ys.searchsorted(a2, "left")), self.M
+        else:
+            r_lo, r_hi = ys.searchsorted((a2, b2), "left").tolist()
+        return p_lo, p_hi, r_lo, r_hi
+
+    def _runs(self, p_lo, p_hi, r_lo, r_hi):
+        """The x2 run of every bucket the x1 slice meets: ``(starts, lengths, first_partial, last_partial)``; a
+        partial bucket's run must still be filtered by x1."""
+        B, K = self.B, self.K
+        ba, bb = p_lo // B, (p_hi - 1) // B
+        base = np.arange(ba, bb + 1, dtype=np.int64) * K
+        starts = self.key.searchsorted(base + r_lo, "left")
+        lengths = self.key.searchsorted(base + r_hi, "left") - starts
+        return starts, lengths, p_lo > ba * B, p_hi < min((bb + 1) * B, self.M)
+
+    def _keep(self, pos, a1, b1) -> np.ndarray:
+        v = self.x1[pos]
+        keep = v <= b1
+        if a1 is not None:
+            keep &= v > a1
+        return keep
+
+    def _scan(self, a1, b1, a2, b2, p_lo, p_hi, r_lo, r_hi) -> np.ndarray:
+        """The rectangle's positions read off the shorter of its x1 and x2 slices (a boolean mask of it)."""
+        if p_hi - p_lo <= r_hi - r_lo:
+            v = self.o1_x2[p_lo:p_hi]
+            keep = v >= a2
+            if b2 is not None:
+                keep &= v < b2
+            return self.o1_pos[p_lo:p_hi], keep
+        v = self.o2_x1[r_lo:r_hi]
+        keep = v <= b1
+        if a1 is not None:
+            keep &= v > a1
+        return self.o2_pos[r_lo:r_hi], keep
+
+    def select(self, a1, b1, a2, b2) -> _Sel | None:
+        """The positions of the rectangle ``a1 < x1 <= b1``, ``a2 <= x2 < b2`` (None: unbounded), or None when
+        it is empty."""
+        p_lo, p_hi, r_lo, r_hi = self._bounds(a1, b1, a2, b2)
+        if p_lo >= p_hi or r_lo >= r_hi:
+            return None
+        if p_hi - p_lo <= self.B // 2:  # narrow in x1 (within a bucket or two): read off the x1 order
+            pos, keep = self._scan(a1, b1, a2, b2, p_lo, p_hi, r_lo, r_hi)
+            pos = np.sort(pos[keep])  # ascending: the state is then read nearly in order
+            return _Sel(pos=pos) if pos.size else None
+        starts, lengths, first, last = self._runs(p_lo, p_hi, r_lo, r_hi)
+        nr = len(lengths)
+        total = int(lengths.sum())
+        if not total:
+            return None
+        partial = ({0} if first else set()) | ({nr - 1} if last else set())
+        if total < _SHORT_RUN * nr:  # short runs (narrow in x2): one index array beats a slice copy per run
+            pos = concat_ranges(starts, lengths)
+            if partial:
+                keep = np.ones(total, dtype=bool)
+                offs = np.cumsum(lengths) - lengths
+                for j in partial:
+                    o, n = int(offs[j]), int(lengths[j])
+                    keep[o:o + n] = self._keep(pos[o:o + n], a1, b1)
+                pos = pos[keep]
+            return _Sel(pos=pos) if pos.size else None
+        pieces: list = []
+        for j, (st, n) in enumerate(zip(starts.tolist(), lengths.tolist())):
+            if not n:
+                continue
+            if j in partial:
+                keep = self._keep(slice(st, st + n), a1, b1)
+                if not keep.all():
+                    p = np.flatnonzero(keep)
+                    if p.size:
+                        pieces.append(p + st)
+                    continue
+            pieces.append(slice(st, st + n))
+        return _Sel(pieces) if pieces else None
+
+    def count(self, a1, b1, a2, b2) -> int:
+        """Number of positions :meth:`select` returns, without materialising them."""
+        p_lo, p_hi, r_lo, r_hi = self._bounds(a1, b1, a2, b2)
+        if p_lo >= p_hi or r_lo >= r_hi:
+            return 0
+        if a1 is None and b2 is None and b1 <= a2:
+            # x1 <= b1 and x2 >= a2 (the ranges holding both ends of an X-move): as every x1 <= x2,
+            # #(x1 <= b1, x2 < a2) = #(x2 < a2) - #(b1 < x1 <= x2 < a2), the last within a short x1 slice
+            q = int(self.x1_sorted.searchsorted(a2, "left"))
+            inside = int(np.count_nonzero(self.o1_x2[p_hi:q] < a2)) if q > p_hi else 0
+            return p_hi - (r_lo - inside)
+        if min(p_hi - p_lo, r_hi - r_lo) <= self.B // 2:
+            return int(np.count_nonzero(self._scan(a1, b1, a2, b2, p_lo, p_hi, r_lo, r_hi)[1]))
+        starts, lengths, first, last = self._runs(p_lo, p_hi, r_lo, r_hi)
+        n = int(lengths.sum())
+        nr = len(lengths)
+        for j in ({0} if first else set()) | ({nr - 1} if last else set()):
+            st, ln = int(starts[j]), int(lengths[j])
+            n -= ln - int(np.count_nonzero(self._keep(slice(st, st + ln), a1, b1)))
+        return n
+
+
+def _rectangles(msgs) -> list:
+    """An update's messages as disjoint rectangles of subscription points, each with its net delta.
+
+    With the distinct message X sorted, X_1 < .. < X_k, a range [x1, x2] is reached by exactly the messages
+    i..j with X_{i-1} < x1 <= X_i and X_j <= x2 < X_{j+1}: for an X-move ``i = j = 1`` (old X only), ``i = j =
+    2`` (new X only) and ``i = 1, j = 2`` (both: the net effect, 000 §2.2 / §4).  Items: ``((a1, b1, a2, b2),
+    d_count, exact d_sum, d_sum floats)``."""
+    byx: dict = {}
+    for m in msgs:
+        x = float(m.x)
+        if x != x:  # a NaN X matches no range
+            continue
+        c, s, ds = byx.get(x, (0, 0, ()))
+        d = float(m.d_sum)
+        byx[x] = (c + int(m.d_count), s + exact(d), ds + (d,) if d else ds)
+    xs = sorted(byx)
+    k = len(xs)
+    out = []
+    for i in range(k):
+        dc = total = 0
+        ds: tuple = ()
+        for j in range(i, k):
+            c, s, d = byx[xs[j]]
+            dc, total, ds = dc + c, total + s, ds + d
+            rect = (None if i == 0 else xs[i - 1], xs[i], xs[j], None if j == k - 1 else xs[j + 1])
+            out.append((rect, dc, total, ds))
+    return out
+
+
+def _terms(total: int, ds: tuple) -> tuple:
+    """Fewest floats whose exact sum is ``total``: one, a double-double pair, else the messages' own D_SUMs."""
+    if total == 0:
+        return ()
+    dd = _dd_of(total)
+    if dd is None:
+        return ds
+    return dd if dd[1] else dd[:1]
+
+
+_INF_RISK = 2.0 ** 1020  # sums whose magnitude may reach this need _dd_add's overflow check
+
+
+class AggUnicast:
+    """S-UN for range aggregates: the server keeps every subscription's exact (count, sum) and, per update,
+    returns the subscriptions whose SQL value changed and their new values.
+
+    ``x1s`` / ``x2s``: subscription bounds (index = subscription slot); ``core``: seeds the states from the
+    current table (else all empty); ``bucket_size``: the layout's (tests; default ``max(1024, 32 sqrt(M))``).
+    ``counters``: ``touched`` = relaxed deliveries (a subscription reached by a message of the update),
+    ``notified`` = value changes reported.
+
+    Cost of :meth:`apply`: an update's (at most two) messages split the subscription points into at most three
+    disjoint rectangles (:func:`_rectangles`), each answered by :class:`_StabLayout` as runs of positions
+    (O(M / B + B) index work); then only the subscriptions of a rectangle whose net delta is nonzero are
+    visited, by vectorised work on int64 counts and double-double sums (O(1) numpy passes per subscription, a
+    Python-int fallback only where a sum does not fit two floats).  A rectangle with a zero net delta (a COUNT
+    range holding both ends of an X-move, or a SUM one when Y did not change) is only counted.
+    """
+
+    def __init__(self, kind: str, x1s, x2s, core: RangeAggCore | None = None, *, bucket_size: int | None = None):
         if kind not in KINDS:
             raise ValueError(f"unknown aggregate kind {kind!r}; expected one of {KINDS}")
         self.kind = kind
@@ -581,40 +1031,242 @@ class AggUnicast:
         self.x2 = np.atleast_1d(np.asarray(x2s, dtype=np.float64))
         if self.x1.shape != self.x2.shape:
             raise ValueError("x1s and x2s differ in length")
-        if core is not None:
-            self.counts, self.sums = core.states(self.x1, self.x2)
-            self.counts = self.counts.astype(np.int64)
-        else:
-            self.counts = np.zeros(len(self.x1), dtype=np.int64)
-            self.sums = np.zeros(len(self.x1), dtype=object)
+        self.x1, self.x2 = self.x1.reshape(-1), self.x2.reshape(-1)
+        self._lay = lay = _StabLayout(self.x1, self.x2, bucket_size)
+        n = lay.M
+        # per layout position: the count; the exact sum as a pair h + l, or in _big where h is NaN; AVG's value
+        self._cnt = np.zeros(n, dtype=np.int64)
+        self._big: dict[int, int] = {}
+        self._h = self._l = self._val = None
+        self._hmax = 0.0  # an upper bound of |h| (sums near the float range need the overflow check)
+        self._hmax_seen = 0.0  # max |h| when _hmax was last recomputed
+        self._q = _NO_QUANTUM  # every pair and every delta so far is a multiple of 2**_q (see _tail_exact)
+        self._ws = self._ws_avg = None  # scratch rows for _apply_sum
+        if kind != "count":
+            self._h = np.zeros(n)
+            self._l = np.zeros(n)
+        if core is not None and n:
+            self._seed(core)
+        if kind == "avg":
+            self._val = self._avg_values(_Sel([slice(0, n)]), self._h, self._l, self._cnt)
         self.counters = {"touched": 0, "notified": 0}
 
+    def _seed(self, core: RangeAggCore) -> None:
+        """States from the core's prefix arrays: a count is a difference of prefix counts, a sum the difference
+        of two exact prefix sums, taken as pairs (Python ints only where a pair cannot hold one)."""
+        lay = self._lay
+        xs, pc, ps = core._snapshot()
+        lo = np.searchsorted(xs, lay.x1, "left")
+        hi = np.searchsorted(xs, lay.x2, "right")
+        self._cnt = (pc[hi] - pc[lo]).astype(np.int64)
+        if self.kind == "count":
+            return
+        ph = np.empty(len(ps))
+        pl = np.empty(len(ps))
+        nan = (math.nan, math.nan)
+        for i, v in enumerate(ps.tolist()):
+            ph[i], pl[i] = _dd_of(v) or nan
+        h, l, bad = _dd_add(ph[hi], pl[hi], -ph[lo])
+        h, l, bad2 = _dd_add(h, l, -pl[lo])
+        self._h, self._l = h, l
+        for p in np.union1d(bad, bad2).tolist():
+            self._set_exact(p, ps[hi[p]] - ps[lo[p]], h, l)
+        self._hmax = self._hmax_seen = float(np.nanmax(np.abs(h), initial=0.0))
+        self._q = min(_lowbit_min(h), _lowbit_min(l))
+
+    def _set_exact(self, p: int, v: int, h: np.ndarray, l: np.ndarray, i: int | None = None) -> None:
+        """Store exact sum ``v`` of position ``p`` (into ``h[i], l[i]``, i = p by default): as a pair when one
+        holds it, else as a Python int behind a NaN."""
+        i = p if i is None else i
+        dd = _dd_of(v)
+        if dd is None:
+            h[i], l[i] = math.nan, 0.0
+            self._big[p] = v
+        else:
+            h[i], l[i] = dd
+            self._hmax = max(self._hmax, abs(dd[0]))
+            self._q = min([self._q] + [_lowbit(x) for x in dd if x])
+            self._big.pop(p, None)
+
+    def _exact_sum(self, p: int, h: float, l: float) -> int:
+        v = self._big.get(p)
+        return exact(h) + exact(l) if v is None else v
+
+    def _avg_values(self, sel: _Sel, h, l, c, ws=None) -> np.ndarray:
+        """AVG values of the pairs ``(h, l)`` with counts ``c`` at ``sel``'s positions (NaN where c == 0)."""
+        v, ok = _avg_of(h, l, c, ws)
+        empty = c == 0
+        v[empty] = math.nan
+        ok |= empty
+        unsure = np.flatnonzero(~ok)
+        if unsure.size:
+            v2, ok2 = _avg_exact(h[unsure], l[unsure], c[unsure])
+            v[unsure[ok2]] = v2[ok2]
+            unsure = unsure[~ok2]
+        if unsure.size:
+            pos = sel.positions()
+            for i in unsure.tolist():
+                v[i] = to_float(self._exact_sum(int(pos[i]), float(h[i]), float(l[i])), int(c[i]))
+        return v
+
+    # ---- queries ------------------------------------------------------------------------------------------------
     def values(self) -> np.ndarray:
         """Every subscription's current value (int64 for COUNT; float64, NaN = NULL, for SUM / AVG)."""
-        return _values_of(self.kind, self.counts, self.sums)
-
-    def apply(self, outcome) -> tuple[np.ndarray, np.ndarray]:
-        """Apply one update's messages; return (indices whose value changed, their new values)."""
-        msgs = _messages(outcome)
-        masks = [(self.x1 <= m.x) & (m.x <= self.x2) for m in msgs]
-        if not masks:
-            return np.empty(0, dtype=np.int64), _values_of(self.kind, self.counts[:0], self.sums[:0])
-        hit = np.logical_or.reduce(masks)
-        idx = np.flatnonzero(hit)
-        dc = np.zeros(len(idx), dtype=np.int64)
-        ds = np.zeros(len(idx), dtype=object)
-        for m, mask in zip(msgs, masks):
-            sel = mask[idx]
-            dc[sel] += m.d_count
-            ds[sel] += exact(m.d_sum)
-        old = _values_of(self.kind, self.counts[idx], self.sums[idx])
-        self.counts[idx] += dc
-        self.sums[idx] += ds
-        new = _values_of(self.kind, self.counts[idx], self.sums[idx])
+        lay, n = self._lay, len(self.x1)
         if self.kind == "count":
-            changed = old != new
+            out = np.zeros(n, dtype=np.int64)
+            out[lay.slot] = self._cnt
+            return out
+        if self.kind == "avg":
+            v = self._val
         else:
+            v = np.where(self._cnt != 0, self._h, math.nan)
+            for p, s in self._big.items():
+                if self._cnt[p]:
+                    v[p] = to_float(s)
+        out = np.full(n, math.nan)
+        out[lay.slot] = v
+        return out
+
+    def state(self, slot: int) -> AggState:
+        """Subscription ``slot``'s exact (count, scaled sum); a COUNT unicast keeps no sums (0).  O(M): tests."""
+        if not self.x1[slot] <= self.x2[slot]:
+            return AggState()
+        p = int(np.flatnonzero(self._lay.slot == slot)[0])
+        if self.kind == "count":
+            return AggState(int(self._cnt[p]), 0)
+        return AggState(int(self._cnt[p]), self._exact_sum(p, float(self._h[p]), float(self._l[p])))
+
+    # ---- updates ------------------------------------------------------------------------------------------------
+    def apply(self, outcome) -> tuple[np.ndarray, np.ndarray]:
+        """Apply one update's messages; return (indices whose value changed, their new values).
+
+        Each changed index appears once, in no particular order; values are int64 for COUNT, float64 with NaN
+        for NULL for SUM / AVG."""
+        lay = self._lay
+        touched = 0
+        jobs = []
+        for rect, dc, total, ds in _rectangles(_messages(outcome)):
+            if dc == 0 and (total == 0 or self.kind == "count"):  # reached, but no value can change
+                touched += lay.count(*rect)
+                continue
+            sel = lay.select(*rect)
+            if sel is not None:
+                touched += sel.n
+                jobs.append((sel, dc, total, ds))
+        self.counters["touched"] += touched
+        parts = []
+        for sel, dc, total, ds in jobs:
+            if self.kind == "count":  # every reached count moves by dc != 0
+                c = sel.take(self._cnt)
+                c += dc
+                sel.put(self._cnt, c)
+                parts.append((sel.take(lay.slot), c))
+            else:
+                parts.append(self._apply_sum(sel, dc, total, _terms(total, ds)))
+        if not parts:
+            return _EMPTY_I.copy(), np.empty(0, dtype=np.int64 if self.kind == "count" else np.float64)
+        idx = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts])
+        vals = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+        self.counters["notified"] += int(idx.size)
+        return idx, vals
+
+    def _work(self, n: int, name: str = "_ws", rows: int = 12) -> list[np.ndarray]:
+        """Float64 scratch rows of length n (reused: grown geometrically, never beyond M)."""
+        ws = getattr(self, name)
+        if ws is None or ws.shape[1] < n:
+            cap = max(n, min(2 * (0 if ws is None else ws.shape[1]), self._lay.M))
+            ws = np.empty((rows, cap))
+            setattr(self, name, ws)
+        return list(ws[:, :n])
+
+    def _tail_exact(self, grow: float) -> bool:
+        """Whether ``_dd_add``'s middle sum ``l + e`` is exact for every pair, without checking each.
+
+        Every pair and delta is a multiple of Q = 2**_q, hence so are l and e, and |l + e| <= ulp(h) / 2 +
+        ulp(h + d) / 2 <= 2**-52 hmax (hmax already includes |d|); a multiple of Q up to 2**53 Q is a float, so
+        hmax <= 2**(104 + _q) suffices.  Exact-int fallbacks (NaN h) must be caught: none may exist.  The bound
+        hmax only grows (by |delta|, ``grow`` being this update's, already added); when it has doubled it is
+        recomputed as max |h| + grow."""
+        if self._big:
+            return False
+        lim = math.ldexp(1.0, min(104 + self._q, 1020))  # (2**1020: _INF_RISK)
+        if self._hmax >= lim and self._hmax > 2 * self._hmax_seen:
+            self._hmax_seen = float(np.nanmax(np.abs(self._h), initial=0.0))
+            self._hmax = self._hmax_seen + grow
+        return self._hmax < lim
+
+    def _apply_sum(self, sel: _Sel, dc: int, total: int, terms: tuple):
+        """SUM / AVG: add (dc, total) to the subscriptions at ``sel`` (``terms``: floats summing to ``total``
+        exactly); (slots, values) of the changed ones."""
+        w = self._work(sel.n)
+        h0 = sel.take(self._h, w[0])
+        l0 = sel.take(self._l, w[1])
+        h, l = h0, l0
+        bad = _EMPTY_I
+        if terms:
+            grow = sum(abs(d) for d in terms) * (1 + 2.0 ** -40)  # bounds every intermediate sum's growth (or inf)
+            self._hmax += grow
+            self._q = min([self._q] + [_lowbit(d) for d in terms if d])
+            exact_tail = self._tail_exact(grow)
+            check = self._hmax >= _INF_RISK
+            for k, d in enumerate(terms):  # ping-pong between two sets of scratch rows; the last h is returned
+                ws = w[2 + 5 * (k % 2):7 + 5 * (k % 2)]
+                if k == len(terms) - 1 and self.kind == "sum":
+                    ws[2] = np.empty(sel.n)
+                h, l, b = _dd_add(h, l, d, check, ws, exact_tail)
+                bad = b if not bad.size else np.union1d(bad, b)
+        elif self._big:  # only the count moves; fallbacks still need their values
+            bad = np.flatnonzero(h0 != h0)
+        counted = dc != 0 or self.kind == "avg"
+        if counted:
+            c0 = sel.take(self._cnt)
+            c1 = c0 + dc if dc else c0
+        slow = []
+        if bad.size:  # outside what a pair holds: exact Python ints (rare)
+            pos = sel.positions()
+            for i in bad.tolist():
+                p = int(pos[i])
+                v0 = self._exact_sum(p, float(h0[i]), float(l0[i]))
+                slow.append((i, v0, v0 + total))
+        if self.kind == "sum":
+            # changed: the rounded sum moved, or the range became (non-)empty; 0 < dc: only c0 can be 0,
+            # dc < 0: only c1; dc == 0: neither (every range a dc = 0 message reaches holds its tuple).  A
+            # rounded sum x stays only if |delta| <= ulp(x) <= 2**-52 hmax: a larger delta moves every one.
+            big_delta = abs(total) >= _ONE << 1000 or abs(total) / _ONE > self._hmax * 2.0 ** -50
+            if dc == 0 and not slow and big_delta:
+                changed = True
+            else:
+                changed = h0 != h
+            new = h.copy() if slow or terms == () else h  # h is fresh (the last _dd_add's) unless copied
+            if dc > 0:
+                changed |= c0 == 0
+            elif dc < 0:
+                empty = c1 == 0
+                if empty.any():
+                    changed |= empty
+                    new = np.where(empty, math.nan, new)  # (new may be h itself)
+            for i, v0, v1 in slow:
+                a = to_float(v0) if not counted or c0[i] else math.nan
+                b = to_float(v1) if not counted or c1[i] else math.nan
+                new[i] = b
+                changed[i] = not (a == b or a != a and b != b)
+                self._set_exact(int(pos[i]), v1, h, l, i)
+        else:
+            for i, v0, v1 in slow:
+                self._set_exact(int(pos[i]), v1, h, l, i)
+            old = sel.take(self._val)
+            new = self._avg_values(sel, h, l, c1, self._work(sel.n, "_ws_avg", 7))
+            sel.put(self._val, new)
             changed = ~((old == new) | (np.isnan(old) & np.isnan(new)))
-        self.counters["touched"] += len(idx)
-        self.counters["notified"] += int(changed.sum())
-        return idx[changed], new[changed]
+        if terms or slow:
+            sel.put(self._h, h)
+            sel.put(self._l, l)
+        if dc:
+            sel.put(self._cnt, c1)
+        if changed is True or changed.all():  # (the usual SUM case: every reached sum moves)
+            return sel.take(self._lay.slot), new
+        sel_changed = np.flatnonzero(changed)
+        if sel.pieces is None:
+            return self._lay.slot[sel.positions()[sel_changed]], new[sel_changed]
+        return sel.take(self._lay.slot)[sel_changed], new[sel_changed]
