@@ -251,13 +251,58 @@ def test_paint_dense_against_oracle(init, ops, subs, desc):
     run_online("dense", init, ops, subs, desc)
 
 
+def unicast_box(points: dict, key, x, value, k, desc) -> tuple | None:
+    """002 §V Unicast's candidates for one k by brute force: the box (ℓ, x] × [x, r) with (ℓ, r) the influence
+    interval Π of object ``key`` at x with ``value`` (the larger of Π_old, Π_new); None when it is empty."""
+    rv = rank_value(desc, key, value)
+    below = [px for k2, (px, py) in points.items() if k2 != key and rank_value(desc, k2, py) < rv]
+    west = sorted((px for px in below if px < x), reverse=True)
+    east = sorted(px for px in below if px > x)
+    K = k - sum(1 for px in below if px == x)
+    if K <= 0:
+        return None
+    return (west[K - 1] if K <= len(west) else -INF, east[K - 1] if K <= len(east) else INF)
+
+
 @SETTINGS
 @given(init=init_st, ops=st.lists(op_st, min_size=1, max_size=10), subs=st.lists(sub_st, min_size=1, max_size=12),
        desc=st.booleans())
 def test_unicast_against_oracle(init, ops, subs, desc):
+    """One message per affected subscription; ``checked`` (002 Tables III-IV's Unicast count) = the
+    subscriptions in the box of Π_old ∪ Π_new of every step, by brute force."""
+    wants = []
+
     def check(core, step, before, after, subscribers):
         assert len({m.sid for m in step.messages}) == len(step.messages)  # one message per subscription
-    run_online("unicast", init, ops, subs, desc, check=check)
+        if step.kind == "ignorable":
+            return
+        # the step's object: the key whose value differs between the two states (an x-move: two steps)
+        key = next(k2 for k2 in set(before) | set(after) if before.get(k2) != after.get(k2))
+        old, new = before.get(key), after.get(key)
+        raising = old is None or (new is not None and rank_value(desc, key, new[1]) < rank_value(desc, key, old[1]))
+        x, value = (new if raising else old)
+        state = {k2: v for k2, v in before.items() if k2 != key}
+        want = 0
+        for x1, x2, k in subs:
+            box = unicast_box(state, key, x, value, k, desc)
+            if box is not None and (box[0] < x1 or x1 == box[0] == -INF) and x1 <= x <= x2 \
+                    and (x2 < box[1] or x2 == box[1] == INF):
+                want += 1
+        wants.append(want)
+    core = run_online("unicast", init, ops, subs, desc, check=check)
+    assert core.counters["checked"] == sum(wants)
+
+
+def test_unicast_replacement_below_rank_k_needs_the_walk():
+    """002 §V's min_y(σ_j, y_old) is the replacement only when i is the k-th: here i is first of [i, a]
+    (k = 2) and rises above b, min_y from y_old gives a (already held); the walk finds b with one more call."""
+    pts = {"i": (1.0, 1.0), "a": (2.0, 2.0), "b": (3.0, 3.0)}
+    core = build("unicast", pts, [(0, 5, 2)])
+    assert core.tree.min_y(0.0, 5.0, True, 1.0, "i")[1] == "a"
+    before = dict(core.counters)
+    out = core.upsert("i", 1.0, 10.0)
+    assert out.messages == (UnicastMessage(0, "b", 3.0, 3.0, "i"),)
+    assert core.counters["min_y"] - before["min_y"] == 2 and core.counters["checked"] - before["checked"] == 1
 
 
 @SETTINGS

@@ -65,7 +65,9 @@ Insertions are updates from y = ∞, deletions updates to y = ∞, an x-move is 
 step (002 footnote 4); a subscriber applies the two steps in order.
 
 Counters (002 Tables III-IV): ``first_k``, ``min_y``, ``snap`` calls, ``messages``, ``updates``; also
-``exposed`` (objects met by sweeps) and ``find`` (the underlying FINDL/FINDR calls of the A2B-tree).
+``exposed`` (objects met by sweeps), ``find`` (the underlying FINDL/FINDR calls of the A2B-tree) and, for Unicast,
+``checked``: the subscriptions examined, which is what 002's Tables III-IV count as Unicast's min_y calls (one per
+subscription in the box of Π_old ∪ Π_new, every update; see :meth:`TopkCore._unicast`).
 """
 from __future__ import annotations
 
@@ -762,7 +764,8 @@ class TopkCore:
         self.epsilon = epsilon
         self._fixed_ks = sorted({int(k) for k in ks}) if ks is not None else None
         self.counters: dict[str, int] = {
-            "updates": 0, "steps": 0, "messages": 0, "first_k": 0, "min_y": 0, "snap": 0, "exposed": 0, "find": 0}
+            "updates": 0, "steps": 0, "messages": 0, "first_k": 0, "min_y": 0, "snap": 0, "exposed": 0, "find": 0,
+            "checked": 0}
         self.tree = TopkIndex(leaf_capacity, counters=self.counters)
         self.subscriptions = Subscriptions()
 
@@ -1271,6 +1274,18 @@ class TopkCore:
 
     # ---- Unicast baseline (002 §V) ------------------------------------------------------------------------
     def _unicast(self, key, x: float, yo, yn) -> list:
+        """Unicast (002 §V): every subscription in the box (ℓ, x_i] × [x_i, r) of Π_old(i) ∪ Π_new(i) is
+        examined (``checked``); i's rank in it comes from i's first_k lists; a rank-lowering update that
+        drops i from its top k sends the replacement, found by walking min_y from y_old.
+
+        002 finds the replacement with one call, min_y(σ_j, y_old), and its Tables III-IV count one min_y per
+        examined subscription in every update (the expected box size reproduces them within a few percent,
+        ``docs/benchmarks/topk.md``).  That call
+        returns the object right after i, which is the replacement only when i is the subscription's k-th: at
+        rank r < k it returns an object the subscription already holds (k = 2, list [i, a], i rises above the
+        third object b: min_y gives a), so a server without per-subscription state needs k - r + 1 calls, the
+        walk here; examined subscriptions that the lists show unaffected, and rank-raising updates, need none.
+        ``checked`` is therefore 002's count, ``min_y`` the calls this correct server makes."""
         ks = self.subscriptions.ks()
         tree = self.tree
         raising = yo is None or (yn is not None and yn < yo)
@@ -1290,6 +1305,7 @@ class TopkCore:
                 hi = right[K - 1] if K <= len(right) else _INF
                 # candidates: the bounding box (ℓ_K, x] × [x, r_K) of IR(i) (002 §V, Unicast)
                 for sid in self.subscriptions.in_rect(k, (x, x, lo, hi)):
+                    c["checked"] += 1
                     x1, x2, _ = self.subscriptions.get(sid)
                     rank = 1 + c0 + sum(1 for v in left if v >= x1) + sum(1 for v in right if v <= x2)
                     if rank > k:
