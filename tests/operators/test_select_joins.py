@@ -29,10 +29,10 @@ FACTORIES = {
     "selectfirst": SJSelectFirst,
     "selectfirst/eager": lambda: SJSelectFirst(delta_limit=1),
     "ssi": SJSSI,
-    "ssi/eager": lambda: SJSSI(delta_limit=1, epsilon=0.25),
+    "ssi/eager": lambda: SJSSI(delta_limit=1, epsilon=0.25, leaf_size=2),
     "hotspot": lambda: SJHotspot(alpha=0.2),
-    "hotspot/eager": lambda: SJHotspot(alpha=0.3, delta_limit=1),
-    "hotspot/all-hot": lambda: SJHotspot(alpha=1e-9, delta_limit=2),
+    "hotspot/eager": lambda: SJHotspot(alpha=0.3, delta_limit=1, leaf_size=1),
+    "hotspot/all-hot": lambda: SJHotspot(alpha=1e-9, delta_limit=2, leaf_size=3),
     "reformulated": SJReformulated,
 }
 
@@ -451,3 +451,54 @@ def test_registry_and_counters():
         c = sj.counters
         assert c["events"] == 2 and c["results"] == 1 and c["affected"] == 1, cls.name
         assert cls.name in sj.explain()
+
+
+def test_a_medium_workload_with_default_thresholds_agrees_with_naive():
+    """Thousands of queries (slabs of > 16, layouts rebuilt at their default thresholds, real hotspots), churned
+    while tuples flow both ways; every algorithm against NAIVE (itself checked against the oracle above)."""
+    rng = np.random.default_rng(5)
+    algos = {name: FACTORIES[name]() for name in ("naive", "joinfirst-s", "joinfirst-e", "selectfirst", "ssi")}
+    algos["hotspot"] = SJHotspot(alpha=0.02)
+
+    def query_row(i):
+        a = float(rng.normal(50, 15))
+        c = float(rng.choice([20.0, 50.0, 80.0])) if i % 2 else float(rng.uniform(0, 100))
+        la, lc = float(abs(rng.normal(10, 3))), float(abs(rng.normal(6, 2)))
+        return (f"q{i}", a - la, a + la, c - lc, c + lc)
+
+    rows = [query_row(i) for i in range(3000)]
+    for algo in algos.values():
+        algo.add_queries(rows)
+    live = [r[0] for r in rows]
+    nq = len(rows)
+    for step in range(600):
+        kind = step % 6
+        if kind == 0:
+            qid = live.pop(int(rng.integers(0, len(live))))
+            row = query_row(nq)
+            nq += 1
+            live.append(row[0])
+            for algo in algos.values():
+                algo.remove_query(qid)
+                algo.add_query(*row)
+            continue
+        b = int(rng.integers(0, 30))
+        if kind in (1, 2):
+            call = ("insert_r", f"r{step}", float(rng.integers(0, 100)), b)
+        elif kind in (3, 4):
+            call = ("insert_s", f"s{step}", b, float(rng.integers(0, 100)))
+        else:
+            keys = sorted(algos["naive"].tables.S.rows if step % 12 == 5 else algos["naive"].tables.R.rows)
+            if not keys:
+                continue
+            key = keys[int(rng.integers(0, len(keys)))]
+            call = ("delete_s", key) if step % 12 == 5 else ("delete_r", key)
+        want = normalised(getattr(algos["naive"], call[0])(*call[1:]))
+        for name, algo in algos.items():
+            if name != "naive":
+                assert normalised(getattr(algo, call[0])(*call[1:])) == want, (name, call)
+    algos["hotspot"].check()
+    st_ = algos["hotspot"].stats()
+    assert st_["hotspots"][0] >= 1 and st_["scattered_queries"][0] >= 1
+    assert algos["ssi"].counters["rebuilds"] >= 2
+    assert algos["naive"].counters["results"] > 100
