@@ -99,6 +99,28 @@ SelectFirst index).  Promotions / demotions are applied lazily: the SSI layout i
 since the last rebuild ((I3): O(1) amortised per update) or the delta pass ``delta_limit``.  Correctness only
 needs each query in exactly one of the two structures, which holds at all times (:meth:`SJHotspot.check`).
 
+Measured (``bench/select_joins_smoke.py``, 100K-tuple R and S, Table 4.1-like queries, incoming R tuples per
+second through ``probe_r``, 2 shared cores under load ~2-3; the dicts of ``insert_r`` cost more than the
+search at 100K queries: ~10,000 result tuples per event)::
+
+    R.a selectivity ~10%      100 queries   10K queries   100K queries   (τ of the C ranges: 11 / 19 / 27)
+    NAIVE                        53,738         2,674            294
+    SJ-JoinFirst-S               70,841         3,242            363
+    SJ-JoinFirst-E               28,025         6,009            696
+    SJ-SelectFirst               47,641        10,573          2,266
+    SJ-SSI                       18,100        10,520          3,591
+    Hotspot (α = 0.01)           16,510         7,790          3,143
+    affected queries / event        3.8           380          3,810
+
+    R.a selectivity ~1%: at 100K queries SJ-SSI 6,007, Hotspot 6,733, SJ-SelectFirst 5,460,
+    SJ-JoinFirst-E 2,493, NAIVE 310 (381 affected queries per event).
+
+SJ-SSI's own search stays flat (index probes per event 23 / 42 / 47: at most 1 + 3 per group of the layout,
+which has 14 / 26 / 29 groups), but the output grows with the number of queries on this workload, and its
+throughput falls with it (the paper's "< 20% drop from 100 to
+100,000 queries" excluded the output).  At 100 queries its fixed numpy overhead per event (~50 µs) loses to
+the baselines' single vectorised pass.
+
 Work counters (``counters``, per algorithm, summed over both directions)
 ----------------------------------------------------------------------
 ``events`` (tuples processed), ``index_probes`` (searches of any index: the join lookup of the incoming b,
