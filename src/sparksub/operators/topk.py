@@ -73,7 +73,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Iterable, Sequence
-from itertools import pairwise
 from typing import NamedTuple
 
 import numpy as np
