@@ -333,7 +333,7 @@ def test_errors():
                 p.insert_s("s", v)
         with pytest.raises(BadUpdate):
             p.load_s([("s", 1.0, 5)])
-        assert p.query("q") == BandQuery("q", 0.0, 1.0, (), ())
+        assert p.query("q") == BandQuery("q", 0.0, 1.0, (), ()) and p.name in p.explain()
         p.remove_query("q")
         assert p.insert_s("s2", 1.5) == {}
         p.check()
