@@ -4,6 +4,8 @@
         the stock-market example of 000 §1 end to end on embedded Spark
     sparksub run SCRIPT.sql --events FILE [--table T] [--mode unicast|reformulated] [--batch B]
         run a script of statements, then publish the events of a CSV or JSON-lines file
+    sparksub calibrate-router [--sizes 20000x2000,...] [--events N] [--out PATH]
+        fit the select-join router's cost coefficients on this machine (003 §4.6.7, Table 4.2) and store them
 """
 from __future__ import annotations
 
@@ -159,6 +161,34 @@ def run(args) -> int:
     return 0
 
 
+# ---- calibrate-router ------------------------------------------------------------------------------
+
+def _sizes(text: str) -> list[tuple[int, int]]:
+    """``"20000x2000,50000x20000"`` -> [(20000, 2000), (50000, 20000)] (tuples x queries)."""
+    out = []
+    for part in text.split(","):
+        tuples, _, queries = part.strip().lower().partition("x")
+        out.append((int(tuples), int(queries)))
+    return out
+
+
+def calibrate_router(args) -> int:
+    # pure numpy: no Spark session is started for this command
+    from sparksub.operators.router import PLANS, calibrate, default_coefficients_path
+
+    sizes = _sizes(args.sizes)
+    plans = args.plans.split(",") if args.plans else list(PLANS)
+    print(f"sparksub calibrate-router: {len(plans)} plans x {len(sizes)} workloads (tuples x queries: "
+          f"{', '.join(f'{t:,}x{q:,}' for t, q in sizes)}) x {args.events} events; 003 Table 4.1 shapes")
+    model = calibrate(sizes=sizes, events=args.events, plans=plans, seed=args.seed, repeats=args.repeats,
+                      progress=lambda line: print("  " + line, flush=True))
+    path = model.save(args.out or default_coefficients_path())
+    print()
+    print(model.table())
+    print(f"\ncoefficients (µs per unit of each term) written to {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sparksub", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -175,6 +205,16 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--mode", choices=("unicast", "reformulated"), default="unicast")
     r.add_argument("--batch", type=int, default=10_000)
     r.set_defaults(fn=run)
+    c = sub.add_parser("calibrate-router", help="fit the select-join router's cost coefficients on this machine")
+    c.add_argument("--sizes", default="20000x2000,50000x20000,100000x100000",
+                   help="comma-separated TUPLESxQUERIES workloads (default: %(default)s)")
+    c.add_argument("--events", type=int, default=300, help="incoming R tuples timed per workload and A length")
+    c.add_argument("--plans", help="comma-separated plan names (default: all)")
+    c.add_argument("--repeats", type=int, default=3, help="timings per (tuple, plan); the minimum is kept")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--out", help="JSON file (default: $SPARKSUB_ROUTER_COEFFICIENTS or "
+                                 "~/.cache/sparksub/router_coefficients.json)")
+    c.set_defaults(fn=calibrate_router)
     args = parser.parse_args(argv)
     return args.fn(args)
 
