@@ -21,6 +21,12 @@ def catalog() -> Catalog:
     cat = Catalog()
     cat.add(TableDef("stock", (("symbol", "string"), ("risk", "double"), ("per", "double"),
                                ("rank", "bigint")), "symbol"))
+    # the join classes (003 §4.3: R(A, B) and S(B, C)); t is a third table for the shapes that must not match
+    cat.add(TableDef("r", (("rid", "string"), ("a", "double"), ("b", "bigint"), ("d", "double"),
+                           ("tag", "string")), "rid"))
+    cat.add(TableDef("s", (("sid", "string"), ("b", "bigint"), ("c", "double"), ("d", "double"),
+                           ("tag", "string")), "sid"))
+    cat.add(TableDef("t", (("tid", "string"), ("b", "bigint"), ("e", "double")), "tid"))
     return cat
 
 

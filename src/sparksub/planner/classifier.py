@@ -15,6 +15,7 @@ keys share one operator instance, their constants held as columns (DESIGN §3).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from sqlglot import exp
@@ -28,7 +29,7 @@ from sparksub.planner.catalog import Catalog
 from sparksub.planner.logical import to_logical
 
 __all__ = ["SUPPORTED_CLASSES", "Planned", "plan_subscription", "bind_range", "bind_box", "bind_filter_columns",
-           "parameters_of"]
+           "bind_select_join", "bind_band_join", "BandJoinBounds", "parameters_of"]
 
 SUPPORTED_CLASSES = (
     "RANGE_MIN (SELECT MIN(y) FROM t WHERE x BETWEEN a AND b)",
@@ -41,9 +42,14 @@ SUPPORTED_CLASSES = (
     "BOX_TOPK (SELECT cols FROM t WHERE x1 BETWEEN a AND b AND x2 BETWEEN c AND d ORDER BY y [DESC] LIMIT k)",
     "FILTER (SELECT * | cols FROM t WHERE a conjunction or DNF of attr op const, "
     "op in = != < <= > >= BETWEEN IN IS [NOT] NULL)",
+    "SELECT_JOIN (SELECT * | cols FROM r JOIN s ON r.b = s.b [WHERE r.a BETWEEN a AND b] "
+    "[AND s.c BETWEEN c AND d]; two different tables)",
+    "BAND_JOIN (SELECT * | cols FROM r JOIN s ON s.b - r.b BETWEEN lo AND hi "
+    "[WHERE range selections on r and s columns]; two different tables)",
 )
+_JOIN_NODES = (ir.SelectJoinGroupScan, ir.BandJoinGroupScan)
 OPERATOR_NODES = (ir.RangeMinGroupScan, ir.RangeTopkGroupScan, ir.RangeDistinctGroupScan,
-                  ir.RangeAggGroupScan, ir.BoxMinGroupScan, ir.BoxTopkGroupScan, ir.FilterGroupScan)
+                  ir.RangeAggGroupScan, ir.BoxMinGroupScan, ir.BoxTopkGroupScan, ir.FilterGroupScan) + _JOIN_NODES
 _BOX_NODES = (ir.BoxMinGroupScan, ir.BoxTopkGroupScan)
 
 _EXECUTOR = RuleExecutor(BATCHES)
@@ -72,7 +78,10 @@ def plan_subscription(select: exp.Expression, catalog: Catalog) -> Planned:
     if not isinstance(physical, OPERATOR_NODES):
         raise UnsupportedSubscription(ir.shape_of(physical), SUPPORTED_CLASSES)
     # Constant ranges are checked here; parameter ranges when bound.
-    ranges = [(getattr(physical, "x", None), getattr(physical, "low", None), getattr(physical, "high", None))]
+    if isinstance(physical, _JOIN_NODES):
+        ranges = _join_ranges(physical)
+    else:
+        ranges = [(getattr(physical, "x", None), getattr(physical, "low", None), getattr(physical, "high", None))]
     if isinstance(physical, _BOX_NODES):
         ranges.append((physical.x2, physical.low2, physical.high2))
     for x, lo, hi in ranges:
@@ -82,6 +91,18 @@ def plan_subscription(select: exp.Expression, catalog: Catalog) -> Planned:
     return Planned(select.sql(dialect="spark"), logical, physical, tuple(trace))
 
 
+def _join_ranges(node) -> list[tuple[str, ir.Value | None, ir.Value | None]]:
+    """(what, low, high) of every closed range of a join node: the band first, then the selections,
+    each named ``table.column`` (the band ``s.b - r.b``)."""
+    if isinstance(node, ir.SelectJoinGroupScan):
+        sel = [(node.left, node.a, node.a_low, node.a_high), (node.right, node.c, node.c_low, node.c_high)]
+        return [(f"{t}.{col}", lo, hi) for t, col, lo, hi in sel if col is not None]
+    band = (f"{node.right}.{node.right_on} - {node.left}.{node.left_on}", node.low, node.high)
+    return [band] + [(f"{t}.{col}", lo, hi) for t, where in ((node.left, node.left_where),
+                                                              (node.right, node.right_where))
+                     for col, lo, hi in where]
+
+
 def parameters_of(node: ir.Node) -> tuple[str, ...]:
     """Named parameters a physical node reads, in order of appearance."""
     out: list[str] = []
@@ -89,7 +110,7 @@ def parameters_of(node: ir.Node) -> tuple[str, ...]:
     def walk(v):
         if isinstance(v, ir.Param):
             out.append(v.name)
-        elif isinstance(v, (ir.Succ, ir.Pred)):
+        elif isinstance(v, (ir.Succ, ir.Pred, ir.Neg)):
             walk(v.of)
     if isinstance(node, (ir.RangeMinGroupScan, ir.RangeTopkGroupScan, ir.RangeDistinctGroupScan,
                          ir.RangeAggGroupScan) + _BOX_NODES):
@@ -100,6 +121,10 @@ def parameters_of(node: ir.Node) -> tuple[str, ...]:
             walk(node.high2)
         if isinstance(node, (ir.RangeTopkGroupScan, ir.BoxTopkGroupScan)):
             walk(node.k)
+    elif isinstance(node, _JOIN_NODES):
+        for _, lo, hi in _join_ranges(node):
+            walk(lo)
+            walk(hi)
     elif isinstance(node, ir.FilterGroupScan):
         for conj in node.disjuncts:
             for _, _, values in conj:
@@ -124,6 +149,9 @@ def _eval(v: ir.Value | None, params: dict[str, np.ndarray], n: int, default: fl
         if col.shape != (n,):
             raise InvalidSubscription(f"parameter {v.name!r} has {col.size} values, expected {n}")
         return col
+    if isinstance(v, ir.Neg):
+        # -(-inf) would be +inf: an absent end never reaches here (None is handled above).
+        return -_eval(v.of, params, n, default)
     return _step(v, _eval(v.of, params, n, default))
 
 
@@ -167,6 +195,48 @@ def _bind_bounds(low, high, column: str, params, n: int, ids) -> tuple[np.ndarra
             f"an empty range (lower bound {x1[i]} > upper bound {x2[i]})"
         raise InvalidSubscription(f"{who} has {why} on {column}")
     return x1, x2
+
+
+def bind_select_join(node: ir.SelectJoinGroupScan, params: dict[str, np.ndarray], n: int,
+                     ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rectangles of ``n`` SELECT_JOIN subscriptions as four float64 columns ``(a_low, a_high,
+    c_low, c_high)``: the closed range on R's selection column ``node.a`` and on S's ``node.c`` (003
+    §4.3.2: rangeA_i, rangeC_i), ±inf for open ends and for an absent selection -- the
+    ``(qid, a_lo, a_hi, c_lo, c_hi)`` rows of ``SelectJoinAlgorithm.add_queries``.  Both ranges are
+    checked as :func:`bind_range` checks one (NaN, lower > upper), naming the subscription and the
+    column (``r.a``)."""
+    a_lo, a_hi = _bind_bounds(node.a_low, node.a_high, f"{node.left}.{node.a}", params, n, ids)
+    c_lo, c_hi = _bind_bounds(node.c_low, node.c_high, f"{node.right}.{node.c}", params, n, ids)
+    return a_lo, a_hi, c_lo, c_hi
+
+
+class BandJoinBounds(NamedTuple):
+    """Bound BAND_JOIN subscriptions: the band on ``S.b - R.b`` as two float64 columns (003 §4.3:
+    rangeB_i), and each local selection as ``{column: (low column, high column)}`` per side (±inf
+    for an open end), in the order of the node's ``left_where`` / ``right_where``."""
+    low: np.ndarray
+    high: np.ndarray
+    left_where: dict[str, tuple[np.ndarray, np.ndarray]]
+    right_where: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def bind_band_join(node: ir.BandJoinGroupScan, params: dict[str, np.ndarray], n: int,
+                   ids: np.ndarray | None = None) -> BandJoinBounds:
+    """The bands and selections of ``n`` BAND_JOIN subscriptions of one template, as columns
+    (:class:`BandJoinBounds`).  Every range is checked as :func:`bind_range` checks one (NaN, lower >
+    upper), naming the subscription and the column; a band must also contain a real difference (not
+    [+inf, +inf] nor [-inf, -inf]), as ``BandJoinProcessor.add_query`` requires."""
+    what = f"{node.right}.{node.right_on} - {node.left}.{node.left_on}"
+    lo, hi = _bind_bounds(node.low, node.high, what, params, n, ids)
+    bad = np.flatnonzero((lo == np.inf) | (hi == -np.inf))
+    if bad.size:
+        i = int(bad[0])
+        who = f"subscription {ids[i]!r}" if ids is not None else f"row {i}"
+        raise InvalidSubscription(f"{who} has a band [{lo[i]}, {hi[i]}] on {what} that contains no real difference")
+    sides = []
+    for table, where in ((node.left, node.left_where), (node.right, node.right_where)):
+        sides.append({col: _bind_bounds(low, high, f"{table}.{col}", params, n, ids) for col, low, high in where})
+    return BandJoinBounds(lo, hi, sides[0], sides[1])
 
 
 def bind_filter_columns(node: ir.FilterGroupScan, params: dict[str, np.ndarray], n: int,

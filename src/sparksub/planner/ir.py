@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Union
 
 __all__ = [
-    "Const", "Param", "Succ", "Pred", "Value", "ColumnRef", "Compare", "Between", "RangePred", "InList",
-    "IsNull", "Or", "Opaque", "FilterGroupScan",
+    "Const", "Param", "Succ", "Pred", "Neg", "Value", "ColumnRef", "Linear", "Compare", "Between", "RangePred",
+    "InList", "IsNull", "Or", "Opaque", "FilterGroupScan", "SelectJoinGroupScan", "BandJoinGroupScan",
     "Predicate", "Node", "Scan", "Filter", "Aggregate", "Project", "Distinct", "Sort", "Limit", "Join",
     "RangeMinGroupScan", "RangeTopkGroupScan", "RangeDistinctGroupScan", "RangeAggGroupScan",
     "BoxMinGroupScan", "BoxTopkGroupScan", "render_value", "shape_of",
@@ -66,7 +66,17 @@ class Pred:
         return f"pred({self.of})"
 
 
-Value = Union[Const, Param, Succ, Pred]
+@dataclass(frozen=True)
+class Neg:
+    """``-of``: a negated parameter (a band ``R.b - S.b BETWEEN :lo AND :hi`` is ``S.b - R.b`` in
+    [-:hi, -:lo]); constants are negated at once, so ``of`` is never a :class:`Const`."""
+    of: "Value"
+
+    def __str__(self) -> str:
+        return f"-{self.of}"
+
+
+Value = Union[Const, Param, Succ, Pred, Neg]
 
 
 def render_value(v: Value | None, *, anonymous: bool = False) -> str:
@@ -74,6 +84,8 @@ def render_value(v: Value | None, *, anonymous: bool = False) -> str:
         return "unbounded"
     if anonymous and isinstance(v, Const):
         return "?"
+    if isinstance(v, Neg):
+        return f"-{render_value(v.of, anonymous=anonymous)}"
     if isinstance(v, (Succ, Pred)):
         return f"{type(v).__name__.lower()}({render_value(v.of, anonymous=anonymous)})"
     return str(v)
@@ -90,11 +102,29 @@ class ColumnRef:
 
 
 @dataclass(frozen=True)
+class Linear:
+    """A sum of signed columns and signed values, ``s.b - r.b + :lo``: an operand of a join condition
+    (003 §4.3: the band ``S.B - R.B IN rangeB``).  ``columns`` are (sign, qualified name) pairs,
+    ``values`` (sign, value) pairs, each sign +1 or -1, in the order written."""
+    columns: tuple[tuple[int, str], ...]
+    values: tuple[tuple[int, "Value"], ...] = ()
+
+    def __str__(self) -> str:
+        out = ""
+        for sign, term in self.columns + self.values:
+            if not out:
+                out = ("-" if sign < 0 else "") + str(term)
+            else:
+                out += (" - " if sign < 0 else " + ") + str(term)
+        return out or "0"
+
+
+@dataclass(frozen=True)
 class Compare:
     """``left op right``; the rules move the column to the left."""
-    left: Union[ColumnRef, Const, Param]
+    left: Union[ColumnRef, Const, Param, Linear]
     op: str  # one of = != < <= > >=
-    right: Union[ColumnRef, Const, Param]
+    right: Union[ColumnRef, Const, Param, Linear]
 
     def __str__(self) -> str:
         return f"{self.left} {self.op} {self.right}"
@@ -255,12 +285,18 @@ class Limit(Node):
 
 @dataclass(frozen=True)
 class Join(Node):
+    """``left JOIN right`` on the conjunction ``conditions`` (the conjuncts that read both sides, with
+    qualified column names ``table.column``); a conjunct that reads one side is a Filter under that
+    side. ``kind`` is INNER (also for ``FROM r, s`` and CROSS JOIN) or what else was written (LEFT,
+    NATURAL, ...), which no class serves."""
     left: Node
     right: Node
-    condition: str
+    conditions: tuple[Predicate, ...]
+    kind: str = "INNER"
 
     def args_str(self) -> str:
-        return self.condition
+        cond = " AND ".join(str(p) for p in self.conditions) or "TRUE"
+        return cond if self.kind == "INNER" else f"{self.kind}: {cond}"
 
 
 # ---- physical nodes (one per operator family) ------------------------------------------------------
@@ -452,6 +488,81 @@ class FilterGroupScan(Node):
             f"{a} {op} {', '.join(str(v) for v in vals)}".rstrip() for a, op, vals in conj) + ")"
             for conj in self.disjuncts) or "TRUE"
         return f"{', '.join(self.columns)} of {self.table} WHERE {ors}"
+
+
+def _where_str(table: str, ranges) -> list[str]:
+    return [f"{table}.{col} IN [{render_value(lo)}, {render_value(hi)}]" for col, lo, hi in ranges]
+
+
+@dataclass(frozen=True)
+class SelectJoinGroupScan(Node):
+    """SELECT_JOIN: ``SELECT cols FROM R JOIN S ON R.b = S.b WHERE R.a BETWEEN a_low AND a_high AND S.c
+    BETWEEN c_low AND c_high`` (003 §4.3: the equality join with local selections
+    ``σ_{A∈rangeA} R ⋈_{R.B=S.B} σ_{C∈rangeC} S``, the rectangle rangeC x rangeA of §4.3.2).
+
+    ``left`` (R) is the table the catalog declares first, whatever the FROM order, so both orders
+    share a group; ``left_on``/``right_on`` are the join columns of R and S, ``a``/``c`` the selection
+    columns of R and S (None when that side has no selection; its ends are then None too, i.e.
+    unbounded), each end a constant, a parameter or None.  ``columns`` is the projection with
+    qualified names (``r.a``, ``s.*``) or ``('*',)``.  One group per (R, S, join columns, selection
+    columns): the SJ-SSI of the group holds every subscription's rectangle (003 §4.3.2)."""
+    left: str
+    right: str
+    left_on: str
+    right_on: str
+    a: str | None
+    a_low: Value | None
+    a_high: Value | None
+    c: str | None
+    c_low: Value | None
+    c_high: Value | None
+    columns: tuple[str, ...]
+
+    klass = "SELECT_JOIN"
+
+    @property
+    def group_key(self) -> tuple:
+        return (self.klass, self.left, self.right, self.left_on, self.right_on, self.a, self.c)
+
+    def args_str(self) -> str:
+        where = (_where_str(self.left, ((self.a, self.a_low, self.a_high),) if self.a else ())
+                 + _where_str(self.right, ((self.c, self.c_low, self.c_high),) if self.c else ()))
+        return (f"{', '.join(self.columns)} of {self.left} JOIN {self.right} ON {self.left}.{self.left_on} = "
+                f"{self.right}.{self.right_on} WHERE {' AND '.join(where) or 'TRUE'}")
+
+
+@dataclass(frozen=True)
+class BandJoinGroupScan(Node):
+    """BAND_JOIN: ``SELECT cols FROM R JOIN S ON S.b - R.b BETWEEN low AND high`` with optional local
+    range selections on either side (003 §4.3: ``R ⋈_{S.B-R.B∈rangeB} S``; Example 2 adds the
+    selections).
+
+    ``left`` (R) is the table the catalog declares first; the band is always on ``S.right_on -
+    R.left_on`` (a spelling with R - S is negated: :class:`Neg` for parameters), closed, an end None
+    when unbounded.  ``left_where``/``right_where`` are conjunctions of closed ranges ``(column, low,
+    high)`` on R's and S's columns, in the table's column order.  One group per (R, S, join columns):
+    the BJ-SSI indexes the bands only; the selections are per-query filters (003 §4.3.1)."""
+    left: str
+    right: str
+    left_on: str
+    right_on: str
+    low: Value | None
+    high: Value | None
+    left_where: tuple[tuple[str, Value | None, Value | None], ...]
+    right_where: tuple[tuple[str, Value | None, Value | None], ...]
+    columns: tuple[str, ...]
+
+    klass = "BAND_JOIN"
+
+    @property
+    def group_key(self) -> tuple:
+        return (self.klass, self.left, self.right, self.left_on, self.right_on)
+
+    def args_str(self) -> str:
+        where = _where_str(self.left, self.left_where) + _where_str(self.right, self.right_where)
+        return (f"{', '.join(self.columns)} of {self.left} JOIN {self.right} ON {self.right}.{self.right_on} - "
+                f"{self.left}.{self.left_on} IN [{render_value(self.low)}, {render_value(self.high)}] "
+                f"WHERE {' AND '.join(where) or 'TRUE'}")
 
 
 def shape_of(node: Node) -> str:
