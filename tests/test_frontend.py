@@ -11,7 +11,8 @@ from sparksub import (AnalysisError, DuplicateSubscription, Engine, InvalidSubsc
                       UnknownSubscription, UnsupportedSubscription)
 from sparksub.grammar import parse_select
 from sparksub.planner.catalog import Catalog, TableDef
-from sparksub.planner.classifier import bind_filter_columns, bind_range, plan_subscription
+from sparksub.planner.classifier import (bind_band_join, bind_filter_columns, bind_range, bind_select_join,
+                                         parameters_of, plan_subscription)
 
 CAT = Catalog()
 CAT.add(TableDef("stock", (("symbol", "string"), ("risk", "double"), ("per", "double"), ("rank", "bigint"),
@@ -219,3 +220,179 @@ def test_filter_parameters_bind_as_columns():
         bind_filter_columns(p.physical, {"s": np.array(["a"]), "lo": np.array([5]), "hi": np.array([2])}, 1,
                             ids=np.array(["q"], dtype=object))
 
+
+
+# ---- joins (003 §4.3): SELECT_JOIN and BAND_JOIN, classified and bound (the engine wiring is separate) ----
+
+JCAT = Catalog()
+JCAT.add(TableDef("supply", (("sid", "string"), ("qty", "double"), ("prod", "bigint"), ("tag", "string")), "sid"))
+JCAT.add(TableDef("demand", (("did", "string"), ("prod", "bigint"), ("qty", "double"), ("tag", "string"),
+                             ("price", "double")), "did"))
+SJ_KEY = ("SELECT_JOIN", "supply", "demand", "prod", "prod", "qty", "qty")
+
+
+def jplan(sql: str):
+    return plan_subscription(parse_select(sql), JCAT)
+
+
+SELECT_JOIN_SPELLINGS = [
+    "SELECT * FROM supply JOIN demand ON supply.prod = demand.prod "
+    "WHERE supply.qty BETWEEN 10 AND 20 AND demand.qty BETWEEN 1 AND 5",
+    "SELECT * FROM demand JOIN supply ON demand.prod = supply.prod "
+    "WHERE demand.qty >= 1 AND demand.qty <= 5 AND 10 <= supply.qty AND supply.qty <= 20",
+    "SELECT * FROM supply AS s JOIN demand d ON d.prod = s.prod WHERE s.qty BETWEEN 10 AND 20 AND d.qty BETWEEN 1 AND 5",
+    "SELECT * FROM supply s, demand d WHERE s.prod = d.prod AND s.qty BETWEEN 10 AND 20 AND d.qty BETWEEN 1 AND 5",
+    "SELECT * FROM supply s INNER JOIN demand d ON s.prod = d.prod AND d.qty BETWEEN 1 AND 5 "
+    "WHERE s.qty BETWEEN 10 AND 20",
+    "SELECT * FROM supply JOIN demand USING (prod) WHERE supply.qty BETWEEN 10 AND 20 AND demand.qty BETWEEN 1 AND 5",
+]
+
+
+@pytest.mark.parametrize("sql", SELECT_JOIN_SPELLINGS)
+def test_select_join_spellings_classify_alike(sql):
+    p = jplan(sql)
+    assert p.klass == "SELECT_JOIN" and p.physical.group_key == SJ_KEY
+    assert p.template == ("SelectJoinGroupScan[* of supply JOIN demand ON supply.prod = demand.prod "
+                          "WHERE supply.qty IN [?, ?] AND demand.qty IN [?, ?]]")
+    assert [c.tolist() for c in bind_select_join(p.physical, {}, 1)] == [[10.0], [20.0], [1.0], [5.0]]
+
+
+def test_select_join_absent_selection_and_parameters():
+    p = jplan("SELECT s.qty, d.* FROM supply s JOIN demand d ON s.prod = d.prod WHERE price < :p")
+    assert p.klass == "SELECT_JOIN"
+    assert p.physical.group_key == ("SELECT_JOIN", "supply", "demand", "prod", "prod", None, "price")
+    assert p.physical.columns == ("supply.qty", "demand.*")
+    assert parameters_of(p.physical) == ("p",)
+    a_lo, a_hi, c_lo, c_hi = bind_select_join(p.physical, {"p": np.array([5.0, 7.0])}, 2)
+    assert a_lo.tolist() == [-math.inf] * 2 and a_hi.tolist() == [math.inf] * 2
+    assert c_lo.tolist() == [-math.inf] * 2 and c_hi.tolist() == [NEXT(5.0, -9), NEXT(7.0, -9)]
+    # a string join column is fine for an equality join
+    q = jplan("SELECT * FROM supply JOIN demand ON supply.tag = demand.tag")
+    assert q.physical.group_key == ("SELECT_JOIN", "supply", "demand", "tag", "tag", None, None)
+
+
+def test_select_join_binding_errors_name_subscription_and_column():
+    p = jplan("SELECT * FROM supply s JOIN demand d ON s.prod = d.prod "
+              "WHERE s.qty BETWEEN :lo AND :hi AND d.qty >= :c")
+    ids = np.array(["a", "b"], dtype=object)
+    with pytest.raises(InvalidSubscription, match="'b'.*empty range.*supply.qty"):
+        bind_select_join(p.physical, {"lo": np.array([1.0, 5.0]), "hi": np.array([2.0, 3.0]),
+                                      "c": np.array([0.0, 0.0])}, 2, ids=ids)
+    with pytest.raises(InvalidSubscription, match="'a'.*NaN.*demand.qty"):
+        bind_select_join(p.physical, {"lo": np.array([1.0, 1.0]), "hi": np.array([2.0, 3.0]),
+                                      "c": np.array([np.nan, 0.0])}, 2, ids=ids)
+
+
+BAND_SPELLINGS = [
+    "SELECT * FROM supply JOIN demand ON demand.qty - supply.qty BETWEEN :lo AND :hi",
+    "SELECT * FROM supply JOIN demand ON supply.qty BETWEEN demand.qty - :hi AND demand.qty - :lo",
+    "SELECT * FROM supply JOIN demand ON demand.qty BETWEEN supply.qty + :lo AND supply.qty + :hi",
+    "SELECT * FROM supply s JOIN demand d ON d.qty - s.qty >= :lo AND d.qty - s.qty <= :hi",
+    "SELECT * FROM demand d JOIN supply s ON d.qty >= s.qty + :lo AND s.qty + :hi >= d.qty",
+    "SELECT * FROM supply s, demand d WHERE (d.qty - s.qty) BETWEEN :lo AND :hi",
+]
+
+
+@pytest.mark.parametrize("sql", BAND_SPELLINGS)
+def test_band_join_spellings_classify_alike(sql):
+    p = jplan(sql)
+    assert p.klass == "BAND_JOIN"
+    assert p.physical.group_key == ("BAND_JOIN", "supply", "demand", "qty", "qty")
+    bound = bind_band_join(p.physical, {"lo": np.array([-1.0, 0.0]), "hi": np.array([2.0, 0.0])}, 2)
+    assert bound.low.tolist() == [-1.0, 0.0] and bound.high.tolist() == [2.0, 0.0]
+    assert bound.left_where == {} and bound.right_where == {}
+
+
+def test_band_join_negated_strict_and_selections():
+    # R - S spelled: the band on S - R is negated, also for parameters
+    p = jplan("SELECT * FROM supply s JOIN demand d ON s.prod - d.prod BETWEEN :lo AND :hi")
+    b = bind_band_join(p.physical, {"lo": np.array([1.0]), "hi": np.array([3.0])}, 1)
+    assert (b.low.tolist(), b.high.tolist()) == ([-3.0], [-1.0])
+    # integral difference: prod - prod < 2.5 is demand.prod - supply.prod >= -2
+    p = jplan("SELECT * FROM supply s JOIN demand d ON s.prod - d.prod < :x")
+    b = bind_band_join(p.physical, {"x": np.array([2.5])}, 1)
+    assert (b.low.tolist(), b.high.tolist()) == ([-2.0], [math.inf])
+    p = jplan("SELECT s.qty, d.price FROM supply s JOIN demand d ON d.qty - s.qty BETWEEN -5 AND 5 "
+              "WHERE s.qty > 1 AND d.price BETWEEN :plo AND :phi AND d.qty <= 100")
+    assert p.klass == "BAND_JOIN" and parameters_of(p.physical) == ("plo", "phi")
+    assert p.template == ("BandJoinGroupScan[supply.qty, demand.price of supply JOIN demand ON demand.qty - "
+                          "supply.qty IN [?, ?] WHERE supply.qty IN [?, unbounded] AND demand.qty IN "
+                          "[unbounded, ?] AND demand.price IN [:plo, :phi]]")
+    b = bind_band_join(p.physical, {"plo": np.array([1.0]), "phi": np.array([2.0])}, 1)
+    assert (b.low.tolist(), b.high.tolist()) == ([-5.0], [5.0])
+    assert {c: (lo.tolist(), hi.tolist()) for c, (lo, hi) in b.left_where.items()} == \
+        {"qty": ([NEXT(1.0, 9)], [math.inf])}
+    assert {c: (lo.tolist(), hi.tolist()) for c, (lo, hi) in b.right_where.items()} == \
+        {"qty": ([-math.inf], [100.0]), "price": ([1.0], [2.0])}
+
+
+def test_band_join_binding_errors():
+    p = jplan("SELECT * FROM supply s JOIN demand d ON d.qty - s.qty BETWEEN :lo AND :hi WHERE d.price >= :p")
+    ids = np.array(["u", "v"], dtype=object)
+    ok = {"lo": np.array([0.0, 0.0]), "hi": np.array([1.0, 1.0]), "p": np.array([0.0, 0.0])}
+    with pytest.raises(InvalidSubscription, match="'v'.*empty range.*demand.qty - supply.qty"):
+        bind_band_join(p.physical, {**ok, "hi": np.array([1.0, -1.0])}, 2, ids=ids)
+    with pytest.raises(InvalidSubscription, match="'u'.*NaN.*demand.price"):
+        bind_band_join(p.physical, {**ok, "p": np.array([np.nan, 0.0])}, 2, ids=ids)
+    with pytest.raises(InvalidSubscription, match="'u'.*no real difference"):
+        bind_band_join(p.physical, {**ok, "lo": np.array([math.inf, 0.0]), "hi": np.array([math.inf, 1.0])}, 2,
+                       ids=ids)
+
+
+JOIN_REJECTED = [
+    ("SELECT * FROM supply JOIN demand ON supply.prod = demand.prod AND supply.tag = demand.tag",
+     "supply.prod = demand.prod AND supply.tag = demand.tag"),
+    ("SELECT * FROM supply JOIN demand ON supply.prod != demand.prod", "supply.prod != demand.prod"),
+    ("SELECT * FROM supply JOIN demand ON supply.qty + demand.qty BETWEEN 1 AND 2", "supply.qty + demand.qty"),
+    ("SELECT * FROM supply s JOIN demand d ON s.prod = d.prod WHERE s.qty < 1 OR d.qty > 2", "OR"),
+    ("SELECT * FROM supply s JOIN demand d ON s.prod = d.prod WHERE s.qty BETWEEN 1 AND 2 AND s.prod > 3",
+     "Filter[qty IN [?, ?] AND prod IN"),
+    ("SELECT * FROM supply s JOIN demand d ON d.qty - s.qty BETWEEN :lo + 1 AND :hi", ":lo + ?"),
+    ("SELECT * FROM supply x JOIN supply y ON x.prod = y.prod", "Join[x.prod = y.prod](Scan[supply], Scan[supply])"),
+    ("SELECT * FROM supply LEFT JOIN demand ON supply.prod = demand.prod", "LEFT OUTER"),
+    ("SELECT COUNT(*) FROM supply JOIN demand ON supply.prod = demand.prod", "Aggregate[COUNT(*)](Join"),
+    ("SELECT * FROM supply s JOIN demand d ON s.prod = d.prod ORDER BY d.qty LIMIT 3", "Limit[?]"),
+]
+
+
+@pytest.mark.parametrize("sql,shape_part", JOIN_REJECTED)
+def test_rejected_join_shapes_name_themselves(sql, shape_part):
+    with pytest.raises(UnsupportedSubscription) as info:
+        jplan(sql)
+    assert shape_part in info.value.shape, info.value.shape
+    assert "SELECT_JOIN" in str(info.value) and "BAND_JOIN" in str(info.value)
+
+
+def test_three_tables_are_not_a_join_class():
+    cat = Catalog()
+    for name in ("r", "s", "t"):
+        cat.add(TableDef(name, ((f"{name}id", "string"), ("b", "double")), f"{name}id"))
+    with pytest.raises(UnsupportedSubscription, match="Join.*Join"):
+        plan_subscription(parse_select("SELECT * FROM r JOIN s ON r.b = s.b JOIN t ON s.b = t.b"), cat)
+
+
+@pytest.mark.parametrize("sql,error,needle", [
+    ("SELECT * FROM supply JOIN demand ON prod = prod", AnalysisError, "ambiguous column 'prod'.*supply.prod"),
+    ("SELECT * FROM supply JOIN demand ON supply.prod = demand.prod WHERE qty > 1", AnalysisError,
+     "ambiguous column 'qty'"),
+    ("SELECT * FROM supply JOIN demand ON supply.prod = demand.prod WHERE nope > 1", AnalysisError,
+     "unknown column 'nope'"),
+    ("SELECT * FROM supply s JOIN demand d ON s.prod = d.prod WHERE d.sid > 1", AnalysisError,
+     "unknown column 'sid' in table 'demand'"),
+    ("SELECT * FROM supply s JOIN demand d ON s.prod = x.prod", AnalysisError, "unknown table or alias 'x'"),
+    ("SELECT * FROM supply s JOIN nope d ON s.prod = d.prod", AnalysisError, "unknown table 'nope'"),
+    ("SELECT * FROM supply s JOIN demand s ON s.prod = s.prod", AnalysisError, "'s' is given to two tables"),
+    ("SELECT * FROM supply s JOIN demand d ON d.tag - s.tag BETWEEN 1 AND 2", AnalysisError,
+     "band join attribute 'tag'.*not numeric"),
+    ("SELECT * FROM supply s JOIN demand d ON s.prod = d.prod WHERE s.tag BETWEEN 'a' AND 'b'", AnalysisError,
+     "selection attribute 'tag'.*not numeric"),
+    ("SELECT d.prod, COUNT(*) FROM supply s JOIN demand d ON s.prod = d.prod GROUP BY d.prod", AnalysisError,
+     "GROUP BY"),
+    ("SELECT * FROM supply s JOIN demand d ON s.prod = d.prod WHERE s.qty BETWEEN 9 AND 2", InvalidSubscription,
+     "empty range: supply.qty"),
+    ("SELECT * FROM supply s JOIN demand d ON d.qty - s.qty BETWEEN 9 AND 2", InvalidSubscription,
+     "empty range: demand.qty - supply.qty"),
+])
+def test_bad_join_subscriptions(sql, error, needle):
+    with pytest.raises(error, match=needle):
+        jplan(sql)
