@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--batch", type=int, default=10_000)
     r.set_defaults(fn=run)
     c = sub.add_parser("calibrate-router", help="fit the select-join router's cost coefficients on this machine")
-    c.add_argument("--sizes", default="20000x2000,50000x20000,100000x100000",
+    c.add_argument("--sizes", default="20000x2000,100000x10000,20000x50000,100000x100000",
                    help="comma-separated TUPLESxQUERIES workloads (default: %(default)s)")
     c.add_argument("--events", type=int, default=300, help="incoming R tuples timed per workload and A length")
     c.add_argument("--plans", help="comma-separated plan names (default: all)")

@@ -272,18 +272,19 @@ def test_ssi_histogram_option_estimates_ks():
 def test_features_follow_the_formulas():
     s = EventStats(partner_size=1022, queries=100, kj=3, ks=10, hot_sqrt=7.0, cold=30, cold_ks=2.0, groups=4,
                    all_groups=6, all_sqrt=9.0)
-    assert features("SJ-JoinFirst-E", s) == [10.0, 30.0]
-    assert features("SJ-JoinFirst-S", s) == [10.0, 200.0]
-    assert features("SJ-SelectFirst", s) == pytest.approx([10.0, math.log2(102), 20.0])
-    assert features("SJ-Hotspot", s) == pytest.approx([10.0, 7.0, 5.0, 4.0])
-    assert features("SJ-SSI", s) == [10.0, 12.0, 9.0]
+    assert features("SJ-JoinFirst-E", s) == [1.0, 10.0, 30.0]
+    assert features("SJ-JoinFirst-S", s) == [1.0, 10.0, 200.0]
+    assert features("SJ-SelectFirst", s) == pytest.approx([1.0, 10.0, math.log2(102), 20.0])
+    assert features("SJ-Hotspot", s) == pytest.approx([1.0, 10.0, 7.0, 5.0, 4.0])
+    assert features("SJ-SSI", s) == [1.0, 10.0, 12.0, 9.0]
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # calibration
 # ----------------------------------------------------------------------------------------------------------------
-TRUE = {"SJ-JoinFirst-E": [0.5, 2.0], "SJ-JoinFirst-S": [0.25, 0.125], "SJ-SelectFirst": [1.0, 3.0, 0.75],
-        "SJ-Hotspot": [0.2, 0.5, 4.0, 1.5], "SJ-SSI": [2.0, 0.5, 0.25]}
+TRUE = {"SJ-JoinFirst-E": [3.0, 0.5, 2.0], "SJ-JoinFirst-S": [1.0, 0.25, 0.125],
+        "SJ-SelectFirst": [2.0, 1.0, 3.0, 0.75], "SJ-Hotspot": [5.0, 0.2, 0.5, 4.0, 1.5],
+        "SJ-SSI": [4.0, 2.0, 0.5, 0.25]}
 
 
 def fake_timer(plan, terms, run):
@@ -308,9 +309,9 @@ def test_calibrate_fits_a_known_linear_cost_exactly(tmp_path):
 
 
 def test_fit_by_least_squares():
-    X = np.array([[1.0, 0.0], [1.0, 1.0], [1.0, 2.0], [1.0, 3.0]])
-    model = fit({"SJ-JoinFirst-E": (X, X @ np.array([2.0, 3.0]))})
-    assert model.coefficients["SJ-JoinFirst-E"] == pytest.approx([2.0, 3.0])
+    X = np.array([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0], [1.0, 2.0, 5.0], [1.0, 3.0, 2.0]])
+    model = fit({"SJ-JoinFirst-E": (X, X @ np.array([2.0, 3.0, 0.5]))})
+    assert model.coefficients["SJ-JoinFirst-E"] == pytest.approx([2.0, 3.0, 0.5])
 
 
 def test_coefficient_paths_and_fallback(tmp_path, monkeypatch):
