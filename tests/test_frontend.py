@@ -278,6 +278,9 @@ def test_select_join_binding_errors_name_subscription_and_column():
     with pytest.raises(InvalidSubscription, match="'b'.*empty range.*supply.qty"):
         bind_select_join(p.physical, {"lo": np.array([1.0, 5.0]), "hi": np.array([2.0, 3.0]),
                                       "c": np.array([0.0, 0.0])}, 2, ids=ids)
+    with pytest.raises(InvalidSubscription, match="'b'.*range on demand.qty.*no real value"):
+        bind_select_join(p.physical, {"lo": np.array([1.0, 1.0]), "hi": np.array([2.0, 3.0]),
+                                      "c": np.array([0.0, math.inf])}, 2, ids=ids)
     with pytest.raises(InvalidSubscription, match="'a'.*NaN.*demand.qty"):
         bind_select_join(p.physical, {"lo": np.array([1.0, 1.0]), "hi": np.array([2.0, 3.0]),
                                       "c": np.array([np.nan, 0.0])}, 2, ids=ids)
@@ -334,7 +337,7 @@ def test_band_join_binding_errors():
         bind_band_join(p.physical, {**ok, "hi": np.array([1.0, -1.0])}, 2, ids=ids)
     with pytest.raises(InvalidSubscription, match="'u'.*NaN.*demand.price"):
         bind_band_join(p.physical, {**ok, "p": np.array([np.nan, 0.0])}, 2, ids=ids)
-    with pytest.raises(InvalidSubscription, match="'u'.*no real difference"):
+    with pytest.raises(InvalidSubscription, match="'u'.*band on demand.qty - supply.qty.*no real value"):
         bind_band_join(p.physical, {**ok, "lo": np.array([math.inf, 0.0]), "hi": np.array([math.inf, 1.0])}, 2,
                        ids=ids)
 

@@ -203,11 +203,23 @@ def bind_select_join(node: ir.SelectJoinGroupScan, params: dict[str, np.ndarray]
     c_low, c_high)``: the closed range on R's selection column ``node.a`` and on S's ``node.c`` (003
     §4.3.2: rangeA_i, rangeC_i), ±inf for open ends and for an absent selection -- the
     ``(qid, a_lo, a_hi, c_lo, c_hi)`` rows of ``SelectJoinAlgorithm.add_queries``.  Both ranges are
-    checked as :func:`bind_range` checks one (NaN, lower > upper), naming the subscription and the
-    column (``r.a``)."""
+    checked as :func:`bind_range` checks one (NaN, lower > upper; and neither may be [+inf, +inf] or
+    [-inf, -inf], which the operator rejects), naming the subscription and the column (``r.a``)."""
     a_lo, a_hi = _bind_bounds(node.a_low, node.a_high, f"{node.left}.{node.a}", params, n, ids)
     c_lo, c_hi = _bind_bounds(node.c_low, node.c_high, f"{node.right}.{node.c}", params, n, ids)
+    _check_real(a_lo, a_hi, f"range on {node.left}.{node.a}", ids)
+    _check_real(c_lo, c_hi, f"range on {node.right}.{node.c}", ids)
     return a_lo, a_hi, c_lo, c_hi
+
+
+def _check_real(lo: np.ndarray, hi: np.ndarray, what: str, ids) -> None:
+    """[+inf, +inf] and [-inf, -inf] pass the checks of a range yet hold no real value; the join
+    operators (003 §4.2: stabbing partitions of real intervals) reject them, so binding does, by name."""
+    bad = np.flatnonzero((lo == np.inf) | (hi == -np.inf))
+    if bad.size:
+        i = int(bad[0])
+        who = f"subscription {ids[i]!r}" if ids is not None else f"row {i}"
+        raise InvalidSubscription(f"{who} has a {what} [{lo[i]}, {hi[i]}] that contains no real value")
 
 
 class BandJoinBounds(NamedTuple):
@@ -224,18 +236,17 @@ def bind_band_join(node: ir.BandJoinGroupScan, params: dict[str, np.ndarray], n:
                    ids: np.ndarray | None = None) -> BandJoinBounds:
     """The bands and selections of ``n`` BAND_JOIN subscriptions of one template, as columns
     (:class:`BandJoinBounds`).  Every range is checked as :func:`bind_range` checks one (NaN, lower >
-    upper), naming the subscription and the column; a band must also contain a real difference (not
+    upper), naming the subscription and the column; every range must also contain a real value (not
     [+inf, +inf] nor [-inf, -inf]), as ``BandJoinProcessor.add_query`` requires."""
     what = f"{node.right}.{node.right_on} - {node.left}.{node.left_on}"
     lo, hi = _bind_bounds(node.low, node.high, what, params, n, ids)
-    bad = np.flatnonzero((lo == np.inf) | (hi == -np.inf))
-    if bad.size:
-        i = int(bad[0])
-        who = f"subscription {ids[i]!r}" if ids is not None else f"row {i}"
-        raise InvalidSubscription(f"{who} has a band [{lo[i]}, {hi[i]}] on {what} that contains no real difference")
+    _check_real(lo, hi, f"band on {what}", ids)
     sides = []
     for table, where in ((node.left, node.left_where), (node.right, node.right_where)):
-        sides.append({col: _bind_bounds(low, high, f"{table}.{col}", params, n, ids) for col, low, high in where})
+        bound = {col: _bind_bounds(low, high, f"{table}.{col}", params, n, ids) for col, low, high in where}
+        for col, (l, h) in bound.items():
+            _check_real(l, h, f"range on {table}.{col}", ids)
+        sides.append(bound)
     return BandJoinBounds(lo, hi, sides[0], sides[1])
 
 

@@ -1,6 +1,9 @@
 """sqlglot SELECT -> logical plan IR (``planner.ir``), resolving tables and columns in the catalog.
 
-Only the translation happens here; every normalisation is a rule in ``catalyst_rules``.
+Only the translation happens here; every normalisation is a rule in ``catalyst_rules``.  A FROM with
+joins resolves each column through its alias or, bare, to the one joined table that has it (ambiguous
+and unknown columns are errors naming the column); each conjunct (ON or WHERE, alike for an inner join)
+goes to the tables it reads: a Filter under its one table, or the Join's conditions (003 §4.3).
 
 >>> from sparksub.grammar import parse_select
 >>> from sparksub.planner.catalog import Catalog, TableDef
