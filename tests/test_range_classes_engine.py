@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from sparksub import Engine, InvalidSubscription, SparksubError
+from sparksub import Engine, InvalidSubscription, SparksubError, UnsupportedSubscription
 
 pytestmark = pytest.mark.spark
 
@@ -212,3 +212,16 @@ def test_deliver_replays_reformulated_messages_to_every_result(spark):
         best = sorted((u for u in rows.values() if 0 <= u["risk"] <= 7 and u["rank"] >= 2),
                       key=lambda u: (-u["per"], u["sym"]))[:2]  # ties by the (integer) key
         assert local.get("bt", {}) == {str(u["sym"]): u["per"] for u in best}
+
+
+def test_join_subscriptions_are_refused_cleanly_until_the_engine_serves_them():
+    """SELECT_JOIN / BAND_JOIN are classified by the planner but not yet run: a clear error, nothing
+    registered (no Spark needed)."""
+    e = Engine(None)
+    e.sql("CREATE TABLE r (k INT PRIMARY KEY, a DOUBLE, b DOUBLE)")
+    e.sql("CREATE TABLE s (k INT PRIMARY KEY, b DOUBLE, c DOUBLE)")
+    for sql in ("SELECT * FROM r JOIN s ON r.b = s.b WHERE r.a BETWEEN 1 AND 2",
+                "SELECT * FROM r JOIN s ON s.b - r.b BETWEEN 0 AND 5"):
+        with pytest.raises(UnsupportedSubscription, match="not served by the engine yet"):
+            e.sql(f"CREATE SUBSCRIPTION j AS {sql}")
+    assert e.subscription_ids() == []
