@@ -146,11 +146,11 @@ PAPER_TABLE_4_2 = {
 #: fallback coefficients (µs) when no calibration file exists: fitted by ``sparksub calibrate-router`` on the
 #: development machine (2 shared cores); re-run it on yours
 BUILTIN_COEFFICIENTS = {
-    "SJ-JoinFirst-E": (0.0, 4.0, 0.25),
-    "SJ-JoinFirst-S": (0.0, 0.5, 0.01),
-    "SJ-SelectFirst": (0.0, 2.0, 1.0, 0.01),
-    "SJ-Hotspot": (0.0, 5.0, 0.2, 1.0, 0.01),
-    "SJ-SSI": (0.0, 6.0, 0.2, 0.2),
+    "SJ-JoinFirst-E": (165.1, -9.67, 0.2473),
+    "SJ-JoinFirst-S": (589.2, -33.85, 0.01428),
+    "SJ-SelectFirst": (26.39, -12.75, 17.79, 0.02007),
+    "SJ-Hotspot": (160.5, 1.948, 0.1018, -18.06, 1.074),
+    "SJ-SSI": (189.2, -15.6, 3.311, 0.08093),
 }
 
 _ENV_PATH = "SPARKSUB_ROUTER_COEFFICIENTS"
