@@ -72,6 +72,7 @@ subscription in the box of Π_old ∪ Π_new, every update; see :meth:`TopkCore.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Hashable, Iterable, Sequence
 from typing import NamedTuple
 
@@ -1166,6 +1167,8 @@ class TopkCore:
         def region(x, lists, k):
             return stair_columns(x, lists[0], lists[1], k - lists[2])
         # phase a: the leavers that cannot be pushed out silently get their new value (or deletion)
+        risers = sorted((x, yo, key, yn) for key, x, yo, yn in up if yn is not None)  # by x
+        riser_xs = [r[0] for r in risers]
         msgs_a: list = []
         after = {}  # IR_after lists of the E↑ objects still present
         for key, x, yo, yn in up:
@@ -1179,7 +1182,7 @@ class TopkCore:
                 if cols:
                     gone[k] = cols
             if gone:
-                for k, cols in self._leaver_region(key, x, yo, yn, gone, ks, y_old).items():
+                for k, cols in self._leaver_region(key, x, yo, yn, gone, ks, y_old, risers, riser_xs).items():
                     msgs_a += self._emit_columns(k, cols, key, x, yn)
         # phase b: falling values and entrants, in ascending order of old value
         phase_b: list = []
@@ -1214,7 +1217,8 @@ class TopkCore:
         self.counters["messages"] += len(msgs_a) + len(msgs_b) + len(msgs_c)
         return Outcome((Step("lower", tuple(msgs_a)), Step("raise", tuple(msgs_b)), Step("lower", tuple(msgs_c))))
 
-    def _leaver_region(self, key, x: float, yo: float, yn, gone: dict, ks: list, y_old: dict) -> dict:
+    def _leaver_region(self, key, x: float, yo: float, yn, gone: dict, ks: list, y_old: dict, risers: list,
+                       riser_xs: list) -> dict:
         """Paint-Batch phase a: the part of ``gone`` (per k, the columns of IR_before(w) \\ IR_after(w), where
         w = key leaves the list) whose subscribers need w's message: those whose final list holds an object o
         with m(o) = min(old, new value) above w's old value, or fewer than k objects (see :meth:`apply_batch`).
@@ -1224,7 +1228,9 @@ class TopkCore:
         was below yo before it (it rose past w: it counts as below).  Every other object met, q, is in the
         final list of the subscriptions still in θ_w^{≤k}(z) ∩ θ_q: they need w's message; q then walls them
         off (no later object decides them).  When the window runs dry the subscriptions left hold fewer than
-        k objects at the end and need it too."""
+        k objects at the end and need it too.  Only a rising object of the batch can have risen past w
+        (``risers``: (x, old y, key, new y) by x); once none is left in the window every subscription still
+        undecided meets another object (or none) first, and the sweep stops without more min_y calls."""
         tree = self.tree
         kmax = ks[-1]
         present = yn is not None  # w itself (at its new value) must not count
@@ -1234,6 +1240,7 @@ class TopkCore:
         need: dict = {k: [] for k in gone}
         lo_wall, hi_wall = _NINF, _INF
         z = (yo, key)
+        crossing = None
         c = self.counters
         while True:
             zones = {}
@@ -1246,6 +1253,15 @@ class TopkCore:
             # only objects inside the undecided subscriptions' ranges matter: the window is their extent
             lo = min(col[0] for zone in zones.values() for col in zone)
             hi = max(col[3] for zone in zones.values() for col in zone)
+            if crossing is None:  # the risers that rose past w, within the first (widest) window
+                crossing = [(xr, (y1, kr)) for xr, y0, kr, y1 in
+                            risers[bisect_right(riser_xs, lo):bisect_left(riser_xs, hi)]
+                            if kr != key and (y0, kr) < (yo, key) < (y1, kr)]
+            crossing = [p for p in crossing if lo < p[0] < hi and z < p[1]]
+            if not crossing:
+                for k, zone in zones.items():
+                    need[k] += zone
+                break
             c["min_y"] += 1
             j = tree.min_y(lo, hi, False, z[0], z[1])
             if j is None:  # fewer than k objects end in these ranges: every leaver must be sent
