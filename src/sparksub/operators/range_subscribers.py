@@ -375,7 +375,52 @@ class TopkSubscribers(_Counting):
 
 
 # -------------------------------------------------------------------------------------------------- DISTINCT
-class DistinctSubscribers(_Counting):
+class _RangeRegistry(_Counting):
+    """Subscribers over ``[x1, x2]`` behind one ``SubscriptionPoints`` index (DISTINCT, aggregates):
+    registration and removal; an ``x1 > x2`` subscription stays outside the index with an empty
+    result. Subclasses keep per-slot state and drop it in :meth:`_forget`."""
+
+    def __len__(self) -> int:
+        return len(self.points) + len(self._empty)
+
+    def __contains__(self, sid) -> bool:
+        return sid in self.points or sid in self._empty
+
+    def _register(self, ids, x1, x2, results=None):
+        """Add the subscriptions (all checked first): ``(ids, x1, x2, sel, slots)`` with ``sel`` the
+        positions that went into the index and ``slots`` their slots."""
+        ids = _ids(ids)
+        x1 = np.asarray(x1, dtype=np.float64).reshape(-1)
+        x2 = np.asarray(x2, dtype=np.float64).reshape(-1)
+        if not len(ids) == x1.size == x2.size:
+            raise ValueError(f"length mismatch: {len(ids)} ids, {x1.size} x1, {x2.size} x2")
+        if results is not None and len(results) != len(ids):
+            raise ValueError(f"length mismatch: {len(ids)} ids, {len(results)} results")
+        _check_new(ids, self)
+        empty = ~(x1 <= x2)
+        sel = np.flatnonzero(~empty)
+        slots = self.points.add([ids[i] for i in sel.tolist()], x1[sel], x2[sel])
+        if sel.size > 1:
+            self.points.index.rebuild()
+        for i in np.flatnonzero(empty).tolist():
+            self._empty[ids[i]] = (float(x1[i]), float(x2[i]))
+        return ids, x1, x2, sel, slots
+
+    def remove(self, ids) -> None:
+        ids = _ids(ids)
+        unknown = [s for s in ids if s not in self]
+        if unknown:
+            raise UnknownSubscription(f"unknown subscription id {unknown[0]!r}")
+        gone = [s for s in ids if s in self._empty]
+        for s in gone:
+            del self._empty[s]
+        self._forget(self.points.remove([s for s in ids if s not in gone]))
+
+    def _forget(self, slots: np.ndarray) -> None:
+        raise NotImplementedError  # abstract: the subclass's per-slot state
+
+
+class DistinctSubscribers(_RangeRegistry):
     """Range-DISTINCT subscribers (000 §4) behind one subscription index; see the module docstring.
 
     ``keep_sets=False`` keeps no per-subscriber sets: every match is reported (a match is a change,
@@ -398,30 +443,10 @@ class DistinctSubscribers(_Counting):
         subs.add(group.ids, group.x1, group.x2, core=group.core)
         return subs
 
-    def __len__(self) -> int:
-        return len(self.points) + len(self._empty)
-
-    def __contains__(self, sid) -> bool:
-        return sid in self.points or sid in self._empty
-
     def add(self, ids, x1, x2, core=None, results=None) -> None:
         """Register subscribers with their current sets: from ``core`` (a ``RangeDistinctCore``), else
         ``results`` (an iterable of values per id), else empty."""
-        ids = _ids(ids)
-        x1 = np.asarray(x1, dtype=np.float64).reshape(-1)
-        x2 = np.asarray(x2, dtype=np.float64).reshape(-1)
-        if not len(ids) == x1.size == x2.size:
-            raise ValueError(f"length mismatch: {len(ids)} ids, {x1.size} x1, {x2.size} x2")
-        if results is not None and len(results) != len(ids):
-            raise ValueError(f"length mismatch: {len(ids)} ids, {len(results)} results")
-        _check_new(ids, self)
-        empty = ~(x1 <= x2)
-        sel = np.flatnonzero(~empty)
-        slots = self.points.add([ids[i] for i in sel.tolist()], x1[sel], x2[sel])
-        if sel.size > 1:
-            self.points.index.rebuild()
-        for i in np.flatnonzero(empty).tolist():
-            self._empty[ids[i]] = (float(x1[i]), float(x2[i]))
+        ids, x1, x2, sel, slots = self._register(ids, x1, x2, results)
         cap = self.points.capacity
         if len(self._sets) < cap:
             self._sets.extend([None] * (cap - len(self._sets)))
@@ -433,15 +458,8 @@ class DistinctSubscribers(_Counting):
             else:
                 self._sets[s] = set(results[i]) if results is not None else set()
 
-    def remove(self, ids) -> None:
-        ids = _ids(ids)
-        unknown = [s for s in ids if s not in self]
-        if unknown:
-            raise UnknownSubscription(f"unknown subscription id {unknown[0]!r}")
-        gone = [s for s in ids if s in self._empty]
-        for s in gone:
-            del self._empty[s]
-        for s in self.points.remove([s for s in ids if s not in gone]).tolist():
+    def _forget(self, slots: np.ndarray) -> None:
+        for s in slots.tolist():
             self._sets[s] = None
 
     def reseed(self, core) -> None:
@@ -520,7 +538,7 @@ def _agg_values(func: str, counts: np.ndarray, sums: np.ndarray) -> np.ndarray:
     return out
 
 
-class AggSubscribers(_Counting):
+class AggSubscribers(_RangeRegistry):
     """Range COUNT / SUM / AVG subscribers (000 §4) behind one subscription index; see the module
     docstring.  State per slot: the exact count and ``range_agg.exact`` sum of the range."""
 
@@ -542,12 +560,6 @@ class AggSubscribers(_Counting):
         subs.add(group.ids, group.x1, group.x2, core=group.core)
         return subs
 
-    def __len__(self) -> int:
-        return len(self.points) + len(self._empty)
-
-    def __contains__(self, sid) -> bool:
-        return sid in self.points or sid in self._empty
-
     def _fit(self) -> None:
         cap = self.points.capacity
         if self.counts.size < cap:
@@ -559,19 +571,7 @@ class AggSubscribers(_Counting):
 
     def add(self, ids, x1, x2, core=None) -> None:
         """Register subscribers with their current state from ``core`` (a ``RangeAggCore``), else empty."""
-        ids = _ids(ids)
-        x1 = np.asarray(x1, dtype=np.float64).reshape(-1)
-        x2 = np.asarray(x2, dtype=np.float64).reshape(-1)
-        if not len(ids) == x1.size == x2.size:
-            raise ValueError(f"length mismatch: {len(ids)} ids, {x1.size} x1, {x2.size} x2")
-        _check_new(ids, self)
-        empty = ~(x1 <= x2)
-        sel = np.flatnonzero(~empty)
-        slots = self.points.add([ids[i] for i in sel.tolist()], x1[sel], x2[sel])
-        if sel.size > 1:
-            self.points.index.rebuild()
-        for i in np.flatnonzero(empty).tolist():
-            self._empty[ids[i]] = (float(x1[i]), float(x2[i]))
+        ids, x1, x2, sel, slots = self._register(ids, x1, x2)
         self._fit()
         if core is not None and slots.size:
             c, s = core.states(x1[sel], x2[sel])
@@ -581,15 +581,7 @@ class AggSubscribers(_Counting):
             self.counts[slots] = 0
             self.sums[slots] = 0
 
-    def remove(self, ids) -> None:
-        ids = _ids(ids)
-        unknown = [s for s in ids if s not in self]
-        if unknown:
-            raise UnknownSubscription(f"unknown subscription id {unknown[0]!r}")
-        gone = [s for s in ids if s in self._empty]
-        for s in gone:
-            del self._empty[s]
-        slots = self.points.remove([s for s in ids if s not in gone])
+    def _forget(self, slots: np.ndarray) -> None:
         self.counts[slots] = 0
         self.sums[slots] = 0
 
