@@ -424,7 +424,13 @@ class EqualWidthHistogram(IntervalHistogram):
 
     @classmethod
     def from_intervals(cls, intervals, buckets: int, domain=None) -> "EqualWidthHistogram":
-        """Build in O((n + k) log n): ∫ f_I over [d0, x] = Σ_{lo<=x} (x − lo) − Σ_{hi<=x} (x − hi)."""
+        """Build in O((n + k) log n): ∫ f_I over [d0, x] = Σ_{lo<=x} (x − lo) − Σ_{hi<=x} (x − hi).  With a
+        ``domain``, an infinite end (an open range, a subscription without that selection) covers the rest of
+        the domain, as :meth:`add` counts it."""
+        if domain is not None:
+            arr = np.asarray(list(intervals.values()) if isinstance(intervals, Mapping) else intervals,
+                             dtype=np.float64)
+            intervals = np.clip(arr, float(domain[0]), float(domain[1])) if arr.size else arr
         lo, hi = _interval_arrays(intervals)
         d0, d1 = _domain(lo, hi, domain)
         h = cls(buckets, (d0, d1))
