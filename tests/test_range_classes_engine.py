@@ -214,14 +214,12 @@ def test_deliver_replays_reformulated_messages_to_every_result(spark):
         assert local.get("bt", {}) == {str(u["sym"]): u["per"] for u in best}
 
 
-def test_join_subscriptions_are_refused_cleanly_until_the_engine_serves_them():
-    """SELECT_JOIN / BAND_JOIN are classified by the planner but not yet run: a clear error, nothing
-    registered (no Spark needed)."""
+def test_join_subscriptions_refused_where_join_groups_cannot_serve_them():
+    """Self-joins and joins over append-only streams get a clear error and register nothing (no Spark)."""
     e = Engine(None)
     e.sql("CREATE TABLE r (k INT PRIMARY KEY, a DOUBLE, b DOUBLE)")
-    e.sql("CREATE TABLE s (k INT PRIMARY KEY, b DOUBLE, c DOUBLE)")
-    for sql in ("SELECT * FROM r JOIN s ON r.b = s.b WHERE r.a BETWEEN 1 AND 2",
-                "SELECT * FROM r JOIN s ON s.b - r.b BETWEEN 0 AND 5"):
-        with pytest.raises(UnsupportedSubscription, match="not served by the engine yet"):
-            e.sql(f"CREATE SUBSCRIPTION j AS {sql}")
-    assert e.subscription_ids() == []
+    e.sql("CREATE TABLE ev (a DOUBLE, b DOUBLE)")
+    e.subscribe("keep", "SELECT MIN(a) FROM r WHERE b BETWEEN 0 AND 1")
+    with pytest.raises(UnsupportedSubscription, match="append-only stream 'ev'"):
+        e.sql("CREATE SUBSCRIPTION j AS SELECT * FROM r JOIN ev ON r.b = ev.b WHERE r.a BETWEEN 1 AND 2")
+    assert e.subscription_ids() == ["keep"]

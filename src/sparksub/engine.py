@@ -22,15 +22,16 @@ from sparksub.errors import (AnalysisError, BadUpdate, DuplicateSubscription, In
 from sparksub.grammar import statements as st
 from sparksub.planner import ir
 from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES, Catalog, TableDef
-from sparksub.planner.classifier import (SUPPORTED_CLASSES, Planned, bind_box, bind_filter_columns, bind_range, parameters_of,
-                                         plan_subscription)
+from sparksub.planner.classifier import (SUPPORTED_CLASSES, Planned, bind_band_join, bind_box, bind_filter_columns,
+                                         bind_range, bind_select_join, parameters_of, plan_subscription)
 from sparksub.operators.box_groups import BOX_COLUMNS, BoxClassSnapshot, BoxSubscribers
 from sparksub.operators.delivery import SubscriptionPoints, Subscribers
 from sparksub.operators.filter_group import EVENT_PREFIX, Block, FilterGroup
 from sparksub.operators.range_groups import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA, RangeClassSnapshot
 from sparksub.operators.range_min_group import (DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA, UPSERT, GroupSnapshot,
                                                 with_reason)
-from sparksub.operators import range_subscribers, spark_groups, spark_stream
+from sparksub.operators import join_groups, range_subscribers, spark_groups, spark_stream
+from sparksub.operators.join_groups import JOIN_ITEM_SCHEMA, JOIN_MESSAGE_SCHEMA, JoinSubscriptions, QueryChange
 
 __all__ = ["Engine", "spark_session"]
 
@@ -95,6 +96,10 @@ class GroupEntry:
     k_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # RANGE_TOPK: k per slot
     # BOX_*: each slot's [low, high] on the second attribute (the points index holds the first)
     x2_of: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.float64))
+    # SELECT_JOIN / BAND_JOIN: how the partitions were cut when their base was built (join_groups), and the
+    # subscription change waiting to be logged to them (003 §4.2.3: queries change while data flows)
+    join_layout: dict | None = None
+    pending_change: QueryChange | None = None
 
 
 class Engine:
@@ -110,6 +115,10 @@ class Engine:
         self._bulk: dict[str, list[SubscriptionRecord]] = {}  # group_id -> bulk templates
         self._next_seq = 0  # seq of the next published row (consecutive across publish calls)
         self.filter_shard_size = FILTER_SHARD_SIZE
+        #: partitions of a join group (one Spark task each); None: the session's default parallelism
+        self.join_partitions: int | None = None
+        #: the router's mode for SELECT_JOIN groups: 'DYNAMIC' (003 §4.5), 'OPT' or a plan name
+        self.join_router_mode = join_groups.DYNAMIC
         self._lock = threading.RLock()
 
     # ---- Spark ------------------------------------------------------------------------------------
@@ -178,12 +187,14 @@ class Engine:
     def _plan(self, query) -> Planned:
         select = st.parse_select(query) if isinstance(query, str) else query
         planned = plan_subscription(select, self.catalog)
-        if isinstance(planned.physical, (ir.SelectJoinGroupScan, ir.BandJoinGroupScan)):
-            # classified (rules plan_select_join / plan_band_join), EXPLAIN-able, not yet run by the engine
-            raise UnsupportedSubscription(f"{planned.klass} subscriptions are classified but not served by the "
-                                          f"engine yet (operators/joins.py, operators/select_joins.py are not "
-                                          f"wired in): {planned.physical}",
-                                          tuple(c for c in SUPPORTED_CLASSES if c.split()[0] not in ("SELECT_JOIN", "BAND_JOIN")))
+        if isinstance(planned.physical, _JOIN_NODES):
+            p = planned.physical  # (a self-join never gets here: the planner wants two different tables)
+            for t in (p.left, p.right):
+                if self.catalog.get(t).key is None:
+                    raise UnsupportedSubscription(f"{planned.klass} over the append-only stream {t!r}: join "
+                                                  f"subscriptions need tables with a PRIMARY KEY (a result tuple "
+                                                  f"is a pair of keys)", ("FILTER",))
+            return planned
         if self.catalog.get(planned.physical.table).key is None and not isinstance(planned.physical,
                                                                                    ir.FilterGroupScan):
             raise UnsupportedSubscription(f"{planned.klass} over the append-only stream "
@@ -241,6 +252,11 @@ class Engine:
         if isinstance(physical, ir.FilterGroupScan):
             disjuncts = bind_filter_columns(physical, params, ids.size, ids=ids)
             return entry.points.add_block(Block(ids, disjuncts, physical.columns))
+        if isinstance(physical, _JOIN_NODES):
+            columns = _bind_join(physical, params, ids)
+            slots = entry.points.add(ids, columns)
+            entry.pending_change = QueryChange(ids, columns)
+            return slots
         box = isinstance(physical, _BOX_NODES)
         if box:
             x1, x2, x2_lo, x2_hi = bind_box(physical, params, ids.size, ids=ids)
@@ -270,6 +286,8 @@ class Engine:
         with self._lock:
             entry = self._find_group(sub_id)
             entry.points.remove([sub_id])
+            if isinstance(entry.physical, _JOIN_NODES):
+                entry.pending_change = QueryChange(np.array([], dtype=object), {}, (sub_id,))
             self._records.pop(sub_id, None)
             self._changed(entry, subscriptions=True)
 
@@ -299,6 +317,14 @@ class Engine:
                 gid = f"filter:{physical.table}"
                 tdef = self.catalog.get(physical.table)
                 registry = FilterGroup(gid, tdef.name, [(c, _arrow_type(t)) for c, t in tdef.columns])
+            elif isinstance(physical, ir.SelectJoinGroupScan):
+                p = physical
+                gid = f"select_join:{p.left}.{p.left_on}={p.right}.{p.right_on}@{p.a or '*'},{p.c or '*'}"
+                registry = JoinSubscriptions()
+            elif isinstance(physical, ir.BandJoinGroupScan):
+                p = physical
+                gid = f"band_join:{p.right}.{p.right_on}-{p.left}.{p.left_on}"
+                registry = JoinSubscriptions()
             else:
                 gid = f"{physical.klass.lower()}:{physical.table}.{physical.y or '*'}@{physical.x}"
                 if isinstance(physical, ir.RangeAggGroupScan):
@@ -314,6 +340,15 @@ class Engine:
 
     def _changed(self, entry: GroupEntry, subscriptions: bool = False) -> None:
         entry.version += 1
+        change, entry.pending_change = entry.pending_change, None
+        if subscriptions and change is not None and entry.shards is not None and not entry.base_stale \
+                and self._fits_layout(entry, change):
+            # 003 §4.2.3: the partitions' operators follow query inserts / deletes (their dynamic stabbing
+            # partitions), logged like update batches; no new base
+            for replica in entry.shards.values():
+                replica.log.append(change)
+            entry.log_rows += max(len(change.add_ids), len(change.remove_ids))
+            return
         if subscriptions:
             entry.base_stale = True  # the base snapshot holds the subscriptions: rebuild it lazily
 
@@ -357,19 +392,31 @@ class Engine:
             state = self._table(table)
             batch = self._validated(state, updates)
             groups = self._groups_on(state)
-            if mode == "reformulated":  # FILTER has no reformulated form yet: unicast only
-                groups = [e for e in groups if not isinstance(e.physical, ir.FilterGroupScan)]
+            if mode == "reformulated":  # FILTER and BAND_JOIN have no reformulated form yet: unicast only
+                groups = [e for e in groups if not isinstance(e.physical, (ir.FilterGroupScan, ir.BandJoinGroupScan))]
             elif any(isinstance(e.physical, ir.FilterGroupScan) for e in groups):
                 schema = _with_event_columns(schema, state.definition)
             if any(isinstance(e.physical, _RANGE_CLASS_NODES) for e in groups):
                 schema = _with_range_class_columns(schema, mode, any(isinstance(e.physical, _BOX_NODES)
                                                                      for e in groups))
+            if any(isinstance(e.physical, _JOIN_NODES) for e in groups):
+                schema = _with_join_columns(schema, mode)
+            self._net_join_rows = False
             seqs = np.arange(self._next_seq, self._next_seq + batch.num_rows, dtype=np.int64)
-            group_batches = {e.group_id: self._group_batch(state, e.physical, batch, seqs) for e in groups}
+            group_batches = {e.group_id: self._group_batch(state, e.physical, batch, seqs) for e in groups
+                             if not isinstance(e.physical, _JOIN_NODES)}
             replicas, parts, owner = {}, [], {}
             for e in groups:
                 if mode == "reformulated" and not isinstance(e.physical, ir.FilterGroupScan):
                     self._sync_subscribers(e)
+                if isinstance(e.physical, _JOIN_NODES):
+                    # one replica per partition; the rows are routed to their partitions (join_groups)
+                    for rid, replica in self._join_replicas(e).items():
+                        replicas[rid] = replica
+                        owner[rid] = e.group_id
+                    group_batches[e.group_id] = self._join_batch(state, e, batch, seqs)
+                    parts.append(group_batches[e.group_id])
+                    continue
                 # A range group is one replica; a FILTER group one per shard, each shard seeing
                 # every event (001 is stateless per event: shards only split the subscriptions).
                 for rid, replica in self._replicas(state, e).items():  # as of before this batch
@@ -382,6 +429,8 @@ class Engine:
                 df, failed_parts = spark_groups.run_groups(self.spark, replicas, combined, mode, schema,
                                                            _operator_name(e.physical for e in groups))
                 failed = {owner[rid] for rid in failed_parts}
+                if self._net_join_rows:
+                    df = _net_join_notifications(df)
                 df = _rename_event_columns(df, state.definition)
             else:
                 df, failed = self.spark.createDataFrame(schema.empty_table()), set()
@@ -396,6 +445,17 @@ class Engine:
                     continue
                 if isinstance(e.physical, ir.FilterGroupScan):
                     continue  # stateless: nothing to log
+                if isinstance(e.physical, _JOIN_NODES):
+                    jb = group_batches[e.group_id]
+                    for rid, replica in e.shards.items():
+                        mine = jb.filter(pc.equal(jb.column("group_id"), rid))
+                        if mine.num_rows:  # a task ran for this partition and moved its cache one step
+                            replica.log.append(mine)
+                    e.log_rows += batch.num_rows
+                    e.version += 1
+                    if mode == "reformulated" and e.subscribers is not None:
+                        e.subscribers_version = e.version
+                    continue
                 e.replica.log.append(group_batches[e.group_id])
                 e.log_rows += batch.num_rows
                 e.version += 1
@@ -437,6 +497,11 @@ class Engine:
             if not groups:
                 raise SparksubError(f"no subscriptions on table {table!r}: a stream serves the "
                                     f"subscriptions registered when it starts")
+            joins = [e.group_id for e in groups if isinstance(e.physical, _JOIN_NODES)]
+            if joins:
+                raise SparksubError(f"stream(): join groups {joins} on {table!r} are served by publish() only "
+                                    f"(call it per micro-batch from foreachBatch); a streaming join operator is "
+                                    f"not built yet")
             filters = [e for e in groups if isinstance(e.physical, ir.FilterGroupScan)]
             ranges = [e for e in groups if e not in filters]
             outs = []
@@ -499,6 +564,10 @@ class Engine:
             entry = self._find_group(sub_id)
             if isinstance(entry.physical, ir.FilterGroupScan):
                 return None
+            if isinstance(entry.physical, _JOIN_NODES):
+                # the union over the partitions (each pair lives in exactly one): (left key, right key) pairs
+                out = [pair for g in self._join_partitions_materialized(entry).values() for pair in g.result(sub_id)]
+                return sorted(out, key=lambda t: (str(t[0]), str(t[1])))
             state = self._tables[entry.physical.table.lower()]
             group = self._materialized(state, entry)
             return group.result(sub_id)  # MIN/MAX/AGG: a value; TOPK: [(key, x, y)]; DISTINCT: sorted values
@@ -529,7 +598,9 @@ class Engine:
                         raise SparksubError(f"group {entry.group_id!r} has no subscriber state: deliver "
                                             f"the messages of publish(..., mode='reformulated')")
                     if isinstance(entry.physical, _RANGE_CLASS_NODES):
-                        schema = pa.schema(list(UNICAST_SCHEMA) + list(ITEM_SCHEMA))
+                        schema = pa.schema(list(schema) + [f for f in ITEM_SCHEMA if f.name not in schema.names])
+                    if isinstance(entry.physical, _JOIN_NODES):
+                        schema = pa.schema(list(schema) + [f for f in JOIN_ITEM_SCHEMA if f.name not in schema.names])
                     outs.append(entry.subscribers.deliver(mine))
         # groups differ in columns (MIN rows lack the item columns): nulls fill in. One chunk: pyspark
         # 4.3's createDataFrame(pa.Table) drops the chunk that follows an empty one.
@@ -553,6 +624,9 @@ class Engine:
                     planned = self._plan(target)
                     entry = self._groups.get(planned.physical.group_key)
             spark_plan = self._spark_plan(planned.physical)
+            if isinstance(planned.physical, _JOIN_NODES):
+                group = self._join_view(entry) if entry is not None and len(entry.points) else None
+                return explain_text(target, planned, entry, group, spark_plan)
             state = self._tables[planned.physical.table.lower()]
             group = self._materialized(state, entry) if entry is not None and len(entry.points) else None
             return explain_text(target, planned, entry, group, spark_plan)
@@ -561,14 +635,17 @@ class Engine:
         with self._lock:
             out = {}
             for entry in self._groups.values():
+                if isinstance(entry.physical, _JOIN_NODES):
+                    out[entry.group_id] = self._join_view(entry).stats()
+                    continue
                 state = self._tables[entry.physical.table.lower()]
                 out[entry.group_id] = self._materialized(state, entry).stats()
             return out
 
     # ---- internals ----------------------------------------------------------------------------------
     def _groups_on(self, state: TableState) -> list[GroupEntry]:
-        return [e for e in self._groups.values()
-                if e.physical.table.lower() == state.definition.name.lower() and len(e.points)]
+        name = state.definition.name.lower()
+        return [e for e in self._groups.values() if name in _tables_of(e.physical) and len(e.points)]
 
     def _validated(self, state: TableState, data) -> pa.Table:
         """The batch cast to the table's schema plus an int8 ``op``; raises BadUpdate before any change."""
@@ -753,6 +830,12 @@ class Engine:
         """Seed the deliver() side with every subscriber's current result, unless it is in step."""
         if entry.subscribers is not None and entry.subscribers_version == entry.version:
             return
+        if isinstance(entry.physical, ir.SelectJoinGroupScan):
+            # 000 §4: stateless subscribers, the predicate p ∧ pR ∧ pS over each message
+            ids, cols = entry.points.rows()
+            entry.subscribers = join_groups.JoinSubscribers(entry.group_id, ids, cols)
+            entry.subscribers_version = entry.version
+            return
         state = self._tables[entry.physical.table.lower()]
         group = self._materialized(state, entry)
         # keys travel as text; a top-k subscriber ranks ties by the key itself, so it needs the type
@@ -773,9 +856,189 @@ class Engine:
                  values=group.core.range_values(entry.points.x1[slots], entry.points.x2[slots]))
         entry.subscribers, entry.subscribers_version = subs, entry.version
 
+    # ---- join groups (SELECT_JOIN, BAND_JOIN: operators/join_groups.py) ---------------------------------------
+    def _join_partition_count(self) -> int:
+        if self.join_partitions is None:
+            return max(1, int(self.spark.sparkContext.defaultParallelism))
+        return max(1, int(self.join_partitions))
+
+    def _join_sides(self, entry: GroupEntry) -> tuple:
+        """(table, key, join column, selection columns) of the left (R) and right (S) table."""
+        p = entry.physical
+        left, right = self.catalog.get(p.left), self.catalog.get(p.right)
+        if isinstance(p, ir.SelectJoinGroupScan):
+            sel = ((p.a,) if p.a else (), (p.c,) if p.c else ())
+        else:  # every local-selection column any template of the group uses (registry columns L:<col>:lo)
+            sel = tuple(tuple(sorted({n[2:-3] for n in entry.points.columns if n.startswith(pre) and n.endswith(":lo")}))
+                        for pre in ("L:", "R:"))
+        return ((left.name, left.key, p.left_on, sel[0]), (right.name, right.key, p.right_on, sel[1]))
+
+    def _join_numeric(self, entry: GroupEntry) -> bool:
+        p = entry.physical
+        return (self.catalog.get(p.left).type_of(p.left_on) in NUMERIC_TYPES
+                and self.catalog.get(p.right).type_of(p.right_on) in NUMERIC_TYPES)
+
+    def _join_targets(self, entry: GroupEntry, layout: dict, side: int, row: tuple, names: tuple) -> range:
+        """The partitions a row of ``side`` goes to (join_groups: hash of the join value / S.b ranges)."""
+        on = entry.physical.left_on if side == join_groups.L else entry.physical.right_on
+        v = row[names.index(on)]
+        if layout["kind"] == "SELECT_JOIN":
+            b = join_groups.canonical_join_value(v, layout["numeric"])
+            p = 0 if b is None else join_groups.join_value_partition(b, layout["numeric"], layout["partitions"])
+            return range(p, p + 1)
+        b = None if v is None else float(v)
+        if b is None or b != b:
+            return range(0, 1)  # joins nothing; kept in one partition so that its delete finds it
+        return join_groups.band_partitions(side, b, layout["cuts"], layout["reach"])
+
+    def _join_replicas(self, entry: GroupEntry) -> dict:
+        """One replica per partition, each with its base (its rows and every subscription) and its log."""
+        if entry.shards is not None and not entry.base_stale and entry.log_rows <= LOG_COMPACTION_ROWS:
+            return entry.shards
+        for old in (entry.shards or {}).values():
+            if hasattr(old.base, "unpersist"):
+                old.base.unpersist(blocking=False)
+        p = entry.physical
+        sides = self._join_sides(entry)
+        numeric = self._join_numeric(entry)
+        ids, cols = entry.points.rows()
+        n_parts = self._join_partition_count()
+        left, right = self._tables[p.left.lower()], self._tables[p.right.lower()]
+        layout = {"kind": p.klass, "partitions": n_parts, "numeric": numeric,
+                  "selections": tuple(set(side[3]) for side in sides)}
+        if isinstance(p, ir.BandJoinGroupScan):
+            ib = right.column_index(p.right_on)
+            sb = np.array([np.nan if r[ib] is None else float(r[ib]) for r in right.rows.values()], dtype=np.float64)
+            layout["cuts"] = join_groups.band_cuts(sb, n_parts)
+            layout["reach"] = ((float(cols["lo"].min()), float(cols["hi"].max())) if len(ids) else (0.0, 0.0))
+            n_parts = len(layout["cuts"]) + 1
+        rows = [[{c: [] for c in (side[1], side[2], *side[3])} for _ in range(n_parts)] for side in sides]
+        for d, state in ((join_groups.L, left), (join_groups.R, right)):
+            names = state.definition.column_names
+            want = [(c, names.index(c)) for c in rows[d][0]]
+            for row in state.rows.values():
+                for part in self._join_targets(entry, layout, d, row, names):
+                    target = rows[d][part]
+                    for c, i in want:
+                        target[c].append(row[i])
+        domains = {}
+        if isinstance(p, ir.SelectJoinGroupScan):  # the router's histograms span the data (003 §4.5.1)
+            def span(state, col):
+                if col is None:
+                    return (0.0, 1.0)
+                i = state.column_index(col)
+                v = np.array([r[i] for r in state.rows.values() if r[i] is not None], dtype=np.float64)
+                v = v[np.isfinite(v)]
+                return (float(v.min()), float(v.max()) + 1.0) if v.size else (0.0, 1.0)
+            domains = {"A": span(left, p.a), "C": span(right, p.c),
+                       "B": span(right, p.right_on) if numeric else (0.0, 1.0)}
+        entry.shards = {}
+        for part in range(n_parts):
+            rid = f"{entry.group_id}#{part}"
+            snap = join_groups.JoinGroupSnapshot(p.klass, entry.group_id, rid, sides, numeric, ids, cols,
+                                                 (rows[0][part], rows[1][part]), router_mode=self.join_router_mode,
+                                                 domains=domains)
+            raw = pickle.dumps(snap, protocol=pickle.HIGHEST_PROTOCOL)
+            entry.shards[rid] = spark_groups.GroupReplica(self.uid, rid, spark_groups.new_base_id(),
+                                                          self.spark.sparkContext.broadcast(raw))
+        entry.join_layout = layout
+        entry.base_stale = False
+        entry.log_rows = 0
+        return entry.shards
+
+    @staticmethod
+    def _fits_layout(entry: GroupEntry, change: QueryChange) -> bool:
+        """Can the partitions take ``change`` as a log entry?  Not if it adds a local-selection column their
+        rows lack, or (BAND_JOIN) a band wider than the reach R rows were replicated over."""
+        layout = entry.join_layout
+        if layout is None:
+            return False
+        cols = change.add_columns
+        if not len(change.add_ids):
+            return True
+        for d, pre in enumerate(("L:", "R:")):
+            wanted = {n[2:-3] for n in cols if n.startswith(pre) and n.endswith(":lo")}
+            if not wanted <= layout["selections"][d]:
+                return False
+        if layout["kind"] == "BAND_JOIN":
+            lo, hi = layout["reach"]
+            return bool(np.min(cols["lo"]) >= lo and np.max(cols["hi"]) <= hi)
+        return True
+
+    def _join_batch(self, state: TableState, entry: GroupEntry, batch: pa.Table, seqs) -> pa.Table:
+        """The batch for a join group's partitions: an upsert of a known key becomes the delete of its old row
+        and the insert of the new one (one seq; they may go to different partitions), each row routed to its
+        partition(s) (``group_id`` = the partition's replica id)."""
+        tdef = state.definition
+        names = tdef.column_names
+        side = join_groups.L if tdef.name.lower() == entry.physical.left.lower() else join_groups.R
+        layout = entry.join_layout
+        ki = names.index(tdef.key)
+        cols = list(zip(*(batch.column(c).to_pylist() for c in names))) if batch.num_rows else []
+        ops = batch.column("op").to_numpy()
+        out_rows, out_ops, out_seqs, out_parts = [], [], [], []
+
+        def emit(row, op, seq):
+            for part in self._join_targets(entry, layout, side, row, names):
+                out_rows.append(row)
+                out_ops.append(op)
+                out_seqs.append(seq)
+                out_parts.append(f"{entry.group_id}#{part}")
+
+        pending: dict = {}
+        for i, row in enumerate(cols):
+            key = row[ki]
+            old = pending[key] if key in pending else state.rows.get(key)
+            if old is not None:
+                emit(old, DELETE, int(seqs[i]))
+            if ops[i] == DELETE:
+                pending[key] = None
+            else:
+                emit(row, UPSERT, int(seqs[i]))
+                pending[key] = row
+                if old is not None and side == join_groups.R and layout["kind"] == "BAND_JOIN" and \
+                        self._join_targets(entry, layout, side, old, names) != \
+                        self._join_targets(entry, layout, side, row, names):
+                    # an S row moving to another partition: a pair it keeps is deleted in one partition and
+                    # inserted in the other; publish nets them (the only case no partition can)
+                    self._net_join_rows = True
+        columns = list(zip(*out_rows)) if out_rows else [[] for _ in names]
+        out = {EVENT_PREFIX + c: pa.array(list(v), _arrow_type(t)) for (c, t), v in zip(tdef.columns, columns)}
+        return pa.table({**out, "op": pa.array(out_ops, pa.int8()), "seq": pa.array(out_seqs, pa.int64()),
+                         "j_side": pa.array([side] * len(out_ops), pa.int8()),
+                         "group_id": pa.array(out_parts, pa.string())})
+
+    def _join_partitions_materialized(self, entry: GroupEntry) -> dict:
+        """Every partition of a join group as of now, in this (driver) process (cache + log replay)."""
+        out = {}
+        for rid, replica in self._join_replicas(entry).items():
+            group = spark_groups.materialize(replica)
+            spark_groups.remember(replica, len(replica.log), group)
+            out[rid] = group
+        return out
+
+    def _join_view(self, entry: GroupEntry) -> join_groups.JoinGroupView:
+        parts = self._join_partitions_materialized(entry)
+        _, cols = entry.points.rows()
+        return join_groups.JoinGroupView(entry.physical.klass, entry.group_id, parts, cols, entry.join_layout or {})
+
     def _spark_plan(self, physical) -> str:
         entry = self._groups.get(physical.group_key)
         gid = entry.group_id if entry else "(new group)"
+        if isinstance(physical, _JOIN_NODES):
+            tdef = self.catalog.get(physical.left)
+            sample = pa.table({EVENT_PREFIX + c: pa.nulls(1, _arrow_type(t)) for c, t in tdef.columns})
+            sample = (sample.append_column("op", pa.array([UPSERT], pa.int8()))
+                      .append_column("seq", pa.array([0], pa.int64()))
+                      .append_column("j_side", pa.array([0], pa.int8()))
+                      .append_column("group_id", pa.array([f"{gid}#0"], pa.string())))
+            replica = spark_groups.GroupReplica(self.uid, f"{gid}#0", "explain", b"")
+            try:
+                return spark_groups.plan_string(self.spark, {f"{gid}#0": replica}, sample, "unicast",
+                                                _with_join_columns(_schema_for("unicast"), "unicast"),
+                                                _operator_name([physical]))
+            except Exception as err:  # EXPLAIN must not fail because Spark is unavailable
+                return f"(Spark plan unavailable: {err})"
         state = self._tables[physical.table.lower()]
         tdef = state.definition
         # One placeholder row: an empty local relation would let Spark optimise the exchange away.
@@ -876,12 +1139,58 @@ def _schema_for(mode: str) -> pa.Schema:
 
 
 _BOX_NODES = (ir.BoxMinGroupScan, ir.BoxTopkGroupScan)
+_JOIN_NODES = (ir.SelectJoinGroupScan, ir.BandJoinGroupScan)
 _TOPK_NODES = (ir.RangeTopkGroupScan, ir.BoxTopkGroupScan)
 #: groups whose notifications carry the item columns (and, reformulated, RANGE_MESSAGE_SCHEMA's)
 _RANGE_CLASS_NODES = (ir.RangeTopkGroupScan, ir.RangeDistinctGroupScan, ir.RangeAggGroupScan) + _BOX_NODES
 _OPERATOR_KIND = {ir.FilterGroupScan: "filter", ir.RangeTopkGroupScan: "range_topk",
                   ir.BoxMinGroupScan: "box_min", ir.BoxTopkGroupScan: "box_topk",
-                  ir.RangeDistinctGroupScan: "range_distinct", ir.RangeAggGroupScan: "range_agg"}
+                  ir.RangeDistinctGroupScan: "range_distinct", ir.RangeAggGroupScan: "range_agg",
+                  ir.SelectJoinGroupScan: "select_join", ir.BandJoinGroupScan: "band_join"}
+
+
+def _net_join_notifications(df):
+    """Join notifications netted per (subscription, seq, result tuple): an insert and a delete of one pair
+    in one update (a band-join S row moving between partitions) cancel; every other row passes through."""
+    from pyspark.sql import functions as F
+    is_join = F.col("left_key").isNotNull() & F.col("op").isin("insert", "delete")
+    keys = [c for c in df.columns if c != "op"]
+    sign = F.when(F.col("op") == "insert", F.lit(1)).otherwise(F.lit(-1))
+    netted = (df.where(is_join).groupBy(*keys).agg(F.sum(sign).alias("_net")).where(F.col("_net") != 0)
+              .withColumn("op", F.when(F.col("_net") > 0, F.lit("insert")).otherwise(F.lit("delete")))
+              .select(*df.columns))
+    return df.where(~is_join).unionByName(netted).localCheckpoint(eager=True)
+
+
+def _tables_of(physical) -> tuple[str, ...]:
+    """The tables (lower case) whose updates a group reads: one, or a join's two."""
+    if isinstance(physical, _JOIN_NODES):
+        return (physical.left.lower(), physical.right.lower())
+    return (physical.table.lower(),)
+
+
+def _with_join_columns(schema: pa.Schema, mode: str) -> pa.Schema:
+    """The columns a join notification adds (``join_groups``): the result tuple's keys; reformulated, the
+    message's selection values and its position."""
+    extra = list(JOIN_ITEM_SCHEMA) if mode == "unicast" else [f for f in JOIN_MESSAGE_SCHEMA
+                                                              if f.name not in ("group_id", "seq", "op")]
+    for f in extra:
+        if f.name not in schema.names:
+            schema = schema.insert(len(schema) - 1, f)  # before ``reason``
+    return schema
+
+
+def _bind_join(physical, params: dict, ids: np.ndarray) -> dict:
+    """The bound constants of join subscriptions as the registry's float64 columns (``JoinSubscriptions``)."""
+    if isinstance(physical, ir.SelectJoinGroupScan):
+        a_lo, a_hi, c_lo, c_hi = bind_select_join(physical, params, ids.size, ids=ids)
+        return {"a_lo": a_lo, "a_hi": a_hi, "c_lo": c_lo, "c_hi": c_hi}
+    bound = bind_band_join(physical, params, ids.size, ids=ids)
+    cols = {"lo": bound.low, "hi": bound.high}
+    for pre, where in (("L:", bound.left_where), ("R:", bound.right_where)):
+        for col, (lo, hi) in where.items():
+            cols[f"{pre}{col}:lo"], cols[f"{pre}{col}:hi"] = lo, hi
+    return cols
 
 
 def _with_range_class_columns(schema: pa.Schema, mode: str, box: bool = False) -> pa.Schema:
