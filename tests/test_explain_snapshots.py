@@ -79,3 +79,21 @@ def test_explain_boxes(spark):
     e.publish("pts", [{"id": 5, "a": 2.5, "b": 2.5, "v": 1.0}])
     check("box_min", e.explain("bmin"))
     check("box_topk", e.explain("btop"))
+
+
+def test_explain_joins(spark):
+    e = Engine(spark)
+    e.join_partitions = 2
+    e.sql("CREATE TABLE supply (sid BIGINT PRIMARY KEY, qty DOUBLE, prod BIGINT)")
+    e.sql("CREATE TABLE demand (did BIGINT PRIMARY KEY, prod BIGINT, price DOUBLE)")
+    e.load("supply", {"sid": [1, 2, 3], "qty": [5.0, 15.0, 25.0], "prod": [1, 1, 2]})
+    e.load("demand", {"did": [1, 2], "prod": [1, 2], "price": [10.0, 20.0]})
+    e.sql("CREATE SUBSCRIPTION sj AS SELECT * FROM supply s JOIN demand d ON s.prod = d.prod "
+          "WHERE s.qty BETWEEN 10 AND 30 AND d.price <= 15")
+    e.subscribe_many("SELECT * FROM supply s JOIN demand d ON s.prod = d.prod "
+                     "WHERE s.qty BETWEEN :lo AND :hi AND d.price BETWEEN :p AND :q",
+                     {"id": ["x", "y"], "lo": [0, 20], "hi": [30, 40], "p": [5, 12], "q": [15, 25]})
+    check("select_join", e.explain("sj"))
+    e.sql("CREATE SUBSCRIPTION bj AS SELECT * FROM supply JOIN demand ON demand.price - supply.qty BETWEEN -5 AND 5 "
+          "WHERE supply.qty >= 10")
+    check("band_join", e.explain("bj"))

@@ -625,7 +625,8 @@ class Engine:
                     entry = self._groups.get(planned.physical.group_key)
             spark_plan = self._spark_plan(planned.physical)
             if isinstance(planned.physical, _JOIN_NODES):
-                group = self._join_view(entry) if entry is not None and len(entry.points) else None
+                group = (self._join_view(entry) if entry is not None and len(entry.points)
+                         else join_groups.JoinGroupDescription(planned.klass))
                 return explain_text(target, planned, entry, group, spark_plan)
             state = self._tables[planned.physical.table.lower()]
             group = self._materialized(state, entry) if entry is not None and len(entry.points) else None

@@ -638,7 +638,8 @@ class JoinGroupView:
             out.update({"router_mode": first.get("router_mode"), "plans": first.get("plans"),
                         "decisions": dict(decisions),
                         "recent": [c for p in parts for c in p["recent"]][-10:],
-                        "hotspots": tuple(sum(p.get("hotspots", (0, 0))[d] for p in parts) for d in (L, R)),
+                        # every partition holds every subscription: the same hotspots in each
+                        "hotspots": first.get("hotspots", (0, 0)),
                         "hot_queries": first.get("hot_queries"), "scattered_queries": first.get("scattered_queries")})
         else:
             out.update({"stabbing_groups": [p["stabbing_groups"] for p in parts],
@@ -660,7 +661,7 @@ class JoinGroupView:
                            "(R-tree of rectangles, priority-search index of the own ranges, SSI per stabbing group)",
                 "stabbing number": f"C ranges τ = {s['stabbing_number_c']}, A ranges τ = {s['stabbing_number_a']} "
                                    "(canonical partition, 003 Lemma 10)",
-                "hotspots": f"R side {s['hotspots'][L]}, S side {s['hotspots'][R]} (summed over partitions); "
+                "hotspots": f"α-hotspot groups for R tuples {s['hotspots'][L]}, for S tuples {s['hotspots'][R]}; "
                             f"hot / scattered queries per direction {s['hot_queries']} / {s['scattered_queries']}",
                 "partitions": f"{s['partitions']}, by a hash of the join value; each holds every subscription "
                               f"(its SSI replicated)",
@@ -685,3 +686,20 @@ class JoinGroupView:
             "rows": f"left {s['left_rows']} (with replicas), right {s['right_rows']}",
             "notifications": "one row per (subscription, result tuple) that enters (insert) or leaves (delete)",
         }
+
+
+class JoinGroupDescription:
+    """EXPLAIN's operator section for a join SELECT that has no group yet (nothing registered): the plan it
+    would run, without live figures."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def explain(self) -> dict:
+        if self.kind == SELECT_JOIN:
+            return {"algorithm": f"per-tuple plan routing (003 §4.5) over {', '.join(PAPER_PLANS)}",
+                    "partitions": "by a hash of the join value; each holds every subscription",
+                    "message format (reformulated)": "<op, left_key, right_key, left_value, right_value> (000 §4)",
+                    "reformulated predicate": "a_lo <= left_value <= a_hi AND c_lo <= right_value <= c_hi"}
+        return {"algorithm": "BJ-SSI (003 §4.3.1, Theorem 14) over a dynamic stabbing partition of the bands",
+                "partitions": "S by ranges of the join value, R replicated over the widest band"}
