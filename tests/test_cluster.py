@@ -32,7 +32,17 @@ SCRIPT = textwrap.dedent("""
         out.append(sorted((r.subscription_id, r.value) for r in rows))
     msgs = e.publish("stock", [{"symbol": "t6", "_op": "delete"}], mode="reformulated")
     out.append(sorted((r.subscription_id, r.value) for r in e.deliver(msgs).collect()))
-    print("RESULT " + json.dumps({"notes": out, "executors": spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()}))
+    # a select-join over two tables, partitioned by the join value across the two executors
+    e.sql("CREATE TABLE held (hid INT PRIMARY KEY, symbol STRING, qty DOUBLE)")
+    e.sql("CREATE SUBSCRIPTION big AS SELECT * FROM held h JOIN stock s ON h.symbol = s.symbol "
+          "WHERE h.qty >= 10 AND s.per <= 8")
+    joins = []
+    for table, update in (("held", {"hid": 1, "symbol": "t2", "qty": 50.}), ("held", {"hid": 2, "symbol": "t8", "qty": 5.}),
+                          ("stock", {"symbol": "t2", "risk": 20., "per": 9.})):
+        joins.append(sorted((r.subscription_id, r.op, r.left_key, r.right_key)
+                            for r in e.publish(table, [update]).collect() if r.subscription_id == "big"))
+    print("RESULT " + json.dumps({"notes": out, "joins": joins,
+                                  "executors": spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()}))
 """)
 
 
@@ -51,3 +61,5 @@ def test_publish_on_a_local_cluster(tmp_path):
         [["s2", 1.0], ["s4", 1.0]],                   # t3 moves 30 -> 65 and drops to 1
         [],                                           # t6 deleted: no minimum or maximum changes
     ]
+    # stock's catalog order puts it first: it is the join's left (R) table; t2's PER 3 <= 8 until it moves to 9
+    assert result["joins"] == [[["big", "insert", "t2", "1"]], [], [["big", "delete", "t2", "1"]]]
