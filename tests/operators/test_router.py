@@ -272,19 +272,25 @@ def test_ssi_histogram_option_estimates_ks():
 def test_features_follow_the_formulas():
     s = EventStats(partner_size=1022, queries=100, kj=3, ks=10, hot_sqrt=7.0, cold=30, cold_ks=2.0, groups=4,
                    all_groups=6, all_sqrt=9.0)
-    assert features("SJ-JoinFirst-E", s) == [1.0, 10.0, 30.0]
+    assert features("SJ-JoinFirst-E", s) == [1.0, 10.0, 30.0, 30.0]
     assert features("SJ-JoinFirst-S", s) == [1.0, 10.0, 200.0]
-    assert features("SJ-SelectFirst", s) == pytest.approx([1.0, 10.0, math.log2(102), 20.0])
-    assert features("SJ-Hotspot", s) == pytest.approx([1.0, 10.0, 7.0, 5.0, 4.0])
-    assert features("SJ-SSI", s) == [1.0, 10.0, 12.0, 9.0]
+    assert features("SJ-SelectFirst", s) == pytest.approx([1.0, 10.0, math.log2(102), 10.0, 20.0])
+    assert features("SJ-Hotspot", s) == pytest.approx([1.0, 10.0, 7.0, 5.0, 4.0, 16.0])
+    assert features("SJ-SSI", s) == [1.0, 10.0, 12.0, 9.0, 20.0]
+    # nothing joins: no join-run work, and the hot groups are not probed
+    s0 = s._replace(kj=0.0)
+    assert features("SJ-Hotspot", s0) == pytest.approx([1.0, 10.0, 0.0, 5.0, 0.0, 0.0])
+    assert features("SJ-SSI", s0) == [1.0, 10.0, 0.0, 0.0, 0.0]
+    for plan, terms in FEATURES.items():
+        assert len(features(plan, s)) == len(terms)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # calibration
 # ----------------------------------------------------------------------------------------------------------------
-TRUE = {"SJ-JoinFirst-E": [3.0, 0.5, 2.0], "SJ-JoinFirst-S": [1.0, 0.25, 0.125],
-        "SJ-SelectFirst": [2.0, 1.0, 3.0, 0.75], "SJ-Hotspot": [5.0, 0.2, 0.5, 4.0, 1.5],
-        "SJ-SSI": [4.0, 2.0, 0.5, 0.25]}
+TRUE = {"SJ-JoinFirst-E": [3.0, 0.5, 2.0, 0.01], "SJ-JoinFirst-S": [1.0, 0.25, 0.125],
+        "SJ-SelectFirst": [2.0, 1.0, 3.0, 0.05, 0.75], "SJ-Hotspot": [5.0, 0.2, 0.5, 4.0, 1.5, 0.3],
+        "SJ-SSI": [4.0, 2.0, 0.5, 0.25, 0.1]}
 
 
 def fake_timer(plan, terms, run):
@@ -310,8 +316,8 @@ def test_calibrate_fits_a_known_linear_cost_exactly(tmp_path):
 
 def test_fit_by_least_squares():
     X = np.array([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0], [1.0, 2.0, 5.0], [1.0, 3.0, 2.0]])
-    model = fit({"SJ-JoinFirst-E": (X, X @ np.array([2.0, 3.0, 0.5]))})
-    assert model.coefficients["SJ-JoinFirst-E"] == pytest.approx([2.0, 3.0, 0.5])
+    model = fit({"SJ-JoinFirst-S": (X, X @ np.array([2.0, 3.0, 0.5]))})
+    assert model.coefficients["SJ-JoinFirst-S"] == pytest.approx([2.0, 3.0, 0.5])
 
 
 def test_coefficient_paths_and_fallback(tmp_path, monkeypatch):
@@ -339,3 +345,186 @@ def test_cli_calibrate_router_writes_the_table(tmp_path, monkeypatch, capsys):
     assert "SJ-JoinFirst-E" in text and str(out) in text
     model = CostModel.load(out)
     assert set(model.coefficients) == set(PLANS)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the decision table (003 §4.5: routing as two bucket lookups)
+# ----------------------------------------------------------------------------------------------------------------
+def replay(router: Router, script) -> list:
+    """Apply ``script`` (the ``ops`` strategy's operations) and return every answer, in order."""
+    out, R, S, Q = [], [], [], []
+    for n, op in enumerate(script):
+        kind = op[0]
+        if kind == "q+":
+            (alo, ahi), (clo, chi) = op[1], op[2]
+            if alo == INF or ahi == -INF or clo == INF or chi == -INF:
+                continue
+            router.add_query(f"q{n}", alo, ahi, clo, chi)
+            Q.append(f"q{n}")
+        elif kind == "q-" and Q:
+            router.remove_query(Q.pop(op[1] % len(Q)))
+        elif kind == "r+":
+            out.append(router.insert_r(f"r{n}", a=op[1], b=op[2]))
+            R.append(f"r{n}")
+        elif kind == "s+":
+            out.append(router.insert_s(f"s{n}", b=op[1], c=op[2]))
+            S.append(f"s{n}")
+        elif kind == "r-" and R:
+            out.append(router.delete_r(R.pop(op[1] % len(R))))
+        elif kind == "s-" and S:
+            out.append(router.delete_s(S.pop(op[1] % len(S))))
+    for b in range(4):
+        for m in (router.probe_r(5, b), router.probe_s(b, 5)):
+            out.append(sorted((router.queries.qid_of[s], i, j) for s, i, j in
+                              zip(m.slots.tolist(), m.starts.tolist(), m.stops.tolist())))
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=ops, seed=st.integers(0, 2**16), refresh_min=st.integers(1, 8))
+def test_decision_table_router_returns_what_every_static_plan_returns(script, seed, refresh_min):
+    table = Router(ALL_PLANS, coefficients=random_model(seed), plan_options=SMALL, buckets=4,
+                   domains={"A": (0, 12), "B": (0, 3), "C": (0, 12)}, refresh_min=refresh_min)
+    want = replay(table, script)
+    assert table.decision == "table" and sum(table.decisions.values()) == table.events
+    for plan in ALL_PLANS:
+        assert replay(Router(ALL_PLANS, mode=plan, coefficients=random_model(seed), plan_options=SMALL),
+                      script) == want, plan
+    formula = Router(ALL_PLANS, coefficients=random_model(seed), plan_options=SMALL, decision="formula")
+    assert replay(formula, script) == want
+    assert formula.table_refreshes == 0
+
+
+def random_router(seed: int, *, ks_histogram="eqw", n_r=300, n_s=300, n_q=80, **kwargs) -> Router:
+    """Integer join values in [0, 60) over 10 buckets of width 6 (some values absent), selections in [0, 100]."""
+    rng = np.random.default_rng(seed)
+    r = Router(ALL_PLANS, coefficients=random_model(seed), plan_options=SMALL, buckets=10, ks_histogram=ks_histogram,
+               domains={"A": (0, 100), "B": (0, 60), "C": (0, 100)}, **kwargs)
+    r.load([(("r", i), float(rng.uniform(0, 100)), int(rng.integers(0, 45))) for i in range(n_r)],
+           [(("s", i), int(rng.integers(15, 60)), float(rng.uniform(0, 100))) for i in range(n_s)])
+    r.add_queries((i, *sorted(rng.uniform(-10, 110, 2)), *sorted(rng.uniform(-10, 110, 2))) for i in range(n_q))
+    return r
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**16))
+def test_table_decisions_equal_the_formulas_after_a_refresh(seed):
+    """With equal-width ks histograms every estimate is constant per bucket, so a fresh table's pick is the
+    formulas' pick for every tuple; checked at every cell's representatives and at random tuples."""
+    r = random_router(seed)
+    rng = np.random.default_rng(seed + 1)
+    for step in range(3):
+        r.refresh_decision_table()
+        for d in (R_SIDE, S_SIDE):
+            partner_runs = r.tables.partner(d).runs
+            # a representative of every (join-value bucket, ks bucket) cell, the "no partner" row and the
+            # "outside the domain" column
+            for b in [*range(0, 60, 6), *range(3, 60, 6), 70, -5]:
+                for x in [*(10 * j + 5.0 for j in range(10)), 0.0, 100.0, -1.0, 101.0]:
+                    assert r.table_choice(d, x, b) == r.choose(d, x, b), (d, x, b, b in partner_runs)
+            for x, b in zip(rng.uniform(-20, 120, 200).tolist(), rng.integers(-5, 70, 200).tolist()):
+                assert r.table_choice(d, x, b) == r.choose(d, x, b)
+        # drift: data and queries change, then the next refresh must follow
+        for i in range(40):
+            r.insert_s(("s+", step, i), b=int(rng.integers(0, 60)), c=float(rng.uniform(0, 100)))
+            r.delete_r(next(iter(r.tables.R.rows)))
+        r.remove_query(next(iter(r.queries.slot_of)))
+        r.add_query(("q+", step), *sorted(rng.uniform(0, 100, 2)), *sorted(rng.uniform(0, 100, 2)))
+
+
+def test_table_decisions_with_a_non_numeric_join_value_use_the_formulas():
+    r = random_router(0)
+    r.insert_s("sx", b="x", c=50.0)
+    for x in (5.0, 50.0, 95.0):
+        assert r.table_choice(R_SIDE, x, "x") == r.choose(R_SIDE, x, "x")
+
+
+def test_ssi_ks_histogram_table_equals_the_formulas_at_the_grid_midpoints():
+    r = random_router(5, ks_histogram="ssi")
+    r.refresh_decision_table()
+    for d in (R_SIDE, S_SIDE):
+        for b in (20, 30, 40, 70):
+            for x in (10 * j + 5.0 for j in range(10)):
+                assert r.table_choice(d, x, b) == r.choose(d, x, b)
+
+
+def test_table_refreshes_lazily_when_the_statistics_drift():
+    r = random_router(1, refresh_fraction=0.1, refresh_min=16)
+    assert r.table_refreshes == 0 and r.decision_tables == [None, None]
+    r.probe_r(50.0, 30)  # the first routed tuple builds the table
+    assert r.table_refreshes == 1
+    size = len(r.tables.R) + len(r.tables.S) + len(r.queries)  # 680: refresh after 68 changes
+    for i in range(500):  # probes change nothing: no refresh
+        r.probe_r(float(i % 100), i % 60)
+        r.probe_s(i % 60, float(i % 100))
+    assert r.table_refreshes == 1 and r.changes == 0
+    rng = np.random.default_rng(0)
+    n = 0
+    while r.table_refreshes == 1:
+        r.insert_r(("new", n), a=float(rng.uniform(0, 100)), b=int(rng.integers(0, 60)))
+        n += 1
+    assert n == int(0.1 * size) + 1  # the change that passed the threshold was routed by a refresh
+    assert r.stats()["table_refreshes"] == 2
+    # query changes count too
+    before = r.table_refreshes
+    for i in range(80):
+        r.add_query(("nq", i), 0, 50, 0, 50)
+    r.probe_r(10.0, 30)
+    assert r.table_refreshes == before + 1
+
+
+def test_stats_report_decisions_per_plan_and_the_table():
+    r = random_router(2)
+    rng = np.random.default_rng(3)
+    for i in range(300):
+        r.insert_r(("x", i), a=float(rng.uniform(0, 100)), b=int(rng.integers(0, 60)))
+    s = r.stats()
+    assert sum(s["decisions"].values()) == s["events"] == 300
+    assert set(s["decisions"]) <= set(ALL_PLANS) and len(s["decisions"]) >= 2
+    assert s["decision"] == "table" and s["table_refreshes"] >= 2
+    assert "table refreshes" in r.explain()
+    with pytest.raises(ValueError):
+        Router(decision="nope")
+
+
+def test_table_and_formula_routers_decide_alike_on_a_stream():
+    """Refreshing before every tuple (refresh_fraction 0, refresh_min 0), the table router's decisions are the
+    formula router's, tuple by tuple."""
+    rows = []
+    rng = np.random.default_rng(7)
+    for i in range(200):
+        rows.append(("r" if i % 2 else "s", i, float(rng.uniform(0, 100)), int(rng.integers(0, 60))))
+    routers = [random_router(4, decision="table", refresh_fraction=0.0, refresh_min=0),
+               random_router(4, decision="formula")]
+    for r in routers:
+        r.reset_stats()
+        for side, i, x, b in rows:
+            (r.insert_r(("n", i), a=x, b=b) if side == "r" else r.insert_s(("n", i), b=b, c=x))
+    assert list(routers[0].recent) == list(routers[1].recent)
+    assert routers[0].table_refreshes >= 200
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**16))
+def test_nonnegative_fit_is_the_best_fit_with_nonnegative_terms(seed):
+    """Against brute force: the least-squares fit over every support of the constrained columns, kept if its
+    coefficients are >= 0 (the intercept, column 0, is free)."""
+    from itertools import combinations
+    rng = np.random.default_rng(seed)
+    X = np.c_[np.ones(25), rng.uniform(0, 10, (25, 3))]
+    y = X @ rng.normal(0, 2, 4) + rng.normal(0, 1, 25)
+    best = None
+    for k in range(4):
+        for support in combinations((1, 2, 3), k):
+            cols = [0, *support]
+            c = np.zeros(4)
+            c[cols] = np.linalg.lstsq(X[:, cols], y, rcond=None)[0]
+            if (c[1:] >= -1e-12).all():
+                res = float(((X @ c - y) ** 2).sum())
+                best = res if best is None else min(best, res)
+    got = router_mod._nonnegative_lstsq(X, y)
+    assert (got[1:] >= 0).all()
+    assert float(((X @ got - y) ** 2).sum()) == pytest.approx(best, rel=1e-9, abs=1e-9)
+    model = fit({"SJ-SelectFirst": (np.c_[X, X[:, 1] * X[:, 2]], y)})
+    assert min(model.coefficients["SJ-SelectFirst"][1:]) >= 0
+    assert model.meta["fit_method"] == "nonnegative least squares"

@@ -34,17 +34,41 @@ Cost model (003 §4.5.1, the OUTPUT term dropped as in §4.6.7: it is the same f
 With ``lg(x) = log2(1 + x)`` (so a tuple that joins nothing costs no join-run work, as in our plans, which
 stop when kj = 0)::
 
-    C_JoinFirst-E  = α log|S| + β kj √|Q|                       (R-tree probe per join result point, √n)
-    C_JoinFirst-S  = α log|S| + β |Q| lg kj                      (every query searches the join run)
-    C_SelectFirst  = α log|S| + β log|Q| + γ ks lg kj            (stab the R.A index, search per survivor)
-    C_Hotspot      = α log|S| + β Σ_i √|Q^H_i| + γ log|Q^C| + δ k's lg kj
-    C_SSI          = α log|S| + β g_all lg kj + γ Σ_i √|Q_i|    (ours: SJ-SSI on every group, not in 4.5.1)
+    C_JoinFirst-E  = α log|S| + β kj √|Q| (+ γ kj ks)                  (R-tree probe per join result point, √n)
+    C_JoinFirst-S  = α log|S| + β |Q| lg kj                            (every query searches the join run)
+    C_SelectFirst  = α log|S| + β log|Q| (+ γ ks) + δ ks lg kj         (stab the R.A index, search per survivor)
+    C_Hotspot      = α log|S| + β Σ_i √|Q^H_i| [kj>0] + γ log|Q^C| + δ k's lg kj (+ ε (ks − k's) lg kj)
+    C_SSI          = α log|S| + β g_all lg kj + γ Σ_i √|Q_i| [kj>0] (+ δ ks lg kj)
+                                                             (ours: SJ-SSI on every group, not in 4.5.1)
 
-Deviation: every formula also gets an intercept c0 (term ``"1"``): our plans are Python + numpy, whose
-per-call dispatch (tens of µs) does not scale with log|S|, and without it the fit on workloads where |S| and
-|Q| grow together gave negative log|S| coefficients (negative estimated costs).  The paper's table has no
-intercept (Table 4.2's rows start at α).  The coefficients are per plan, in microseconds, fitted by least squares (``numpy.linalg.lstsq``) on timings taken
-on this machine by :func:`calibrate` — the form of Table 4.2 — and stored as JSON
+Deviations, each a term of the §4.5.1 shapes (:data:`FEATURES`):
+
+* an intercept c0 (term ``"1"``) in every formula: our plans are Python + numpy, whose per-call dispatch (tens
+  of µs) does not scale with log|S|, and without it the fit on workloads where |S| and |Q| grow together gave
+  negative log|S| coefficients.  The paper's table has no intercept (Table 4.2's rows start at α);
+* the terms marked (+): the output-sensitive parts of the index probes, which 003 §4.5.1 folds into OUTPUT
+  ("the same for all approaches") but which are not the same per plan here — JoinFirst-E's R-tree reports
+  every (join point, rectangle) pair, ~ kj · ks · (S.C selectivity), while SelectFirst reports one slice per
+  surviving query; the priority-search-tree stab is O(log|Q| + ks), not O(log|Q|); the SSI probes of the hot
+  groups search the join run once per passing hot query.  The [kj>0] factors: the hot groups are probed only
+  when the tuple joins (our plans stop at kj = 0, like lg kj = 0).
+
+The coefficients are per plan, in microseconds, fitted by least squares on timings taken on this machine by
+:func:`calibrate` — the form of Table 4.2 — with every term's coefficient constrained to be >= 0 (the
+intercept free; Lawson–Hanson): plain ``numpy.linalg.lstsq`` gave negative log|S| and log|Q^C| coefficients
+that fit the calibration mixes but made the formulas negative on others (20K tuples × 50K queries: DYNAMIC sent
+the tuples that join nothing to Hotspot, at 0.76 of OPT's time instead of 0.93; ``fit(nonnegative=False)``
+restores it).  R² on one and the same calibration run (``sparksub calibrate-router`` defaults, 2,400 samples
+per plan, 2 shared cores, load 2.2–3.0), the old formulas with plain least squares → the formulas above with
+the constraint: JoinFirst-E 0.36 → 0.996, JoinFirst-S 0.989 → 0.989, SelectFirst 0.976 → 0.984, Hotspot
+0.868 → 0.936 (0.947 unconstrained), SSI 0.468 → 0.965.  Before, JoinFirst-E's cost was badly under-estimated
+for tuples passing many R.A selections (a kj = 1–10 tuple at ks ≈ 5,000 of 100K queries: 390–1,040 µs
+measured, 140–530 µs estimated), so DYNAMIC sent them there instead of to Hotspot.  With every plan timed
+alone per tuple on the three bench workloads below (800 tuples each, off-line, no routing cost), the best
+static plan takes 1.09–1.28× the time of DYNAMIC's picks by the new coefficients, and OPT's Σ of per-tuple
+minima 0.91–0.98 of it (old coefficients: 0.88–1.27× and 0.79–0.97).  A calibration file written with the
+old terms no longer loads (its terms differ: :meth:`CostModel.load_or_builtin` falls back to the builtin
+coefficients; re-run ``sparksub calibrate-router``).  The coefficients are stored as JSON
 (:func:`default_coefficients_path`: ``$SPARKSUB_ROUTER_COEFFICIENTS`` or
 ``$XDG_CACHE_HOME/sparksub/router_coefficients.json``, default ``~/.cache/sparksub/...``).
 
@@ -56,7 +80,8 @@ each plan keeps its own indexes and work counters).  Query inserts / deletes go 
 the statistics; a data update is routed to one plan (its matches are what the update returns), then applied
 to the shared tables and the kj histogram.  Modes:
 
-* ``DYNAMIC`` — estimate every plan's cost from the statistics, run the cheapest (003 §4.5);
+* ``DYNAMIC`` — estimate every plan's cost from the statistics, run the cheapest (003 §4.5; the pick is read
+  from the decision table below unless ``decision="formula"``);
 * a plan name — that static plan for every tuple (the baselines of Figure 4.13);
 * ``OPT`` — run *every* plan on the tuple, time each, keep the cheapest measured (the oracle of §4.6.7); its
   ``oracle_seconds`` is Σ of the per-tuple minima (the paper's simulated OPT throughput), and it also records
@@ -65,21 +90,57 @@ to the shared tables and the kj histogram.  Modes:
 Decisions are counted per plan (``decisions``) and the last ``recent`` ones kept (side, plan) for EXPLAIN and
 ``stats()``.  Results are exactly those of the chosen plan, so every mode returns the same answers.
 
-Measured (``bench/router_smoke.py --events 2000 --seconds 3``, 100K-tuple R and S, incoming R tuples per second
-through ``probe_r``, coefficients from ``sparksub calibrate-router`` on this machine, 2 shared cores, load ~2)::
+Decision table (003 §4.5: "the amount of optimization overhead per tuple incurred by our approach is minimal")
+---------------------------------------------------------------------------------------------------------------
+Every estimate the formulas read is constant per histogram bucket (kj per bucket of the partner's join-value
+histogram, ks per bucket of the own-side range histogram; |S|, |Q|, the hot groups per state), so is their
+argmin.  With ``decision="table"`` (the default) the router precomputes, per direction, the cheapest plan of
+every (join-value bucket × ks bucket) cell — plus a row for "no partner tuple has this join value" (kj = 0
+exactly, from the join-index lookup every plan starts with, f_DS: the statistics use it too) and a column for
+a value outside the ks domain (ks = 0) — in one numpy pass (~1.3 ms for 101 × 101 cells × 4 plans), and a
+tuple's pick is two bucket computations and a list index (~0.8 µs against ~11 µs for evaluating the formulas,
+measured at 100K tuples × 10K queries).  The table is refreshed lazily: once the data and query changes since
+the last refresh exceed ``refresh_fraction`` (5%) of |R| + |S| + |Q|, and at least ``refresh_min`` (256),
+the next routed tuple rebuilds it (``table_refreshes`` counts them).  Between refreshes its picks are those of
+the formulas at the statistics of the last refresh; right after one they equal the formula path's
+(``decision="formula"``) for every tuple with the equal-width ks histogram, and at the grid's bucket midpoints
+with the SSI one (whose buckets are not a grid).  A non-numeric join value has no bucket: it is routed by the
+formulas (exact kj).
 
-    queries : R.A length   best static              DYNAMIC   OPT (Σ min)   DYN/best   DYN/OPT
-    10K : 1000             SJ-SelectFirst 10,763     10,513      12,659        0.98       0.83
-    100K : 1000            SJ-Hotspot      2,516      2,180       2,307        0.87       0.94
-    100K : 100             SJ-SelectFirst  7,576      6,407       6,765        0.85       0.95
+Measured (``bench/router_smoke.py --events 2000 --seconds 3``: 100K-tuple R and S, 2,000 incoming R tuples per
+workload through ``probe_r``, every mode over the same tuples interleaved 100 at a time; tuples per second,
+medians of 3 runs; coefficients from ``sparksub calibrate-router`` on this machine; 2 shared cores under load
+3–6 from other processes, so only the ratios mean much).  Before = the router of commit b3e35df (formulas per
+tuple, old terms, plain least squares, its own calibration file) through the same bench, runs alternated
+with the after ones::
 
-DYNAMIC's breakdown: JoinFirst-E ~50-58% (the tuples that join nothing: ~40% of uniform R.B values lie in S.B's
-empty tails), SelectFirst 10-43%, Hotspot 0-32%; DYNAMIC agrees with OPT on 21-47% of tuples (the paper: ~30%).
-DYNAMIC is below the best static plan here (the issue's target is "at or above"): the statistics and the
-formulas cost ~15-35 µs per tuple in Python, a third of a SelectFirst probe at 10K queries, and the fits are
-loose (R² 0.33-0.94; JoinFirst-E and SSI worst).  OPT's Σ of per-tuple minima is *below* the best static plan's
-rate at 100K queries: running four plans back to back per tuple evicts each one's working set, so every plan
-is timed slower inside OPT than alone — an oracle measured this way is not an upper bound here.
+    queries:    best static           DYNAMIC  DYN/formula  OPT Σmin  OPT replayed  DYN/best  DYN/OPT  DYN/OPT repl.
+    A length
+    before
+    10K:1000    SelectFirst  9,950      9,949       -        12,199     13,027        1.00      0.78     0.76
+    100K:1000   Hotspot      2,527      1,988       -         2,327      2,476        0.79      0.88     0.78
+    100K:100    SelectFirst  5,353      4,674       -         6,771      6,817        0.87      0.69     0.69
+    after
+    10K:1000    SelectFirst  7,283      7,966     6,343      12,539      8,844        1.12      0.64     0.87
+    100K:1000   Hotspot      2,240      2,212     1,789       2,232      2,061        1.09      0.93     1.08
+    100K:100    SelectFirst  5,133      7,273     5,731       8,645      6,707        1.42      0.88     1.08
+
+(ratios: medians of the per-run ratios; the spread between runs is large, e.g. DYN/best 1.06–1.43 at 10K
+queries.)  A single earlier "before" run on a quiet machine (load 0.4–0.7) gave DYN/best 0.99, 0.78, 0.77.
+
+DYNAMIC is now at or above the best static plan on the three workloads (1.09–1.42, medians), from the cheaper
+decisions (DYNAMIC/formula, the same picks with every formula evaluated per tuple, is 0.89–1.07 of the best
+static plan: the table saves ~10 µs per tuple) and from the refitted terms (the picks alone: see the R²
+paragraph).  DYNAMIC's breakdown: JoinFirst-E 55–60% (the ~44% of tuples that join nothing, plus small kj at
+few passing selections), SelectFirst 16–41%, Hotspot 0–30%.  Against OPT: "OPT Σmin" (the paper's simulated
+OPT, Σ of per-tuple minima timed inside OPT mode) stays out of reach at 10K queries (DYN/OPT 0.64, below the
+issue's 80%): the minimum of four timings per tuple picks the luckiest one under load, the later plans of a
+tuple run with its data in cache, and the Σ leaves out ``probe_r``'s checks and bookkeeping (~1–1.5 µs per
+tuple; DYNAMIC's table lookup adds ~0.5 µs).  Routing every tuple to OPT's pick and timing it like DYNAMIC
+("OPT replayed") gives 0.87 (10K queries) and 1.08 (100K): DYNAMIC's picks are as good as OPT's there, the
+noise in OPT's per-tuple picks costs it as much as DYNAMIC's estimation errors.  DYNAMIC agrees with OPT on
+35–48% of tuples (the paper: ~30%), mostly because for a tuple that joins nothing JoinFirst-E and -S both cost
+~1 µs and OPT's pick between them is noise.
 
 Left out: routing for band joins (003 §4.5 only says it "can be similarly implemented" and gives no cost
 formulas; :mod:`sparksub.operators.joins` is not routed), and the per-component fit of §4.6.7 (we fit each
@@ -128,32 +189,40 @@ PLANS: dict[str, type[SelectJoinAlgorithm]] = {
 #: the alternatives of 003 §4.5.1 / Figure 4.13 (the default plan set)
 PAPER_PLANS = ("SJ-JoinFirst-E", "SJ-JoinFirst-S", "SJ-SelectFirst", "SJ-Hotspot")
 
-#: the terms of each plan's cost formula (003 §4.5.1), in the order of its coefficients
+#: the terms of each plan's cost formula (003 §4.5.1), in the order of its coefficients; ``[kj>0]`` is 1 when the
+#: tuple joins something (our plans skip the join-run work otherwise); the terms beyond the paper's are marked
+#: "(+)" in the module docstring
 FEATURES: dict[str, tuple[str, ...]] = {
-    "SJ-JoinFirst-E": ("1", "log|S|", "kj*sqrt|Q|"),
+    "SJ-JoinFirst-E": ("1", "log|S|", "kj*sqrt|Q|", "kj*ks"),
     "SJ-JoinFirst-S": ("1", "log|S|", "|Q|*lg(kj)"),
-    "SJ-SelectFirst": ("1", "log|S|", "log|Q|", "ks*lg(kj)"),
-    "SJ-Hotspot": ("1", "log|S|", "sum_i sqrt|Q^H_i|", "log|Q^C|", "k's*lg(kj)"),
-    "SJ-SSI": ("1", "log|S|", "g*lg(kj)", "sum_i sqrt|Q_i|"),
+    "SJ-SelectFirst": ("1", "log|S|", "log|Q|", "ks", "ks*lg(kj)"),
+    "SJ-Hotspot": ("1", "log|S|", "sum_i sqrt|Q^H_i|*[kj>0]", "log|Q^C|", "k's*lg(kj)", "(ks-k's)*lg(kj)"),
+    "SJ-SSI": ("1", "log|S|", "g*lg(kj)", "sum_i sqrt|Q_i|*[kj>0]", "ks*lg(kj)"),
 }
 
-#: Table 4.2 of 003 (Java, 650 MHz UltraSPARC-III; units not stated), for comparison only
-#: (the paper has no intercept: its first entry here is 0)
+#: Table 4.2 of 003 (Java, 650 MHz UltraSPARC-III; units not stated), for comparison only, aligned with
+#: :data:`FEATURES` (the paper has no intercept and not our added terms: those entries are 0)
 PAPER_TABLE_4_2 = {
-    "SJ-JoinFirst-E": (0.0, 0.25, 4.34), "SJ-JoinFirst-S": (0.0, 0.36, 0.17),
-    "SJ-SelectFirst": (0.0, 0.64, 42.49, 1.19), "SJ-Hotspot": (0.0, 0.19, 0.08, 70.19, 1.17)}
+    "SJ-JoinFirst-E": (0.0, 0.25, 4.34, 0.0), "SJ-JoinFirst-S": (0.0, 0.36, 0.17),
+    "SJ-SelectFirst": (0.0, 0.64, 42.49, 0.0, 1.19), "SJ-Hotspot": (0.0, 0.19, 0.08, 70.19, 1.17, 0.0)}
+#: which entries of :data:`PAPER_TABLE_4_2` are the paper's (the others are our added terms)
+_PAPER_TERMS = {"SJ-JoinFirst-E": (1, 2), "SJ-JoinFirst-S": (1, 2), "SJ-SelectFirst": (1, 2, 4),
+                "SJ-Hotspot": (1, 2, 3, 4)}
 
 #: fallback coefficients (µs) when no calibration file exists: fitted by ``sparksub calibrate-router`` on the
 #: development machine (2 shared cores); re-run it on yours
 BUILTIN_COEFFICIENTS = {
-    "SJ-JoinFirst-E": (165.1, -9.67, 0.2473),
-    "SJ-JoinFirst-S": (589.2, -33.85, 0.01428),
-    "SJ-SelectFirst": (26.39, -12.75, 17.79, 0.02007),
-    "SJ-Hotspot": (160.5, 1.948, 0.1018, -18.06, 1.074),
-    "SJ-SSI": (189.2, -15.6, 3.311, 0.08093),
+    "SJ-JoinFirst-E": (23.03, 0.0, 0.02419, 0.01148),
+    "SJ-JoinFirst-S": (-135.6, 10.1, 0.01331),
+    "SJ-SelectFirst": (-60.21, 1.532, 5.789, 0.005848, 0.01441),
+    "SJ-Hotspot": (31.89, 0.6144, 0.1232, 0.0, 0.1663, 0.006469),
+    "SJ-SSI": (12.46, 0.0, 0.9174, 0.02604, 0.008187),
 }
 
 _ENV_PATH = "SPARKSUB_ROUTER_COEFFICIENTS"
+
+
+_SIDE_LABEL = ("R", "S")  # by direction, for ``recent``
 
 
 def _lg(x: float) -> float:
@@ -178,21 +247,32 @@ class EventStats(NamedTuple):
     all_sqrt: float  # Σ_i √|Q_i| over them
 
 
-def features(plan: str, s: EventStats) -> list[float]:
-    """The terms of ``plan``'s cost formula (:data:`FEATURES`) for one tuple (003 §4.5.1)."""
+def _terms(plan: str, s: EventStats, lgk, joins) -> list:
+    """The terms of ``plan``'s formula from ``s`` with ``lgk`` = lg(kj) and ``joins`` = [kj>0] given: scalars
+    for one tuple, or numpy arrays broadcast over the cells of the decision table (the same IEEE operations
+    in the same order either way, so both give bit-identical costs)."""
     log_s = math.log2(2 + s.partner_size)
-    lgk = _lg(s.kj)
     if plan == "SJ-JoinFirst-E":
-        return [1.0, log_s, s.kj * math.sqrt(s.queries)]
+        # 003 §4.5.1 f_DS + kj·f_QRS, f_QRS = √|Q|; (+) kj·ks: the R-tree reports, per join point (s.c, r.a), the
+        # rectangles holding it, ~ ks × the S.C selectivity, which the coefficient absorbs
+        return [1.0, log_s, s.kj * math.sqrt(s.queries), s.kj * s.ks]
     if plan == "SJ-JoinFirst-S":
         return [1.0, log_s, s.queries * lgk]
     if plan == "SJ-SelectFirst":
-        return [1.0, log_s, math.log2(2 + s.queries), s.ks * lgk]
+        # 003 §4.5.1 f_DS + f_QR + ks·O(log kj); (+) ks: the priority-search-tree stab is O(log|Q| + ks)
+        return [1.0, log_s, math.log2(2 + s.queries), s.ks, s.ks * lgk]
     if plan == "SJ-Hotspot":
-        return [1.0, log_s, s.hot_sqrt, math.log2(2 + s.cold), s.cold_ks * lgk]
+        # 003 §4.5.1 C_Hotspot; the hot groups are probed only when the tuple joins ([kj>0]); (+) the hot
+        # queries the tuple passes, (ks − k's), each searched in the join run by the SSI probe
+        return [1.0, log_s, s.hot_sqrt * joins, math.log2(2 + s.cold), s.cold_ks * lgk, (s.ks - s.cold_ks) * lgk]
     if plan == "SJ-SSI":
-        return [1.0, log_s, s.all_groups * lgk, s.all_sqrt]
+        return [1.0, log_s, s.all_groups * lgk, s.all_sqrt * joins, s.ks * lgk]
     raise KeyError(f"no cost formula for plan {plan!r}")
+
+
+def features(plan: str, s: EventStats) -> list[float]:
+    """The terms of ``plan``'s cost formula (:data:`FEATURES`) for one tuple (003 §4.5.1)."""
+    return _terms(plan, s, _lg(s.kj), 1.0 if s.kj > 0 else 0.0)
 
 
 class JoinValueHistogram:
@@ -265,6 +345,14 @@ class CostModel:
     def cost(self, plan: str, s: EventStats) -> float:
         return sum(c * f for c, f in zip(self.coefficients[plan], features(plan, s)))
 
+    def cost_grid(self, plan: str, s: EventStats, lgk, joins):
+        """:meth:`cost` over arrays: ``s``'s kj / ks fields (and ``lgk`` = lg(kj), ``joins`` = [kj>0]) may be
+        numpy arrays that broadcast together; same sum in the same order as :meth:`cost`."""
+        total = 0
+        for c, f in zip(self.coefficients[plan], _terms(plan, s, lgk, joins)):
+            total = total + c * f
+        return total
+
     # ---- JSON -------------------------------------------------------------------------------------------------
     def to_json(self) -> dict:
         return {"version": 1, "units": "microseconds", "features": {p: list(FEATURES[p]) for p in self.coefficients},
@@ -301,15 +389,15 @@ class CostModel:
 
     def table(self) -> str:
         """The fitted coefficients in the form of Table 4.2."""
-        lines = [f"{'plan':16s} {'term':20s} {'µs per unit':>12s}   {'Table 4.2':>9s}"]
+        lines = [f"{'plan':16s} {'term':26s} {'µs per unit':>12s}   {'Table 4.2':>9s}"]
         for p, coef in self.coefficients.items():
             paper = PAPER_TABLE_4_2.get(p, ())
             for i, (name, c) in enumerate(zip(FEATURES[p], coef)):
-                ref = f"{paper[i]:9.2f}" if i < len(paper) else " " * 9
-                lines.append(f"{p if i == 0 else '':16s} {name:20s} {c:12.4f}   {ref}")
+                ref = f"{paper[i]:9.2f}" if i in _PAPER_TERMS.get(p, ()) else " " * 9
+                lines.append(f"{p if i == 0 else '':16s} {name:26s} {c:12.4f}   {ref}")
             fit_info = self.meta.get("fit", {}).get(p)
             if fit_info:
-                lines.append(f"{'':16s} {'(samples, R²)':20s} {fit_info['samples']:>12,d}   {fit_info['r2']:9.3f}")
+                lines.append(f"{'':16s} {'(samples, R²)':26s} {fit_info['samples']:>12,d}   {fit_info['r2']:9.3f}")
         return "\n".join(lines)
 
 
@@ -323,19 +411,65 @@ def default_coefficients_path() -> Path:
     return Path(base) / "sparksub" / "router_coefficients.json"
 
 
-def fit(samples: dict[str, tuple[Sequence, Sequence]], meta: dict | None = None) -> CostModel:
-    """Least-squares coefficients per plan (003 §4.6.7, Table 4.2) from ``{plan: (feature rows, µs)}``."""
+def _nonnegative_lstsq(X: np.ndarray, y: np.ndarray, free: Sequence[int] = (0,)) -> np.ndarray:
+    """min ‖X c − y‖ subject to c_i >= 0 except for the columns in ``free`` (Lawson–Hanson active set, the
+    columns scaled to unit norm for the tolerances)."""
+    n = X.shape[1]
+    scale = np.linalg.norm(X, axis=0)
+    scale[scale == 0] = 1.0
+    A = X / scale
+    unconstrained = np.zeros(n, dtype=bool)
+    unconstrained[list(free)] = True
+    passive = unconstrained.copy()
+
+    def solve(mask):
+        z = np.zeros(n)
+        if mask.any():
+            z[mask] = np.linalg.lstsq(A[:, mask], y, rcond=None)[0]
+        return z
+
+    c = solve(passive)
+    for _ in range(3 * n + 10):
+        gradient = A.T @ (y - A @ c)
+        entering = ~passive & (gradient > 1e-10 * max(1.0, float(np.abs(gradient).max())))
+        if not entering.any():
+            break
+        passive[int(np.argmax(np.where(entering, gradient, -np.inf)))] = True
+        while True:
+            z = solve(passive)
+            negative = passive & ~unconstrained & (z <= 0)
+            if not negative.any():
+                c = z
+                break
+            step = float((c[negative] / (c[negative] - z[negative])).min())
+            c = c + step * (z - c)
+            passive &= ~(~unconstrained & (c <= 1e-12))
+            c[~passive] = 0.0
+    return c / scale
+
+
+def fit(samples: dict[str, tuple[Sequence, Sequence]], meta: dict | None = None, *,
+        nonnegative: bool = True) -> CostModel:
+    """Least-squares coefficients per plan (003 §4.6.7, Table 4.2) from ``{plan: (feature rows, µs)}``.
+
+    ``nonnegative``: every term's coefficient >= 0 (the intercept is free): a unit of any term costs time, as
+    all of Table 4.2's entries; plain least squares gave negative ones (log|S|, log|Q^C|) that made the
+    formulas go negative when extrapolated to other (|S|, |Q|) mixes, routing tuples to the wrong plan."""
     coefficients, info = {}, {}
     for plan, (X, y) in samples.items():
         X = np.asarray(X, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
-        coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+        if nonnegative:
+            coef = _nonnegative_lstsq(X, y)
+        else:
+            coef, *_ = np.linalg.lstsq(X, y, rcond=None)
         pred = X @ coef
         ss_tot = float(((y - y.mean()) ** 2).sum())
         r2 = 1.0 - float(((y - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else 1.0
         coefficients[plan] = coef.tolist()
         info[plan] = {"samples": int(y.size), "r2": r2, "mean_us": float(y.mean())}
-    return CostModel(coefficients, {**(meta or {}), "fit": info})
+    return CostModel(coefficients, {**(meta or {}), "fit": info,
+                                    "fit_method": "nonnegative least squares" if nonnegative else "least squares"})
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -365,11 +499,15 @@ class Router:
     ``buckets`` / ``domains``: the histograms' buckets and domains (``{"A": .., "B": .., "C": ..}``, default
     [0, 10000] each, Table 4.1); ``ks_histogram``: ``"eqw"`` or ``"ssi"``; ``recent``: choices kept;
     ``clock``: the OPT mode's timer; ``plan_options``: keyword arguments per plan name (e.g.
-    ``{"SJ-Hotspot": {"alpha": 0.01}}``).  Same interface as a :class:`SelectJoinAlgorithm`."""
+    ``{"SJ-Hotspot": {"alpha": 0.01}}``); ``decision``: ``"table"`` (DYNAMIC reads its pick from the decision
+    table, refreshed once more than ``refresh_fraction`` × (|R| + |S| + |Q|) changes, at least
+    ``refresh_min``, happened since the last refresh) or ``"formula"`` (every formula evaluated per tuple).
+    Same interface as a :class:`SelectJoinAlgorithm`."""
 
     def __init__(self, plans: Iterable[str] = PAPER_PLANS, *, mode: str = DYNAMIC, coefficients: CostModel | None = None,
                  buckets: int = 100, domains: dict | None = None, ks_histogram: str = "eqw", recent: int = 1000,
-                 clock: Callable[[], float] = time.perf_counter, plan_options: dict | None = None):
+                 clock: Callable[[], float] = time.perf_counter, plan_options: dict | None = None,
+                 decision: str = "table", refresh_fraction: float = 0.05, refresh_min: int = 256):
         self.plan_names = tuple(plans)
         for p in self.plan_names:
             if p not in PLANS:
@@ -389,6 +527,9 @@ class Router:
         if ks_histogram not in ("eqw", "ssi"):
             raise ValueError("ks_histogram must be 'eqw' or 'ssi'")
         self.ks_histogram = ks_histogram
+        self.set_decision(decision)
+        self.refresh_fraction = float(refresh_fraction)
+        self.refresh_min = int(refresh_min)
         self.buckets = int(buckets)
         dom = {"A": (0.0, 10_000.0), "B": (0.0, 10_000.0), "C": (0.0, 10_000.0), **(domains or {})}
         self.domains = dom
@@ -405,12 +546,27 @@ class Router:
         self.events = 0
         self.oracle_seconds = 0.0
         self.opt_agreements = 0
+        # the decision table (003 §4.5 routing made a lookup): per direction, the flat row-major list of plan
+        # names over (kj row, ks column); rebuilt lazily once ``changes`` passes ``_refresh_at``
+        self._plan_order = tuple(self.plan_names)
+        self.decision_tables: list = [None, None]
+        self.changes = 0  # data / query changes since the last refresh
+        self._refresh_at = 0  # so the first routed tuple builds the table
+        self.table_refreshes = 0
+        self._partner_runs = (self.tables.S.runs, self.tables.R.runs)  # by direction (never rebound)
 
     # ---- configuration ----------------------------------------------------------------------------------------
     def set_mode(self, mode: str) -> None:
         if mode not in (DYNAMIC, OPT) and mode not in self.plan_names:
             raise ValueError(f"mode must be DYNAMIC, OPT or one of {self.plan_names}, not {mode!r}")
         self.mode = mode
+
+    def set_decision(self, decision: str) -> None:
+        """``"table"``: DYNAMIC reads the decision table; ``"formula"``: it evaluates every formula per tuple."""
+        if decision not in ("table", "formula"):
+            raise ValueError("decision must be 'table' or 'formula'")
+        self.decision = decision
+        self._by_table = decision == "table" and len(self.plan_names) > 1
 
     def reset_stats(self) -> None:
         self.decisions.clear()
@@ -431,6 +587,7 @@ class Router:
         self.range_hist[R_SIDE].add(bounds[0], bounds[1])
         self.range_hist[S_SIDE].add(bounds[2], bounds[3])
         self._queries_changed()
+        self.changes += 1
 
     def add_queries(self, rows: Iterable) -> None:
         """Register many ``(qid, a_lo, a_hi, c_lo, c_hi)`` rows (all validated first)."""
@@ -444,6 +601,7 @@ class Router:
         for plan in self.plans.values():
             plan._index_add_many(slots)
         self._rebuild_range_hists()
+        self.changes += len(checked)
 
     def remove_query(self, qid: Hashable) -> None:
         slot = self.queries.remove(qid)
@@ -453,6 +611,7 @@ class Router:
         self.range_hist[R_SIDE].remove(q.lo[A, slot], q.hi[A, slot])
         self.range_hist[S_SIDE].remove(q.lo[C, slot], q.hi[C, slot])
         self._queries_changed()
+        self.changes += 1
 
     def query(self, qid):
         return next(iter(self.plans.values())).query(qid)
@@ -477,10 +636,12 @@ class Router:
     # ---- data -------------------------------------------------------------------------------------------------
     def load(self, r_rows: Iterable = (), s_rows: Iterable = ()) -> None:
         """Bulk-load ``(key, a, b)`` R rows and ``(key, b, c)`` S rows with no events (no query is notified)."""
+        before = len(self.tables.R) + len(self.tables.S)
         for key, a, b in r_rows:
             self.tables.R.insert(key, _value(a), _join_value(b))
         for key, b, c in s_rows:
             self.tables.S.insert(key, _value(c), _join_value(b))
+        self.changes += len(self.tables.R) + len(self.tables.S) - before
         for d in (R_SIDE, S_SIDE):
             self.join_hist[d] = JoinValueHistogram.from_runs(self.tables.table(d).runs, self.buckets,
                                                              self.domains["B"])
@@ -525,6 +686,7 @@ class Router:
         else:
             table.delete(key)
             self.join_hist[d].remove(b, b not in runs)
+        self.changes += 1
         return plan._emit(d, key, m)
 
     # ---- statistics -------------------------------------------------------------------------------------------
@@ -577,12 +739,13 @@ class Router:
         (``exact``: the true kj, ks and k's instead of the histograms — for calibration and tests)."""
         partner = self.tables.partner(d)
         run = partner.runs.get(b)
-        if exact:
+        if exact or run is None:
+            # no run: kj = 0 exactly, read off the join index (the O(1) lookup f_DS every plan starts with)
             kj = float(len(run)) if run is not None else 0.0
         else:
             kj = self.join_hist[1 - d].estimate(b)
             if kj is None:  # a non-numeric join value: the join index gives the exact count in O(1)
-                kj = float(len(run)) if run is not None else 0.0
+                kj = float(len(run))
         n = len(self.queries)
         hot_sqrt, cold, groups = self._hot_part(d)
         all_groups, all_sqrt = self._ssi_part(d)
@@ -605,22 +768,97 @@ class Router:
         return {p: self.model.cost(p, s) for p in self.plan_names}
 
     def choose(self, d: int, x: float, b) -> str:
-        """DYNAMIC's pick: the plan with the lowest estimated cost (ties: the order of ``plans``)."""
+        """DYNAMIC's pick by the formulas: the plan with the lowest estimated cost (ties: the order of
+        ``plans``)."""
         if len(self.plan_names) == 1:
             return self.plan_names[0]
         costs = self.estimate(d, x, b)
         return min(self.plan_names, key=costs.__getitem__)
+
+    # ---- the decision table ------------------------------------------------------------------------------------
+    # 003 §4.5 keeps the routing overhead "minimal compared with the cost-saving potential".  The estimates
+    # are constant per histogram bucket (kj per bucket of the partner's join histogram, ks per bucket of the
+    # own-side range histogram, the rest per state of the tables and queries), so the argmin of the
+    # formulas is too: it is precomputed for every (kj row, ks column) cell and a tuple's pick is two bucket
+    # computations and a list index.  Rows: the partner's join-value buckets, then one row for "no partner
+    # tuple has this join value" (kj = 0 exactly: the join index lookup every plan does first).  Columns: the
+    # ks buckets, then one for a value outside the domain (ks = 0).
+    def refresh_decision_table(self) -> None:
+        """Recompute both directions' decision tables from the current statistics (done lazily by
+        :meth:`_route` once the data and queries drifted by ``refresh_fraction``)."""
+        for d in (R_SIDE, S_SIDE):
+            self.decision_tables[d] = self._build_decision_table(d)
+        self.changes = 0
+        size = len(self.tables.R) + len(self.tables.S) + len(self.queries)
+        self._refresh_at = max(self.refresh_min, self.refresh_fraction * size)
+        self.table_refreshes += 1
+
+    def _ks_columns(self, d: int) -> tuple[list[float], tuple[float, float], int]:
+        """ks per column (last: outside the domain), the ks grid's domain and buckets."""
+        if self.ks_histogram == "eqw":
+            h = self.range_hist[d]
+            return h.values.tolist() + [0.0], h.domain, h.buckets
+        # the SSI histogram's buckets are not a grid: read it at the midpoints of an equal-width grid
+        d0, d1 = self.domains["A" if d == R_SIDE else "C"]
+        k = self.buckets
+        width = (d1 - d0) / k
+        return [self._ks(d, d0 + (j + 0.5) * width) for j in range(k)] + [0.0], (float(d0), float(d1)), k
+
+    def _build_decision_table(self, d: int) -> tuple:
+        jh = self.join_hist[1 - d]
+        kj_rows = [jh.count[j] / jh.distinct[j] if jh.distinct[j] else 0.0 for j in range(jh.buckets)] + [0.0]
+        ks_cols, (x0, x1), x_buckets = self._ks_columns(d)
+        kj = np.array(kj_rows).reshape(-1, 1)
+        ks = np.array(ks_cols).reshape(1, -1)
+        lgk = np.array([_lg(v) for v in kj_rows]).reshape(-1, 1)
+        joins = (kj > 0).astype(np.float64)
+        n = len(self.queries)
+        hot_sqrt, cold, groups = self._hot_part(d)
+        all_groups, all_sqrt = self._ssi_part(d)
+        cold_ks = ks * cold / n if n else np.zeros_like(ks)  # as statistics(): k's = ks·|Q^C|/|Q|
+        s = EventStats(len(self.tables.partner(d)), n, kj, ks, hot_sqrt, cold, cold_ks, groups, all_groups,
+                       all_sqrt)
+        shape = (kj.size, ks.size)
+        costs = np.stack([np.broadcast_to(np.asarray(self.model.cost_grid(p, s, lgk, joins), dtype=np.float64),
+                                          shape) for p in self._plan_order])
+        pick = costs.argmin(axis=0)  # first minimum: ties go to the order of ``plans``, as choose()
+        names = [self._plan_order[i] for i in pick.ravel().tolist()]
+        return (names, ks.size, jh.lo, jh.width, jh.buckets, x0, x1, x_buckets)
+
+    def table_choice(self, d: int, x: float, b) -> str:
+        """DYNAMIC's pick from the decision table (refreshed first if the statistics drifted)."""
+        if self.changes >= self._refresh_at:
+            self.refresh_decision_table()
+        names, n_cols, b0, b_width, b_buckets, x0, x1, x_buckets = self.decision_tables[d]
+        if self._partner_runs[d].get(b) is None:
+            row = b_buckets
+        else:
+            tb = type(b)
+            if tb is int or tb is float:  # JoinValueHistogram._bucket without its type checks
+                row = int((b - b0) // b_width) if b_width > 0 else 0
+                row = 0 if row < 0 else (b_buckets - 1 if row >= b_buckets else row)
+            else:
+                row = self.join_hist[1 - d]._bucket(b)
+                if row is None:  # a non-numeric join value: no bucket, the formulas with the exact kj
+                    return self.choose(d, x, b)
+        if x0 <= x <= x1:  # the bucket of _ks
+            col = int((x - x0) / (x1 - x0) * x_buckets)
+            if col >= x_buckets:
+                col = x_buckets - 1
+        else:
+            col = x_buckets
+        return names[row * n_cols + col]
 
     # ---- routing ----------------------------------------------------------------------------------------------
     def _route(self, d: int, x: float, b) -> tuple[SelectJoinAlgorithm, Matches]:
         mode = self.mode
         self.events += 1
         if mode == DYNAMIC:
-            name = self.choose(d, x, b)
+            name = self.table_choice(d, x, b) if self._by_table else self.choose(d, x, b)
             plan = self.plans[name]
             m = plan._probe(d, x, b)
         elif mode == OPT:
-            dynamic_pick = self.choose(d, x, b)
+            dynamic_pick = self.table_choice(d, x, b) if self._by_table else self.choose(d, x, b)
             best = None
             for pname, p in self.plans.items():
                 t0 = self.clock()
@@ -636,7 +874,7 @@ class Router:
             plan = self.plans[name]
             m = plan._probe(d, x, b)
         self.decisions[name] += 1
-        self.recent.append(("R" if d == R_SIDE else "S", name))
+        self.recent.append((_SIDE_LABEL[d], name))
         return plan, m
 
     # ---- reporting --------------------------------------------------------------------------------------------
@@ -646,7 +884,9 @@ class Router:
                "events": self.events, "decisions": dict(self.decisions),
                "recent": list(self.recent)[-20:],
                "hot_groups": tuple(self._hot_part(d)[2] for d in (R_SIDE, S_SIDE)),
-               "coefficients": self.model.meta.get("source", "calibrated")}
+               "coefficients": self.model.meta.get("source", "calibrated"),
+               "decision": self.decision, "table_refreshes": self.table_refreshes,
+               "changes_since_refresh": self.changes}
         if self.mode == OPT and self.events:
             out["oracle_seconds"] = self.oracle_seconds
             out["dynamic_agrees_with_opt"] = self.opt_agreements / self.events
@@ -661,6 +901,7 @@ class Router:
         recent = " ".join(f"{side}:{p}" for side, p in list(self.recent)[-10:])
         lines = [f"Router[{self.mode}] over {len(self.plan_names)} plans, {s['queries']} queries, "
                  f"|R|={s['R']} |S|={s['S']}, hot groups (R, S) = {s['hot_groups']}",
+                 f"  decided by: {self.decision} ({self.table_refreshes} table refreshes)",
                  f"  decisions: {share}",
                  f"  recent: {recent or '-'}"]
         if "dynamic_agrees_with_opt" in s:
