@@ -485,6 +485,11 @@ class Engine:
         for them, so in ``'reformulated'`` mode a top-k group sends Paint-Batch's messages for the
         whole micro-batch (002 §IV-A), each carrying the micro-batch's last ``seq``.
 
+        Join groups (SELECT_JOIN, BAND_JOIN) that read the table run as *stream-static* joins
+        (``operators/spark_join_stream.py``): the stream updates this table, the join partner is the other
+        table's rows as of the ``stream`` call; the streamed rows live in the state store, partitioned by
+        key. BAND_JOIN is unicast only.
+
         FILTER groups on the table (unicast only) are stateless: each micro-batch is matched on every
         shard as a ``publish`` batch is, and their notifications (with the event's columns) are
         unioned with the range groups' (``_seq`` gives ``seq``; without it, a unique but not
@@ -497,14 +502,13 @@ class Engine:
             if not groups:
                 raise SparksubError(f"no subscriptions on table {table!r}: a stream serves the "
                                     f"subscriptions registered when it starts")
-            joins = [e.group_id for e in groups if isinstance(e.physical, _JOIN_NODES)]
-            if joins:
-                raise SparksubError(f"stream(): join groups {joins} on {table!r} are served by publish() only "
-                                    f"(call it per micro-batch from foreachBatch); a streaming join operator is "
-                                    f"not built yet")
+            joins = [e for e in groups if isinstance(e.physical, _JOIN_NODES)]
             filters = [e for e in groups if isinstance(e.physical, ir.FilterGroupScan)]
-            ranges = [e for e in groups if e not in filters]
+            ranges = [e for e in groups if e not in filters and e not in joins]
             outs = []
+            streamed_joins = [e for e in joins if mode == "unicast" or isinstance(e.physical, ir.SelectJoinGroupScan)]
+            if streamed_joins:
+                outs.append(self._stream_joins(state, streamed_joins, streaming_df, mode))
             if filters and mode == "unicast":
                 outs.append(self._stream_filters(state, filters, streaming_df))
             if ranges:
@@ -523,7 +527,7 @@ class Engine:
                                                     schema, self.uid,
                                                     _operator_name(e.physical for e in ranges) + "_stream"))
             if not outs:
-                raise SparksubError(f"stream(): FILTER subscriptions on {table!r} have no "
+                raise SparksubError(f"stream(): the FILTER / BAND_JOIN subscriptions on {table!r} have no "
                                     f"{mode!r} form; use mode='unicast'")
             out = outs[0]
             for more in outs[1:]:
@@ -922,17 +926,7 @@ class Engine:
                     target = rows[d][part]
                     for c, i in want:
                         target[c].append(row[i])
-        domains = {}
-        if isinstance(p, ir.SelectJoinGroupScan):  # the router's histograms span the data (003 §4.5.1)
-            def span(state, col):
-                if col is None:
-                    return (0.0, 1.0)
-                i = state.column_index(col)
-                v = np.array([r[i] for r in state.rows.values() if r[i] is not None], dtype=np.float64)
-                v = v[np.isfinite(v)]
-                return (float(v.min()), float(v.max()) + 1.0) if v.size else (0.0, 1.0)
-            domains = {"A": span(left, p.a), "C": span(right, p.c),
-                       "B": span(right, p.right_on) if numeric else (0.0, 1.0)}
+        domains = self._join_domains(entry)
         entry.shards = {}
         for part in range(n_parts):
             rid = f"{entry.group_id}#{part}"
@@ -946,6 +940,56 @@ class Engine:
         entry.base_stale = False
         entry.log_rows = 0
         return entry.shards
+
+    def _join_domains(self, entry: GroupEntry) -> dict:
+        """The spans of R.a, S.b and S.c in the current rows: the router's histograms cover them (003 §4.5.1)."""
+        p = entry.physical
+        if not isinstance(p, ir.SelectJoinGroupScan):
+            return {}
+        left, right = self._tables[p.left.lower()], self._tables[p.right.lower()]
+
+        def span(state, col):
+            if col is None:
+                return (0.0, 1.0)
+            i = state.column_index(col)
+            v = np.array([r[i] for r in state.rows.values() if r[i] is not None], dtype=np.float64)
+            v = v[np.isfinite(v)]
+            return (float(v.min()), float(v.max()) + 1.0) if v.size else (0.0, 1.0)
+        return {"A": span(left, p.a), "C": span(right, p.c),
+                "B": span(right, p.right_on) if self._join_numeric(entry) else (0.0, 1.0)}
+
+    def _stream_joins(self, state: TableState, entries: list, streaming_df, mode: str):
+        """Join groups on a stream of updates to one of their tables: stream-static joins (the partner is
+        the other table's rows now), state per partition of the streamed rows (spark_join_stream)."""
+        from sparksub.operators.spark_join_stream import JoinStreamGroup, run_join_stream
+        from sparksub.operators.spark_stream import _Deferred
+        tdef = state.definition
+        parts = self._join_partition_count()
+        sc = self.spark.sparkContext
+        initial = _Deferred(sc.broadcast(pickle.dumps(dict(state.rows), protocol=pickle.HIGHEST_PROTOCOL)))
+        specs = {}
+        for e in entries:
+            p = e.physical
+            side = join_groups.L if tdef.name.lower() == p.left.lower() else join_groups.R
+            sides = self._join_sides(e)
+            partner = self._tables[(p.right if side == join_groups.L else p.left).lower()]
+            names = partner.definition.column_names
+            psel = sides[1 - side]
+            wanted = (psel[1], psel[2], *psel[3])
+            partner_rows = {c: [r[names.index(c)] for r in partner.rows.values()] for c in wanted}
+            rows = [None, None]
+            rows[1 - side] = partner_rows
+            rows[side] = {c: [] for c in (sides[side][1], sides[side][2], *sides[side][3])}
+            ids, cols = e.points.rows()
+            snap = join_groups.JoinGroupSnapshot(p.klass, e.group_id, f"{e.group_id}#stream", sides,
+                                                 self._join_numeric(e), ids, cols, tuple(rows),
+                                                 router_mode=self.join_router_mode, domains=self._join_domains(e))
+            base = sc.broadcast(pickle.dumps(snap, protocol=pickle.HIGHEST_PROTOCOL))
+            specs[e.group_id] = JoinStreamGroup(e.group_id, side, parts, _Deferred(base), initial)
+        schema = _with_join_columns(_schema_for(mode), mode)
+        return run_join_stream(self.spark, streaming_df, tdef, specs, mode, schema,
+                               [_arrow_type(t) for _, t in tdef.columns], self.uid,
+                               _operator_name(e.physical for e in entries) + "_stream")
 
     @staticmethod
     def _fits_layout(entry: GroupEntry, change: QueryChange) -> bool:

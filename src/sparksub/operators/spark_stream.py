@@ -69,7 +69,7 @@ import pyarrow as pa
 from sparksub.errors import BadUpdate
 from sparksub.operators.range_min_group import DELETE, UPSERT, with_reason
 
-__all__ = ["run_stream", "stream_stats", "output_schema", "REJECTED", "STAT_NAMES"]
+__all__ = ["run_stream", "stream_stats", "output_schema", "typed_updates", "REJECTED", "STAT_NAMES"]
 
 REJECTED = "rejected"
 STAT_NAMES = ("micro_batches", "seeded", "cache_hits", "caught_up", "rebuilt", "updates", "rejected",
@@ -150,11 +150,25 @@ class StreamSpec:
 
 # ---- Spark side (driver) ---------------------------------------------------------------------------
 
-def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: pa.Schema,
-               engine_uid: str, name: str = "range_min_group_stream"):
-    """The streaming DataFrame of notifications. ``groups``: group_id -> (x column, y column or None,
-    base, y is text, second box attribute or None), ``base`` being the broadcast pickled snapshot (``GroupReplica.base``); ``name``:
-    what Spark's EXPLAIN calls the stateful operator."""
+@dataclass
+class TypedUpdates:
+    """A stream of updates to one table, checked row by row in Spark SQL (shared by the range and join
+    streams): ``df`` the table's columns (+ ``_op``, ``_seq``/``_ord``), ``typed`` each column cast to its
+    canonical type, ``op`` the lower-cased ``_op``, ``order`` the apply order, ``reason`` why a row is
+    rejected (null when valid), ``key`` the typed key (never null), ``key_type`` its canonical type."""
+    df: object
+    typed: dict
+    op: object
+    order: object
+    reason: object
+    key: object
+    key_type: str
+    seq_given: bool
+
+
+def typed_updates(streaming_df, table_def) -> TypedUpdates:
+    """Check the stream's columns (unknown or missing ones raise ``BadUpdate``) and build the row-local
+    checks of DESIGN §7 as Spark SQL columns (module docstring: malformed rows)."""
     from pyspark.sql import functions as F
 
     cols = list(streaming_df.columns)
@@ -205,6 +219,21 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
     key = typed[table_def.key]
     if key_type in ("bigint", "double"):  # keep a pandas integer column free of nulls (rejected anyway)
         key = F.coalesce(key, F.lit(0).cast(key_type))
+
+    return TypedUpdates(df, typed, op, order, reason, key, key_type, seq_given)
+
+
+def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: pa.Schema,
+               engine_uid: str, name: str = "range_min_group_stream"):
+    """The streaming DataFrame of notifications. ``groups``: group_id -> (x column, y column or None,
+    base, y is text, second box attribute or None), ``base`` being the broadcast pickled snapshot (``GroupReplica.base``); ``name``:
+    what Spark's EXPLAIN calls the stateful operator."""
+    from pyspark.sql import functions as F
+
+    u = typed_updates(streaming_df, table_def)
+    df, typed, op, order, reason, key, key_type, seq_given = (u.df, u.typed, u.op, u.order, u.reason, u.key,
+                                                              u.key_type, u.seq_given)
+    tname = table_def.name
 
     def y_of(y, text):
         if y is None:  # COUNT(*): a constant Y, so only a null X leaves the ranges
