@@ -409,18 +409,22 @@ class SelectJoinGroup(_JoinGroup):
 
     def _insert(self, d, key, core_row) -> dict:
         b, x = core_row
-        self._reformulate(d, key, x, b, "insert")
+        if self._collect:  # reformulated: the messages are the output; nothing is routed (000 §4)
+            self._reformulate(d, key, x, b, "insert")
+            self.core.update("R" if d == L else "S", True, key, x, b)
+            return {}
         return self.core.insert_r(key, x, b) if d == L else self.core.insert_s(key, b, x)
 
     def _delete(self, d, key) -> dict:
-        x, b = self.core.tables.table(d).lookup(key)
-        self._reformulate(d, key, x, b, "delete")
+        if self._collect:
+            x, b = self.core.tables.table(d).lookup(key)
+            self._reformulate(d, key, x, b, "delete")
+            self.core.update("R" if d == L else "S", False, key)
+            return {}
         return self.core.delete_r(key) if d == L else self.core.delete_s(key)
 
     # 000 §4: δR becomes one message per result tuple of δR ⋈ S (δS symmetrically), whatever the subscriptions
     def _reformulate(self, d: int, key, x: float, b, op: str) -> None:
-        if not self._collect:
-            return
         run = self.core.tables.partner(d).runs.get(b)
         if run is None:
             return

@@ -665,7 +665,13 @@ class Router:
     def probe_s(self, b, c: float) -> Matches:
         return self._route(S_SIDE, _value(c), _join_value(b))[1]
 
-    def _process(self, d: int, insert: bool, key, x, b) -> dict:
+    def update(self, side: str, insert: bool, key: Hashable, x=None, b=None) -> None:
+        """Apply an update (``side`` 'R' / 'S'; a delete needs only the key) without finding its matches:
+        the reformulated mode, where the network matches the messages (000 §4), keeps the tables and the
+        statistics current but routes nothing."""
+        self._process(R_SIDE if side == "R" else S_SIDE, insert, key, x, b, route=False)
+
+    def _process(self, d: int, insert: bool, key, x, b, *, route: bool = True) -> dict:
         table = self.tables.table(d)
         try:
             if insert:
@@ -677,7 +683,7 @@ class Router:
                 x, b = table.lookup(key)
         except TypeError:
             raise BadUpdate(f"{table.name}: key {key!r} is not hashable") from None
-        plan, m = self._route(d, x, b)
+        plan, m = self._route(d, x, b) if route else (None, None)
         runs = table.runs
         if insert:
             new_value = b not in runs
@@ -687,7 +693,7 @@ class Router:
             table.delete(key)
             self.join_hist[d].remove(b, b not in runs)
         self.changes += 1
-        return plan._emit(d, key, m)
+        return plan._emit(d, key, m) if route else {}
 
     # ---- statistics -------------------------------------------------------------------------------------------
     def _ks(self, d: int, x: float) -> float:
