@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import struct
 import zlib
+from abc import ABC, abstractmethod
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
@@ -219,7 +220,7 @@ class JoinGroupSnapshot:
         return group
 
 
-class _JoinGroup:
+class _JoinGroup(ABC):
     """Common part of the two join group operators: row handling, NULLs, netting, output."""
 
     stateless = False
@@ -231,8 +232,7 @@ class _JoinGroup:
         self.sides = snap.sides
         self.numeric_join = snap.numeric_join
         self.inert = (set(), set())        # keys kept aside: their row joins nothing here
-        self.sub_cols: dict[str, np.ndarray] = {}
-        self.sub_ids: list = []
+        self.sub_cols: dict = {}           # subscription id -> its bounds (SELECT_JOIN) / True (BAND_JOIN)
         self.slot_of: dict = {}
         self.notifications = 0
         self.updates = 0
@@ -240,27 +240,37 @@ class _JoinGroup:
         self._add_queries(np.asarray(snap.sub_ids, dtype=object), snap.sub_columns)
         self._load(snap.rows)
 
-    # the core's view of a row: (key, join value, selection value(s)) or None when it joins nothing
+    @abstractmethod
     def _row(self, d: int, row: dict):
-        raise NotImplementedError  # subclass hook: the shape of a row differs per class
+        """The core's view of a row of side ``d`` (join value, selection value(s)), None when it joins nothing."""
 
+    @abstractmethod
     def _load(self, rows) -> None:
-        raise NotImplementedError  # subclass hook
+        """Bulk-load the snapshot's rows of both sides (no notifications)."""
 
+    @abstractmethod
     def _init_core(self) -> None:
-        raise NotImplementedError  # subclass hook
+        """Create the algorithm core (``self.core``)."""
 
+    @abstractmethod
     def _add_queries(self, ids: np.ndarray, columns: dict) -> None:
-        raise NotImplementedError  # subclass hook
+        """Register subscriptions from their bound columns."""
 
+    @abstractmethod
     def _remove_queries(self, ids) -> None:
-        raise NotImplementedError  # subclass hook
+        """Drop subscriptions."""
 
+    @abstractmethod
     def _insert(self, d: int, key, core_row) -> dict:
-        raise NotImplementedError  # subclass hook
+        """Insert a row; {subscription: [(left key, right key), ...]} of the result tuples it adds."""
 
+    @abstractmethod
     def _delete(self, d: int, key) -> dict:
-        raise NotImplementedError  # subclass hook
+        """Delete a row; {subscription: [(left key, right key), ...]} of the result tuples it removes."""
+
+    @abstractmethod
+    def _size(self, d: int) -> int:
+        """Rows of side ``d`` in the core."""
 
     # ---- batches ---------------------------------------------------------------------------------------------
     def apply(self, batch, mode: str) -> pa.Table:
@@ -343,8 +353,6 @@ class _JoinGroup:
                 "inert_rows": len(self.inert[L]) + len(self.inert[R]), "updates": self.updates,
                 "notifications": self.notifications}
 
-    def _size(self, d: int) -> int:
-        raise NotImplementedError  # subclass hook
 
 
 def _float_or_none(v):
