@@ -80,6 +80,41 @@ def key_text(k) -> str:
     return str(k)
 
 
+class _Notifications:
+    """Unicast rows, built column by column (a batch can carry hundreds of thousands of them)."""
+
+    __slots__ = ("subs", "ops", "seqs", "lefts", "rights", "_text")
+
+    def __init__(self):
+        self.subs, self.ops, self.seqs, self.lefts, self.rights = [], [], [], [], []
+        self._text: dict = {}  # key -> its text (partners repeat across updates)
+
+    def _t(self, k) -> str:
+        t = self._text.get(k)
+        if t is None:
+            t = self._text[k] = key_text(k)
+        return t
+
+    def add(self, changes: dict, sign: int, seq: int) -> None:
+        # one pass per column over all pairs (usually one or two per subscription): no per-subscription calls
+        subs = [sub for sub, pairs in changes.items() for _ in pairs]
+        flat = [p for pairs in changes.values() for p in pairs]
+        m = len(subs)
+        self.subs += subs
+        self.ops += ["insert" if sign > 0 else "delete"] * m
+        self.seqs += [seq] * m
+        get, t = self._text.get, self._t
+        self.lefts += [get(p[0]) or t(p[0]) for p in flat]
+        self.rights += [get(p[1]) or t(p[1]) for p in flat]
+
+    def table(self, group_id: str) -> pa.Table:
+        n = len(self.subs)
+        return pa.table({"subscription_id": pa.array(self.subs, pa.string()), "op": pa.array(self.ops, pa.string()),
+                         "seq": pa.array(self.seqs, pa.int64()),
+                         "group_id": pa.array([group_id] * n, pa.string()),
+                         "left_key": pa.array(self.lefts, pa.string()), "right_key": pa.array(self.rights, pa.string())})
+
+
 # ---- partitioning (issue 5 item 8) ---------------------------------------------------------------------------
 def canonical_join_value(v, numeric: bool):
     """The join value as the core compares it: float64 when both join columns are numeric, else text."""
@@ -290,61 +325,61 @@ class _JoinGroup(ABC):
         d0 = int(sides[0]) if len(sides) else L
         names = [c for c in (self.sides[d0][1], self.sides[d0][2], *self.sides[d0][3])]
         cols = {c: batch.column(EVENT_PREFIX + c).to_pylist() for c in dict.fromkeys(names)}
-        out: list = []
-        pending: dict = {}  # sub id -> Counter of pairs (+1 insert, -1 delete) for the current seq
-        current = None
+        out = _Notifications()
         self._collect = mode == "reformulated"
-        for i in range(batch.num_rows):
-            if seqs[i] != current:
-                self._flush(pending, current, out, mode)
-                current = seqs[i]
-                self._seq = int(current)
-            d = int(sides[i])
-            row = {c: cols[c][i] for c in cols}
-            key = row[self.sides[d][1]]
-            self.updates += 1
-            if ops[i] == DELETE:
-                if key in self.inert[d]:
-                    self.inert[d].discard(key)
-                    continue
-                changes, sign = self._delete(d, key), -1
-            else:
-                core_row = self._row(d, row)
-                if core_row is None:
-                    self.inert[d].add(key)
-                    continue
-                changes, sign = self._insert(d, key, core_row), +1
-            for sub, pairs in changes.items():
-                counter = pending.setdefault(sub, Counter())
-                for pair in pairs:
-                    counter[pair] += sign
-        self._flush(pending, current, out, mode)
+        n = batch.num_rows
+        i = 0
+        while i < n:
+            j = i + 1
+            while j < n and seqs[j] == seqs[i]:
+                j += 1
+            self._seq = seq = int(seqs[i])
+            if j - i == 1:  # one row for this update: its changes are already net
+                changes, sign = self._one(int(sides[i]), ops[i], {c: cols[c][i] for c in cols})
+                if changes and mode == "unicast":
+                    out.add(changes, sign, seq)
+            else:  # an upsert's delete + insert: a result tuple it keeps cancels out
+                pending: dict = {}  # sub id -> Counter of pairs (+1 insert, -1 delete)
+                for k in range(i, j):
+                    changes, sign = self._one(int(sides[k]), ops[k], {c: cols[c][k] for c in cols})
+                    for sub, pairs in changes.items():
+                        counter = pending.setdefault(sub, Counter())
+                        for pair in pairs:
+                            counter[pair] += sign
+                if mode == "unicast":
+                    for sub, counter in pending.items():
+                        for pair, net in counter.items():
+                            if net:
+                                out.add({sub: [pair]}, net, seq)
+            i = j
         return self._table(out, mode)
 
-    def _flush(self, pending: dict, seq, out: list, mode: str) -> None:
-        if not pending:
-            return
-        if mode == "unicast":
-            for sub, counter in pending.items():
-                for (lk, rk), n in counter.items():
-                    if n:
-                        out.append((sub, "insert" if n > 0 else "delete", int(seq), self.group_id,
-                                    key_text(lk), key_text(rk)))
-        pending.clear()
+    def _one(self, d: int, op, row: dict) -> tuple[dict, int]:
+        """Apply one row: ({subscription: pairs}, +1 for the pairs it adds / -1 for those it removes)."""
+        key = row[self.sides[d][1]]
+        self.updates += 1
+        if op == DELETE:
+            if key in self.inert[d]:
+                self.inert[d].discard(key)
+                return {}, -1
+            return self._delete(d, key), -1
+        core_row = self._row(d, row)
+        if core_row is None:
+            self.inert[d].add(key)
+            return {}, 1
+        return self._insert(d, key, core_row), 1
 
     def _empty(self, mode: str) -> pa.Table:
-        return self._table([], mode)
+        return self._table(_Notifications(), mode)
 
     _collect = False  # reformulated mode: the select-join group records its messages (000 §4)
     _seq = 0
 
-    def _table(self, out: list, mode: str) -> pa.Table:
+    def _table(self, out: "_Notifications", mode: str) -> pa.Table:
         if mode == "reformulated":
             raise ValueError(f"{self.kind} groups have no reformulated form (unicast only)")
-        cols = list(zip(*out)) if out else [[] for _ in _UNICAST_COLUMNS]
-        self.notifications += len(out)
-        types = {"seq": pa.int64()}
-        return pa.table({c: pa.array(list(v), types.get(c, pa.string())) for c, v in zip(_UNICAST_COLUMNS, cols)})
+        self.notifications += len(out.subs)
+        return out.table(self.group_id)
 
     # ---- reading ---------------------------------------------------------------------------------------------
     def stats(self) -> dict:
@@ -440,7 +475,7 @@ class SelectJoinGroup(_JoinGroup):
             lk, rk, lv, rv = (key, k, x, v) if d == L else (k, key, v, x)
             self.messages.append((self._seq, op, key_text(lk), key_text(rk), lv, rv))
 
-    def _table(self, out: list, mode: str) -> pa.Table:
+    def _table(self, out, mode: str) -> pa.Table:
         if mode != "reformulated":
             return super()._table(out, mode)
         msgs, self.messages = self.messages, []
