@@ -23,12 +23,13 @@ Expressions (predicates are boolean expressions):
     And(items)  Or(items)  Not(x)  Call(name, args)  Dur(op, value, unit)
 
 ``Attr.scope`` is where an attribute is read (DESIGN §4): ``Scope.PLAIN`` (``name``: the event itself;
-inside NEXT/FOLD braces the incoming event), ``Scope.LEFT`` (``$1.name``: the left input, the first
+inside NEXT/FOLD braces it means the incoming event and is stored as ``$2``), ``Scope.LEFT`` (``$1.name``: the left input, the first
 event of a FOLD chain), ``Scope.RIGHT`` (``$2.name``: the incoming right event), ``Scope.LAST``
 (``$.name``: the last iteration of a FOLD, 004 §2.2 "ATTi.last").
 
 Canonical forms, so that equal queries are equal ASTs (and round trips are exact):
 - an absent predicate is ``None``; a literal ``TRUE`` as θ or rebind condition is stored as ``None``;
+- inside NEXT/FOLD braces a plain ``name`` (the incoming event's) is stored as ``$2.name``;
 - ``And``/``Or`` are n-ary and flat (never an ``And`` directly inside an ``And``);
 - a minus sign on a numeric literal is folded into the constant (``Neg`` never wraps a number);
 - ``Const`` equality includes the Python type (``Const(1) != Const(1.0) != Const(True)``);
@@ -356,6 +357,27 @@ def _canonical_pred(p: Expr | None) -> Expr | None:
     return None if p == Const(True) else p
 
 
+def _plain_to_right(e):
+    """Inside NEXT/FOLD braces a plain name is the incoming event's: store it as ``$2.name``."""
+    if e is None:
+        return None
+    if isinstance(e, Attr):
+        return Attr(e.name, Scope.RIGHT) if e.scope is Scope.PLAIN else e
+    if isinstance(e, Item):
+        return Item(_plain_to_right(e.expr), e.name)
+    if isinstance(e, Const | Dur):
+        return e
+    values = {}
+    for f in fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, Node):
+            v = _plain_to_right(v)
+        elif isinstance(v, tuple):
+            v = tuple(_plain_to_right(x) if isinstance(x, Node) else x for x in v)
+        values[f.name] = v
+    return type(e)(**values)
+
+
 class StreamExpr(Node):
     """A stream expression, with the builder methods."""
 
@@ -488,7 +510,7 @@ class Sequence(StreamExpr):
     theta: Expr | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "theta", _canonical_pred(self.theta))
+        object.__setattr__(self, "theta", _plain_to_right(_canonical_pred(self.theta)))
         _check_scopes([self.theta], {Scope.PLAIN, Scope.LEFT, Scope.RIGHT}, "NEXT")
 
 
@@ -506,9 +528,9 @@ class Iteration(StreamExpr):
     aggregates: tuple[Item, ...] = ()
 
     def __post_init__(self):
-        object.__setattr__(self, "theta", _canonical_pred(self.theta))
-        object.__setattr__(self, "rebind", _canonical_pred(self.rebind))
-        object.__setattr__(self, "aggregates", tuple(self.aggregates))
+        object.__setattr__(self, "theta", _plain_to_right(_canonical_pred(self.theta)))
+        object.__setattr__(self, "rebind", _plain_to_right(_canonical_pred(self.rebind)))
+        object.__setattr__(self, "aggregates", tuple(_plain_to_right(i) for i in self.aggregates))
         if self.aggregates:
             _check_items(self.aggregates, "FOLD aggregates")
 
