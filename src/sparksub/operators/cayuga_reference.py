@@ -38,8 +38,13 @@ Aggregates (004 §2.2 ``α_{g3}(μ_{α_{g2}F,θ}(α_{g1}(S1), S2))``): ``g1`` is
 ``SELECT *, 1 AS cnt FROM``) on S1, ``g2`` the FOLD aggregates, ``g3`` an ``Aggregate``/``Project`` on the
 result.  Deviation from the literal recursive equation ``μ = (S1;θS2) ∪ μ(F(S1;θS2), S2)``, whose step
 outputs would lag the aggregates by one step: each output step here carries the aggregates updated with
-that step's event (so ``cnt`` counts the events of the chain, as CEL FOLD users expect) — the automaton's
-forward edge out of a FOLD node applies the aggregate functions as its rebind edge does.
+that step's event (so ``cnt`` counts the events of the chain, as CEL FOLD users expect).  For the
+automaton this means: the forward edge out of a FOLD node applies the aggregate functions exactly as its
+rebind edge does (both evaluated on the instance's bindings before the event).
+
+Consequences worth knowing (DESIGN §4 taken literally): the step on which F's selection fails is still
+output, so 004's S4 (``σ_{DUR≥30min}(μ_{price ≥ price.last, θ1})``) also reports the chain up to the
+event that broke the rise (see the tests); put a condition in θ to skip such events instead.
 
 Renaming (``e1 ⊗ e2``; as the Cayuga system, 004 §2.3 "attribute renaming function"): the right event's
 attributes keep their names; a left attribute whose name the right event also has gets ``_1`` appended,
@@ -52,6 +57,7 @@ before the chain has bound ``x``); arithmetic and comparisons with NULL are NULL
 NULL; AND/OR/NOT are three-valued (Kleene); a predicate holds only if it is TRUE (SQL).  Functions:
 ``contains(text, pattern)`` (004 §2.2), ``lower``, ``upper``, ``length``, ``abs``; ``LIKE`` with ``%``/``_``.
 
+>>> from sparksub.grammar.events import parse_cel
 >>> q = parse_cel("SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock")
 >>> evaluate(q, {"Stock": [{"Name": "IBM", "Price": 90}, {"Name": "MSFT", "Price": 20},
 ...                        {"Name": "IBM", "Price": 95}]})
@@ -69,7 +75,6 @@ from sparksub.grammar.event_ast import (
     UNIT_SECONDS, Aggregate, And, Attr, BinOp, Call, Compare, Const, Dur, Expr, Iteration, Neg, Not,
     Or, Project, Publish, Rename, Scope, Select, Sequence, Stream, StreamExpr, Union,
 )
-from sparksub.grammar.events import parse_cel  # noqa: F401  (doctest)
 
 __all__ = ["evaluate", "evaluate_queries", "ReferenceInterpreter", "combine_attributes", "FUNCTIONS"]
 
