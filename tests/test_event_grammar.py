@@ -283,3 +283,11 @@ def test_cel_round_trip_and_agreement_with_the_algebra(q):
 @given(stream_expressions())
 def test_algebra_round_trip(q):
     assert parse_algebra(unparse_algebra(q)) == q
+
+
+def test_expressions_refuse_python_truthiness_and_nodes_walk():
+    with pytest.raises(TypeError, match="no truth value"):
+        bool(attr("a").eq(1))
+    q = parse_cel(ISSUE_EXAMPLES[4])
+    assert q.streams() == {"Stock"}
+    assert Attr("MinPrice", Scope.LEFT) in set(q.walk()) and Attr("Price", Scope.LAST) in set(q.walk())

@@ -54,7 +54,7 @@ import enum
 import math
 import re
 from dataclasses import dataclass, fields
-from typing import Any, Iterator, Mapping, Union as TUnion
+from typing import Any, Iterator, Mapping
 
 from sparksub.errors import AnalysisError
 
@@ -145,6 +145,10 @@ class Expr(Node):
     def __or__(self, o): return or_(self, _lit(o))
     def __ror__(self, o): return or_(_lit(o), self)
     def __invert__(self): return Not(self)
+
+    def __bool__(self):
+        raise TypeError("an event-query expression has no truth value: combine predicates with & | ~, "
+                        "compare with .eq() .lt() ..., and test structure with ==")
 
     def eq(self, o): return Compare("=", self, _lit(o))
     def ne(self, o): return Compare("!=", self, _lit(o))
@@ -806,5 +810,3 @@ def _alg_unary(q: StreamExpr) -> str:
         return f"MU[{f}; {_opt(q.theta)}]({unparse_algebra(q.left)}, {unparse_algebra(q.right)})"
     return f"({unparse_algebra(q)})"
 
-
-AnyNode = TUnion[StreamExpr, Expr]
