@@ -47,7 +47,9 @@ def workload(n_data: int, n_queries: int, groups: int, width: float, seed: int):
     return r, s, lo, hi, ev_r, ev_s, m_lo, m_hi
 
 
-def run(make, data, args, label):
+def run(make, data, args, label, sides=("R", "S"), per_event=False):
+    """One algorithm: setup, then new R tuples (and S tuples) until ``args.budget`` s or ``args.max_events``.
+    ``per_event``: also each event's seconds and affected queries (``row[side]["times"]`` / ``["aff"]``)."""
     r, s, lo, hi, ev_r, ev_s, m_lo, m_hi = data
     t0 = time.perf_counter()
     p = make()
@@ -57,16 +59,30 @@ def run(make, data, args, label):
     setup = time.perf_counter() - t0
     row = {"algorithm": label, "queries": len(lo), "setup_s": setup}
     for side, values, insert in (("R", ev_r, p.insert_r), ("S", ev_s, p.insert_s)):
+        if side not in sides:
+            continue
         p.reset_counters()
-        n = 0
-        t0 = time.perf_counter()
-        while n < args.max_events and (n < args.min_events or time.perf_counter() - t0 < args.budget):
-            insert((side + "new", n), float(values[n]))
-            n += 1
-        dt = time.perf_counter() - t0
         c = p.counters
+        n = 0
+        times, aff = [], []
+        pc = time.perf_counter
+        t0 = pc()
+        if per_event:
+            while n < args.max_events and (n < args.min_events or pc() - t0 < args.budget):
+                a0 = c["affected"]
+                t1 = pc()
+                insert((side + "new", n), float(values[n]))
+                times.append(pc() - t1)
+                aff.append(c["affected"] - a0)
+                n += 1
+        else:
+            while n < args.max_events and (n < args.min_events or pc() - t0 < args.budget):
+                insert((side + "new", n), float(values[n]))
+                n += 1
+        dt = pc() - t0
         row[side] = {"events": n, "per_s": n / dt, "k": c["pairs"] / n, "affected": c["affected"] / n,
-                     "work": p.work / n, "probes": (c["data_probes"] + c["query_probes"]) / n}
+                     "work": p.work / n, "probes": (c["data_probes"] + c["query_probes"]) / n,
+                     "times": times, "aff": aff}
         index = p.r_index if side == "R" else p.s_index
         for j in range(n):  # back to the loaded state for the next direction (no reporting)
             index.remove((side + "new", j))

@@ -77,7 +77,11 @@ def load(algo, data) -> None:
         S.insert(("s", i), c, b)
 
 
-def run_cell(make, data, qrows, events, max_events: int, seconds: float) -> dict:
+def run_cell(make, data, qrows, events, max_events: int, seconds: float, *, insert: bool = True,
+             per_event: bool = False) -> dict:
+    """One algorithm on one workload: setup, then ``probe_r`` over ``events`` for up to ``seconds`` (and
+    ``insert_r`` for half as long unless ``insert=False``).  ``per_event``: also return each probe's seconds,
+    affected queries and join-run length (``times`` / ``affected`` / ``kj``; bench/joins.py's output split)."""
     algo = make()
     load(algo, data)
     t0 = time.perf_counter()
@@ -91,15 +95,33 @@ def run_cell(make, data, qrows, events, max_events: int, seconds: float) -> dict
     gc.freeze()
     before = dict(algo.counters)
     n = 0
-    t0 = time.perf_counter()
+    times, affected, kj = [], [], []
+    pc = time.perf_counter
+    t0 = pc()
     deadline = t0 + seconds
-    for a, b in events[:max_events]:
-        algo.probe_r(a, b)
-        n += 1
-        if time.perf_counter() > deadline:
-            break
-    probe_rate = n / (time.perf_counter() - t0)
+    if per_event:
+        for a, b in events[:max_events]:
+            t1 = pc()
+            m = algo.probe_r(a, b)
+            t2 = pc()
+            times.append(t2 - t1)
+            affected.append(m.slots.size)
+            kj.append(len(m.run) if m.run is not None else 0)
+            n += 1
+            if t2 > deadline:
+                break
+    else:
+        for a, b in events[:max_events]:
+            algo.probe_r(a, b)
+            n += 1
+            if pc() > deadline:
+                break
+    probe_rate = n / (pc() - t0)
     work = {k: (algo.counters[k] - before[k]) / n for k in before}
+    if not insert:
+        gc.unfreeze()
+        return {"setup": setup, "probe": probe_rate, "insert": None, "work": work, "stats": algo.stats(),
+                "times": times, "affected": affected, "kj": kj}
     m = 0
     t0 = time.perf_counter()
     deadline = t0 + seconds / 2
@@ -110,7 +132,8 @@ def run_cell(make, data, qrows, events, max_events: int, seconds: float) -> dict
             break
     insert_rate = m / (time.perf_counter() - t0)
     gc.unfreeze()
-    return {"setup": setup, "probe": probe_rate, "insert": insert_rate, "work": work, "stats": algo.stats()}
+    return {"setup": setup, "probe": probe_rate, "insert": insert_rate, "work": work, "stats": algo.stats(),
+            "times": times, "affected": affected, "kj": kj}
 
 
 def main(argv=None) -> None:
