@@ -948,15 +948,13 @@ class Engine:
             return {}
         left, right = self._tables[p.left.lower()], self._tables[p.right.lower()]
 
-        def span(state, col):
-            if col is None:
-                return (0.0, 1.0)
-            i = state.column_index(col)
-            v = np.array([r[i] for r in state.rows.values() if r[i] is not None], dtype=np.float64)
+        def span(*columns):
+            v = np.array([r[i] for state, i in ((tbl, tbl.column_index(c)) for tbl, c in columns)
+                          for r in state.rows.values() if r[i] is not None], dtype=np.float64)
             v = v[np.isfinite(v)]
             return (float(v.min()), float(v.max()) + 1.0) if v.size else (0.0, 1.0)
-        return {"A": span(left, p.a), "C": span(right, p.c),
-                "B": span(right, p.right_on) if self._join_numeric(entry) else (0.0, 1.0)}
+        return {"A": span((left, p.a)) if p.a else (0.0, 1.0), "C": span((right, p.c)) if p.c else (0.0, 1.0),
+                "B": span((left, p.left_on), (right, p.right_on)) if self._join_numeric(entry) else (0.0, 1.0)}
 
     def _stream_joins(self, state: TableState, entries: list, streaming_df, mode: str):
         """Join groups on a stream of updates to one of their tables: stream-static joins (the partner is
