@@ -187,3 +187,35 @@ def test_join_errors_are_clear_and_lose_nothing(spark):
     with pytest.raises(BadUpdate, match=r"unknown column\(s\) \['timestamp', 'value'\].*'r'"):
         e.stream("r", spark.readStream.format("rate").load())
     assert e.subscription_ids() == ["j"] and e.result("j") == [(7, 1)]
+
+
+def test_join_group_emptied_and_refilled_sees_the_rows_published_meanwhile(spark):
+    """A group without subscriptions is skipped by publish; its partitions must not be reused stale."""
+    e = Engine(spark)
+    e.join_partitions = 2
+    e.sql("CREATE TABLE r (rk INT PRIMARY KEY, a DOUBLE, b DOUBLE)")
+    e.sql("CREATE TABLE s (sk INT PRIMARY KEY, b DOUBLE, c DOUBLE)")
+    e.subscribe("j", "SELECT * FROM r JOIN s ON r.b = s.b")
+    e.publish("s", [{"sk": 1, "b": 1.0, "c": 0.0}, {"sk": 2, "b": 2.0, "c": 0.0}]).collect()
+    e.unsubscribe("j")
+    e.publish("r", [{"rk": 1, "a": 0.0, "b": 1.0}]).collect()  # no subscriptions: nothing runs
+    e.publish("s", [{"sk": 2, "_op": "delete"}]).collect()
+    e.subscribe("k", "SELECT * FROM r JOIN s ON r.b = s.b")
+    assert e.result("k") == [(1, 1)]
+    out = e.publish("r", [{"rk": 3, "a": 0.0, "b": 2.0}, {"rk": 4, "a": 0.0, "b": 1.0}]).collect()
+    assert [(r.subscription_id, r.op, r.left_key, r.right_key) for r in out] == [("k", "insert", "4", "1")]
+
+
+def test_band_join_left_out_of_a_reformulated_publish_stays_correct(spark):
+    """BAND_JOIN has no reformulated form: a reformulated publish leaves it out, and it must not go stale."""
+    e = Engine(spark)
+    e.sql("CREATE TABLE r (rk INT PRIMARY KEY, a DOUBLE, b DOUBLE)")
+    e.sql("CREATE TABLE s (sk INT PRIMARY KEY, b DOUBLE, c DOUBLE)")
+    e.subscribe("near", "SELECT * FROM r JOIN s ON s.b - r.b BETWEEN 0 AND 1")
+    e.subscribe("eq", "SELECT * FROM r JOIN s ON r.b = s.b")
+    e.publish("s", [{"sk": 1, "b": 1.0, "c": 0.0}]).collect()
+    msgs = e.publish("r", [{"rk": 1, "a": 0.0, "b": 0.5}], mode="reformulated").collect()
+    assert {m.group_id for m in msgs} <= {g for g in e.stats() if g.startswith("select_join")}
+    assert e.result("near") == [(1, 1)]
+    out = e.publish("s", [{"sk": 2, "b": 1.5, "c": 0.0}]).collect()
+    assert sorted((r.subscription_id, r.left_key, r.right_key) for r in out) == [("near", "1", "2")]

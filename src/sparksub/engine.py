@@ -341,8 +341,9 @@ class Engine:
     def _changed(self, entry: GroupEntry, subscriptions: bool = False) -> None:
         entry.version += 1
         change, entry.pending_change = entry.pending_change, None
+        # (a group left without subscriptions is skipped by publish, so its partitions miss batches: rebuild)
         if subscriptions and change is not None and entry.shards is not None and not entry.base_stale \
-                and self._fits_layout(entry, change):
+                and len(entry.points) and self._fits_layout(entry, change):
             # 003 §4.2.3: the partitions' operators follow query inserts / deletes (their dynamic stabbing
             # partitions), logged like update batches; no new base
             for replica in entry.shards.values():
@@ -392,7 +393,9 @@ class Engine:
             state = self._table(table)
             batch = self._validated(state, updates)
             groups = self._groups_on(state)
+            skipped = []
             if mode == "reformulated":  # FILTER and BAND_JOIN have no reformulated form yet: unicast only
+                skipped = [e for e in groups if isinstance(e.physical, ir.BandJoinGroupScan)]
                 groups = [e for e in groups if not isinstance(e.physical, (ir.FilterGroupScan, ir.BandJoinGroupScan))]
             elif any(isinstance(e.physical, ir.FilterGroupScan) for e in groups):
                 schema = _with_event_columns(schema, state.definition)
@@ -436,6 +439,9 @@ class Engine:
                 df, failed = self.spark.createDataFrame(schema.empty_table()), set()
             # Only now, with the notifications computed, does the batch become part of the state.
             self._apply_rows(state, batch)
+            for e in skipped:  # stateful, yet left out of this batch: rebuilt from the rows on next use
+                e.base_stale = True
+                e.version += 1
             self._next_seq += batch.num_rows
             for e in groups:  # the batch is now part of every group's state: log it
                 if e.group_id in failed:
