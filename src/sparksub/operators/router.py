@@ -173,7 +173,7 @@ import numpy as np
 from sparksub.errors import BadUpdate, DuplicateSubscription
 from sparksub.operators.select_joins import (
     A, C, R_SIDE, S_SIDE, Matches, SelectJoinAlgorithm, SelectJoinTables, SJHotspot, SJJoinFirstE, SJJoinFirstS,
-    SJSelectFirst, SJSSI, _join_value, _Queries, _value)
+    SJSelectFirst, SJSSI, TupleInterface, _join_value, _Queries, _value)
 from sparksub.operators.ssi_histograms import EqualWidthHistogram, SSIHistogram
 
 __all__ = ["DYNAMIC", "OPT", "PLANS", "PAPER_PLANS", "FEATURES", "EventStats", "CostModel", "JoinValueHistogram",
@@ -491,7 +491,7 @@ def _perf_seconds(fn: Callable):
     return out, time.perf_counter() - t0
 
 
-class Router:
+class Router(TupleInterface):
     """The routing operator of 003 §4.5 over select-join plans (module docstring).
 
     ``plans``: names from :data:`PLANS` (default :data:`PAPER_PLANS`); ``mode``: :data:`DYNAMIC`, :data:`OPT`
@@ -646,24 +646,10 @@ class Router:
             self.join_hist[d] = JoinValueHistogram.from_runs(self.tables.table(d).runs, self.buckets,
                                                              self.domains["B"])
 
-    def insert_r(self, key: Hashable, a: float, b) -> dict:
-        return self._process(R_SIDE, True, key, a, b)
-
-    def delete_r(self, key: Hashable) -> dict:
-        return self._process(R_SIDE, False, key, None, None)
-
-    def insert_s(self, key: Hashable, b, c: float) -> dict:
-        return self._process(S_SIDE, True, key, c, b)
-
-    def delete_s(self, key: Hashable) -> dict:
-        return self._process(S_SIDE, False, key, None, None)
-
-    def probe_r(self, a: float, b) -> Matches:
-        """The matches of a new R tuple (a, b) through the routed plan, tables unchanged."""
-        return self._route(R_SIDE, _value(a), _join_value(b))[1]
-
-    def probe_s(self, b, c: float) -> Matches:
-        return self._route(S_SIDE, _value(c), _join_value(b))[1]
+    # insert_r / delete_r / insert_s / delete_s / probe_r / probe_s: select_joins.TupleInterface
+    def _matches(self, d: int, x: float, b) -> Matches:
+        """The matches of a tuple through the routed plan, tables unchanged."""
+        return self._route(d, x, b)[1]
 
     def update(self, side: str, insert: bool, key: Hashable, x=None, b=None) -> None:
         """Apply an update (``side`` 'R' / 'S'; a delete needs only the key) without finding its matches:

@@ -147,6 +147,8 @@ Errors: NaN values, NaN / unhashable join values, a duplicate key or an unknown 
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import math
 from bisect import bisect_left, bisect_right
 from math import isqrt
@@ -467,7 +469,45 @@ def _cat(parts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 # --------------------------------------------------------------------------------------------------------------
 # The common interface
 # --------------------------------------------------------------------------------------------------------------
-class SelectJoinAlgorithm:
+class TupleInterface(ABC):
+    """The data side shared by every select-join algorithm and the router (003 §4.5: the router offers the
+    plans' interface): inserts / deletes of R and S tuples and probes, over ``_process(d, insert, key, x, b)``
+    and ``_matches(d, x, b)``, which the classes implement."""
+
+    def insert_r(self, key: Hashable, a: float, b) -> dict:
+        """Insert r(key, a, b) into R; the new result tuples of each affected query."""
+        return self._process(R_SIDE, True, key, a, b)
+
+    def delete_r(self, key: Hashable) -> dict:
+        """Delete R tuple ``key``; the result tuples each affected query loses."""
+        return self._process(R_SIDE, False, key, None, None)
+
+    def insert_s(self, key: Hashable, b, c: float) -> dict:
+        """Insert s(key, b, c) into S; the new result tuples of each affected query."""
+        return self._process(S_SIDE, True, key, c, b)
+
+    def delete_s(self, key: Hashable) -> dict:
+        """Delete S tuple ``key``; the result tuples each affected query loses."""
+        return self._process(S_SIDE, False, key, None, None)
+
+    def probe_r(self, a: float, b) -> Matches:
+        """The matches a new R tuple (a, b) would produce, tables unchanged (no dicts built)."""
+        return self._matches(R_SIDE, _value(a), _join_value(b))
+
+    def probe_s(self, b, c: float) -> Matches:
+        """The matches a new S tuple (b, c) would produce, tables unchanged (no dicts built)."""
+        return self._matches(S_SIDE, _value(c), _join_value(b))
+
+    @abstractmethod
+    def _process(self, d: int, insert: bool, key, x, b) -> dict:
+        """Apply one insert / delete of side ``d``; {query id: [(r_key, s_key), ...]}."""
+
+    @abstractmethod
+    def _matches(self, d: int, x: float, b) -> Matches:
+        """The matches of a tuple (selection value ``x``, join value ``b``) of side ``d``, tables unchanged."""
+
+
+class SelectJoinAlgorithm(TupleInterface):
     """Common interface of every select-join algorithm (module docstring).
 
     * ``add_query(qid, a_lo=-inf, a_hi=inf, c_lo=-inf, c_hi=inf)``, ``add_queries(rows)``,
@@ -527,30 +567,8 @@ class SelectJoinAlgorithm:
     def _index_remove(self, slot: int) -> None:
         pass
 
-    # ---- data -------------------------------------------------------------------------------------------------
-    def insert_r(self, key: Hashable, a: float, b) -> dict:
-        """Insert r(key, a, b) into R; the new result tuples of each affected query."""
-        return self._process(R_SIDE, True, key, a, b)
-
-    def delete_r(self, key: Hashable) -> dict:
-        """Delete R tuple ``key``; the result tuples each affected query loses."""
-        return self._process(R_SIDE, False, key, None, None)
-
-    def insert_s(self, key: Hashable, b, c: float) -> dict:
-        """Insert s(key, b, c) into S; the new result tuples of each affected query."""
-        return self._process(S_SIDE, True, key, c, b)
-
-    def delete_s(self, key: Hashable) -> dict:
-        """Delete S tuple ``key``; the result tuples each affected query loses."""
-        return self._process(S_SIDE, False, key, None, None)
-
-    def probe_r(self, a: float, b) -> Matches:
-        """The matches a new R tuple (a, b) would produce, tables unchanged (no dicts built)."""
-        return self._probe(R_SIDE, _value(a), _join_value(b))
-
-    def probe_s(self, b, c: float) -> Matches:
-        """The matches a new S tuple (b, c) would produce, tables unchanged (no dicts built)."""
-        return self._probe(S_SIDE, _value(c), _join_value(b))
+    def _matches(self, d: int, x: float, b) -> Matches:
+        return self._probe(d, x, b)
 
     def _process(self, d: int, insert: bool, key, x, b) -> dict:
         table = self.tables.table(d)
