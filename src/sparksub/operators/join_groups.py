@@ -268,7 +268,6 @@ class _JoinGroup(ABC):
         self.numeric_join = snap.numeric_join
         self.inert = (set(), set())        # keys kept aside: their row joins nothing here
         self.sub_cols: dict = {}           # subscription id -> its bounds (SELECT_JOIN) / True (BAND_JOIN)
-        self.slot_of: dict = {}
         self.notifications = 0
         self.updates = 0
         self._init_core()
@@ -291,9 +290,11 @@ class _JoinGroup(ABC):
     def _add_queries(self, ids: np.ndarray, columns: dict) -> None:
         """Register subscriptions from their bound columns."""
 
-    @abstractmethod
     def _remove_queries(self, ids) -> None:
-        """Drop subscriptions."""
+        """Drop subscriptions (both cores take one id at a time)."""
+        for i in ids:
+            self.core.remove_query(i)
+            self.sub_cols.pop(i, None)
 
     @abstractmethod
     def _insert(self, d: int, key, core_row) -> dict:
@@ -383,7 +384,7 @@ class _JoinGroup(ABC):
 
     # ---- reading ---------------------------------------------------------------------------------------------
     def stats(self) -> dict:
-        return {"class": self.kind, "partition": self.snap.partition_id, "subscriptions": len(self.slot_of),
+        return {"class": self.kind, "partition": self.snap.partition_id, "subscriptions": len(self.sub_cols),
                 "left_rows": self._size(L), "right_rows": self._size(R),
                 "inert_rows": len(self.inert[L]) + len(self.inert[R]), "updates": self.updates,
                 "notifications": self.notifications}
@@ -441,14 +442,7 @@ class SelectJoinGroup(_JoinGroup):
         self.core.add_queries(zip(ids.tolist(), c["a_lo"].tolist(), c["a_hi"].tolist(), c["c_lo"].tolist(),
                                   c["c_hi"].tolist()))
         for j, i in enumerate(ids.tolist()):
-            self.slot_of[i] = j
             self.sub_cols[i] = (c["a_lo"][j], c["a_hi"][j], c["c_lo"][j], c["c_hi"][j])
-
-    def _remove_queries(self, ids) -> None:
-        for i in ids:
-            self.core.remove_query(i)
-            self.slot_of.pop(i, None)
-            self.sub_cols.pop(i, None)
 
     def _insert(self, d, key, core_row) -> dict:
         b, x = core_row
@@ -567,19 +561,12 @@ class BandJoinGroup(_JoinGroup):
         rows = []
         for j, i in enumerate(ids.tolist()):
             rows.append((i, float(c["lo"][j]), float(c["hi"][j]), self._where(c, j, L), self._where(c, j, R)))
-            self.slot_of[i] = j
             self.sub_cols[i] = True
         if len(rows) == 1:
             i, lo, hi, rw, sw = rows[0]
             self.core.add_query(i, lo, hi, r_where=rw, s_where=sw)
         else:
             self.core.add_queries(rows)
-
-    def _remove_queries(self, ids) -> None:
-        for i in ids:
-            self.core.remove_query(i)
-            self.slot_of.pop(i, None)
-            self.sub_cols.pop(i, None)
 
     def _insert(self, d, key, core_row) -> dict:
         b, attrs = core_row
