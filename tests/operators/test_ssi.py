@@ -477,3 +477,27 @@ def test_amortised_moves_adversarial_threshold_oscillation():
     assert c["promotions"] >= 300 and c["demotions"] >= 299
     assert h.moves <= 5 * c["inserts"] + 2 * c["deletes"]
     print(f"\noscillation: {ops} ops, {h.moves} moves ({h.moves / ops:.3f}/op)")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 8)), min_size=0, max_size=60),
+       st.sampled_from([0.05, 0.2, 0.5]))
+def test_bulk_loads_keep_the_invariants(spans, alpha):
+    """insert_many into an empty partition / tracker: the canonical partition (size τ), invariants I1–I3, and
+    afterwards the same behaviour under single inserts and deletes."""
+    items = [(i, float(lo), float(lo + w)) for i, (lo, w) in enumerate(spans)]
+    part = DynamicStabbingPartition(0.5)
+    part.insert_many(items)
+    part.check()
+    assert part.stabbing_number == stabbing_number({i: (lo, hi) for i, lo, hi in items}) if items else True
+    h = HotspotTracker(alpha, 0.5)
+    h.insert_many(items)
+    h.check_invariants()
+    for i, lo, hi in items[: len(items) // 2]:
+        h.delete(i)
+        h.check_invariants()
+    h.insert_many([(100 + i, lo, hi) for i, lo, hi in items[:5]])  # non-empty: one by one
+    h.check_invariants()
+    with pytest.raises(DuplicateSubscription):
+        h.insert_many([(999, 0.0, 1.0), (999, 0.0, 1.0)])
+    assert 999 not in h  # all checked first: nothing inserted

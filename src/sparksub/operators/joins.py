@@ -672,9 +672,10 @@ class BJSSI(BandJoinProcessor):
     def _on_add_many(self, qs: list[_Query]) -> None:
         # bulk: partition first, then start from the canonical partition (Lemma 10) and build every group once
         part = self.partition
-        for q in qs:
-            part.insert(q.qid, q.lo, q.hi)
-        part.rebuild()
+        was_empty = not len(part)
+        part.insert_many((q.qid, q.lo, q.hi) for q in qs)  # into an empty partition: the canonical one at once
+        if not was_empty:
+            part.rebuild()
         self._groups = {}
         for _, gid in part.stabbing_points():
             self._build_group(gid)

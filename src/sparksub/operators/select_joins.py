@@ -1176,6 +1176,21 @@ class SJHotspot(SelectJoinAlgorithm):
             else:
                 self.scattered_index[d].add_many(np.array([slot]), q.lo[o, slot:slot + 1], q.hi[o, slot:slot + 1])
 
+    def _index_add_many(self, slots):
+        # a bulk load of the trackers (canonical partition + one round of promotions), then each query to its
+        # side: the SSI layout for the hot, the SelectFirst index for the scattered (003 §4.6.3)
+        q = self.queries
+        for d in (R_SIDE, S_SIDE):
+            p, o = _PARTNER[d], _OWN[d]
+            tracker = self.trackers[d]
+            tracker.insert_many(zip(slots.tolist(), q.lo[p, slots].tolist(), q.hi[p, slots].tolist()))
+            hot = np.fromiter((tracker.is_hot(s) for s in slots.tolist()), dtype=bool, count=slots.size)
+            for s in slots[hot].tolist():
+                self.layouts[d].add(s)
+            cold = slots[~hot]
+            if cold.size:
+                self.scattered_index[d].add_many(cold, q.lo[o, cold], q.hi[o, cold])
+
     def _index_remove(self, slot):
         for d in (R_SIDE, S_SIDE):
             self.trackers[d].delete(slot)
