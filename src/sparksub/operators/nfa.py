@@ -760,6 +760,7 @@ class _Node:
 
 
 _UNINDEXED = object()          # the bucket of instances whose key could not be hashed
+_ERROR = object()              # a guard conjunct whose evaluation raised
 
 
 class _StaticIndex:
@@ -776,6 +777,7 @@ class _StaticIndex:
         self.guards: list[tuple[int, ...]] = []
         self.consumers: list[list] = []
         self.always: list[int] = []
+        self.deferrable: set[int] = set()        # conjuncts taken from θ (evaluated only on pairs)
         self.eq: dict[str, dict[Any, list[int]]] = {}
         self.ranges: dict[tuple[str, str, bool], tuple[list, list]] = {}  # (attr, op, is_str) -> (sorted c, gid)
 
@@ -786,8 +788,10 @@ class _StaticIndex:
             self.conj_fns.append(_holds_fn(c, self.fns, self.spt))
         return i
 
-    def add(self, guard: list[_Conjunct], consumer) -> None:
+    def add(self, guard: list[_Conjunct], consumer, deferrable: int = 0) -> None:
+        """``guard``'s last ``deferrable`` conjuncts come from θ: their errors are deferred."""
         ids = tuple(self.conjunct(c) for c in guard)
+        self.deferrable.update(ids[len(ids) - deferrable:] if deferrable else ())
         gid = self.guard_ids.get(ids)
         if gid is None:
             gid = self.guard_ids[ids] = len(self.guards)
@@ -971,7 +975,7 @@ class NFAEngine:
             if node is None:
                 rsrc = self._source(rq.name, step.right_stream, step.right_ops, step.right_expr)
                 node = self._nodes[key] = _Node(key, step, rsrc, self.fns, self.spt)
-                self._static(step.right_stream).add(node.guard, node)
+                self._static(step.right_stream).add(node.guard, node, len(node.guard) - len(rsrc.guard))
             if node not in prev.successors:
                 prev.successors.append(node)
             prev = self._group(node.groups, rq.name, step.out_expr, step.post_ops)
@@ -1100,13 +1104,21 @@ class NFAEngine:
                 continue
             seen.add(gid)
             s["guards_checked"] += 1
-            ok = True
+            ok, deferred = True, False
             for cid in index.guards[gid]:
                 v = conj_memo.get(cid)
                 if v is None:
                     s["conjuncts_evaluated"] += 1
-                    v = conj_memo[cid] = fns[cid](attrs, None, None, d)
-                if not v:
+                    try:
+                        v = fns[cid](attrs, None, None, d)
+                    except AnalysisError:
+                        if cid not in index.deferrable:
+                            raise
+                        v = _ERROR     # θ's: the oracle evaluates it only on a pair; so do we
+                    conj_memo[cid] = v
+                if v is _ERROR:
+                    deferred = True
+                elif not v:
                     ok = False
                     break
             if not ok:
@@ -1122,25 +1134,29 @@ class NFAEngine:
                 if isinstance(consumer, _Group):
                     self._fire(consumer, r, t0, t1, key)
                 else:
-                    self._step(consumer, r, t0, t1)
+                    self._step(consumer, r, t0, t1, deferred)
         for inst in self._pending_inst:
             self._insert(inst)
         self._pending_inst = []
 
-    def _step(self, node: _Node, r: dict, t0: int, t1: int) -> None:
+    def _step(self, node: _Node, r: dict, t0: int, t1: int, deferred: bool = False) -> None:
         """An event of the node's right input at every affected instance (004 §2.3 edges)."""
         s = self._s
         s["nodes_visited"] += 1
         if not node.count:
             return
-        if self.index_static:
+        theta = node.dynamic
+        if not self.index_static or deferred:
+            theta = node.all_theta
+        else:
             for f in node.residual:
                 s["edges_evaluated"] += 1
-                if not f(r, None, None, 1):
-                    return
-            theta = node.dynamic
-        else:
-            theta = node.all_theta
+                try:
+                    if not f(r, None, None, 1):
+                        return
+                except AnalysisError:       # evaluated again, per instance, as the oracle does
+                    theta = node.all_theta
+                    break
         if self.index_instances and node.event_key:
             try:
                 k = tuple(f(r, None, None, 1) for f in node.event_key)
@@ -1162,7 +1178,7 @@ class NFAEngine:
                 d = t1 - inst.t0 + 1
                 s["edges_evaluated"] += 1
                 left, last = inst.left, inst.last
-                if not all(f(r, left, last, d) for f in theta):
+                if not all([f(r, left, last, d) for f in theta]):   # all evaluated, as the oracle's AND
                     continue                        # filter edge (¬θ): bindings unchanged
                 if not node.fold:                   # NEXT: first match only, the instance moves on
                     self._remove(inst)
