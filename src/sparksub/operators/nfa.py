@@ -753,6 +753,9 @@ class _Node:
         self.event_key = [_compile_expr(a, fns, spt) for a, _ in eqs]
         self.instance_key = [_compile_expr(b, fns, spt) for _, b in eqs]
         self.key_reads_last = any(Scope.LAST in _scopes(b) for _, b in eqs)
+        self.key_signature = tuple(_to_plain(a) for a, _ in eqs)   # the event side, on the raw event
+        self.keyed: _KeyedNodes | None = None
+        self.guard_ids: tuple[int, ...] = ()
         self.groups: dict[Any, _Group] = {}
         self.buckets: dict[Any, dict[int, _Instance]] = {}
         self.count = 0
@@ -760,6 +763,25 @@ class _Node:
 
 
 _UNINDEXED = object()          # the bucket of instances whose key could not be hashed
+_NOKEY = object()              # _step: the event's key is not computed yet
+_ALL = object()                # _step: visit every bucket
+
+
+class _KeyedNodes:
+    """004 §3.2 "Identifying affected instances", across nodes: for one event-side key (e.g. ``$2.Name``
+    on one stream), key value -> the nodes holding instances with that binding value.  An event
+    computes its key once and visits only those nodes (and only that bucket in each)."""
+
+    def __init__(self, key_fns):
+        self.key_fns = key_fns
+        self.by_key: dict[Any, dict[_Node, None]] = {}
+        self.unindexed: dict[_Node, None] = {}
+
+    def nodes(self) -> list:
+        out = dict(self.unindexed)
+        for d in self.by_key.values():
+            out.update(d)
+        return list(out)
 _ERROR = object()              # a guard conjunct whose evaluation raised
 
 
@@ -867,7 +889,10 @@ class NFAEngine:
         self._resolved: dict[str, ResolvedQuery] = {}     # every automaton (user and internal) by name
         self._publisher: dict[str, str] = {}              # stream -> resolved query publishing it
         self._order: list[str] = []                       # resolved queries, producers first
+        self._depth: dict[str, int] = {}                  # resolved query -> 1 + depth of what it reads
+        self._dirty: set[str] = set()                     # resolved queries with matches this tick
         self._index: dict[str, _StaticIndex] = {}
+        self._keyed: dict[str, dict[tuple, _KeyedNodes]] = {}   # stream -> event-side key -> nodes
         self._sources: dict[Any, _Source] = {}
         self._starts: dict[Any, _Group] = {}
         self._nodes: dict[Any, _Node] = {}
@@ -933,6 +958,7 @@ class NFAEngine:
                                      if s in self._publisher] or [0])
             return depth[qn]
         self._order = sorted(self._resolved, key=d)
+        self._depth = depth
 
     def _key(self, qname, ast):
         return ast if self.share_prefixes else (qname, ast)
@@ -975,7 +1001,19 @@ class NFAEngine:
             if node is None:
                 rsrc = self._source(rq.name, step.right_stream, step.right_ops, step.right_expr)
                 node = self._nodes[key] = _Node(key, step, rsrc, self.fns, self.spt)
-                self._static(step.right_stream).add(node.guard, node, len(node.guard) - len(rsrc.guard))
+                index = self._static(step.right_stream)
+                n_theta = len(node.guard) - len(rsrc.guard)
+                if self.index_instances and rsrc.pure and node.key_signature:
+                    # keyed: found through its instances' binding values, guard checked per visit
+                    node.guard_ids = tuple(index.conjunct(c) for c in node.guard)
+                    index.deferrable.update(node.guard_ids[len(node.guard_ids) - n_theta:] if n_theta else ())
+                    table = self._keyed.setdefault(step.right_stream, {})
+                    if node.key_signature not in table:
+                        table[node.key_signature] = _KeyedNodes(
+                            [_compile_expr(e, self.fns, self.spt) for e in node.key_signature])
+                    node.keyed = table[node.key_signature]
+                else:
+                    index.add(node.guard, node, n_theta)
             if node not in prev.successors:
                 prev.successors.append(node)
             prev = self._group(node.groups, rq.name, step.out_expr, step.post_ops)
@@ -1125,21 +1163,53 @@ class NFAEngine:
                 continue
             for consumer in index.consumers[gid]:
                 src = consumer.source
-                if src.key in out_memo:
-                    r = out_memo[src.key]
+                if not src.post.ops:
+                    r = attrs
+                elif id(src) in out_memo:
+                    r = out_memo[id(src)]
                 else:
-                    r = out_memo[src.key] = src.post.apply(attrs, t0, t1)
+                    r = out_memo[id(src)] = src.post.apply(attrs, t0, t1)
                 if r is None:
                     continue
                 if isinstance(consumer, _Group):
                     self._fire(consumer, r, t0, t1, key)
                 else:
                     self._step(consumer, r, t0, t1, deferred)
+        for reg in self._keyed.get(stream, {}).values():
+            try:
+                k = tuple(f(attrs, None, None, 1) for f in reg.key_fns)
+                if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in k):
+                    nodes = list(reg.unindexed)
+                else:
+                    nodes = list({**reg.by_key.get(k, {}), **reg.unindexed})
+            except (AnalysisError, TypeError):
+                k, nodes = _ALL, reg.nodes()
+            for node in nodes:
+                s["guards_checked"] += 1
+                ok, deferred = True, False
+                for cid in node.guard_ids:
+                    v = conj_memo.get(cid)
+                    if v is None:
+                        s["conjuncts_evaluated"] += 1
+                        try:
+                            v = fns[cid](attrs, None, None, d)
+                        except AnalysisError:
+                            if cid not in index.deferrable:
+                                raise
+                            v = _ERROR
+                        conj_memo[cid] = v
+                    if v is _ERROR:
+                        deferred = True
+                    elif not v:
+                        ok = False
+                        break
+                if ok:
+                    self._step(node, attrs, t0, t1, deferred, k)
         for inst in self._pending_inst:
             self._insert(inst)
         self._pending_inst = []
 
-    def _step(self, node: _Node, r: dict, t0: int, t1: int, deferred: bool = False) -> None:
+    def _step(self, node: _Node, r: dict, t0: int, t1: int, deferred: bool = False, key=_NOKEY) -> None:
         """An event of the node's right input at every affected instance (004 §2.3 edges)."""
         s = self._s
         s["nodes_visited"] += 1
@@ -1157,7 +1227,11 @@ class NFAEngine:
                 except AnalysisError:       # evaluated again, per instance, as the oracle does
                     theta = node.all_theta
                     break
-        if self.index_instances and node.event_key:
+        if key is _ALL:
+            buckets = list(node.buckets.values())
+        elif key is not _NOKEY:
+            buckets = [node.buckets.get(key, {}), node.buckets.get(_UNINDEXED, {})]
+        elif self.index_instances and node.event_key:
             try:
                 k = tuple(f(r, None, None, 1) for f in node.event_key)
                 if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in k):
@@ -1219,6 +1293,7 @@ class NFAEngine:
             self._pending_inst.append(inst)
         for qn in g.outputs:
             self._pending_out[qn].append((key, {**out, "t0": t0, "t1": t1}))
+            self._dirty.add(qn)
 
     def _insert(self, inst: _Instance, fresh: bool = True) -> None:
         node = inst.node
@@ -1245,7 +1320,15 @@ class NFAEngine:
         else:
             k = None
         inst.bucket = k
-        node.buckets.setdefault(k, {})[inst.serial] = inst
+        bucket = node.buckets.get(k)
+        if bucket is None:
+            bucket = node.buckets[k] = {}
+            if node.keyed is not None:
+                if k is _UNINDEXED:
+                    node.keyed.unindexed[node] = None
+                else:
+                    node.keyed.by_key.setdefault(k, {})[node] = None
+        bucket[inst.serial] = inst
         node.count += 1
 
     def _remove(self, inst: _Instance) -> None:
@@ -1258,13 +1341,23 @@ class NFAEngine:
             node.count -= 1
             if not bucket:
                 del node.buckets[inst.bucket]
+                if node.keyed is not None:
+                    if inst.bucket is _UNINDEXED:
+                        node.keyed.unindexed.pop(node, None)
+                    else:
+                        nodes = node.keyed.by_key.get(inst.bucket)
+                        if nodes is not None:
+                            nodes.pop(node, None)
+                            if not nodes:
+                                del node.keyed.by_key[inst.bucket]
 
     def _close_tick(self) -> None:
         """Release the tick's matches in the oracle's order; feed published streams, producers first."""
-        for qn in self._order:
+        dirty = self._dirty
+        while dirty:                        # only the queries with matches this tick, producers first
+            qn = min(dirty, key=self._depth.__getitem__) if len(dirty) > 1 else next(iter(dirty))
+            dirty.discard(qn)
             pending = self._pending_out[qn]
-            if not pending:
-                continue
             self._pending_out[qn] = []
             pending.sort(key=lambda x: x[0])
             rq = self._resolved[qn]
