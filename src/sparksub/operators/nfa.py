@@ -40,8 +40,11 @@ Execution (``NFAEngine``).  Many queries over one event stream (events in end-ti
   index here was simpler than adapting it.)
 - (c) **instance index** (004 §3.2 "Identifying affected instances"): θ's dynamic equality conjuncts
   ``$2-side = binding-side`` (e.g. ``$1.Name = $2.Name``, ``$2.Name = $.Name``) key a hash from the
-  binding values to instances; an event visits only the bucket of its own values.  Instances whose key
-  is NULL can never satisfy θ and are dropped (they would only ever take the filter edge).
+  binding values to instances; an event visits only the bucket of its own values.  Across nodes, when
+  the right input is a plain stream, one table per event-side key (``$2.Name`` on ``Stock``) maps a
+  value to the nodes holding instances with it, so an event computes its key once and visits only the
+  nodes and buckets it affects (their guards checked on the visit).  Instances whose key is NULL can
+  never satisfy θ and are dropped (they would only ever take the filter edge).
 - (d) **expiry**: a top-level ``DUR <``/``<=``/``=`` conjunct of θ, or on every path from a node to an
   output (outer selections, later nodes' θ), bounds how long an instance can still contribute; once the
   current tick makes that impossible the instance is dropped (a heap of deadlines).
@@ -56,6 +59,22 @@ its left event)``, base events ``(t1, position)``); published streams are fed ba
 tick, producers before consumers.  Events of one tick that are fed later cannot affect instances made in
 that tick (``e2.t0 > e1.t1``), so this is exact.
 
+>>> engine = NFAEngine()
+>>> _ = engine.register("S3", "SELECT * FROM FILTER{Price > 1.05 * Price_1}(Stock NEXT{$1.Name = $2.Name} Stock)")
+>>> engine.run({"Stock": [{"Name": "IBM", "Price": 90}, {"Name": "MSFT", "Price": 20},
+...                       {"Name": "IBM", "Price": 95}]})
+{'S3': [{'Name_1': 'IBM', 'Price_1': 90, 'Name': 'IBM', 'Price': 95, 't0': 0, 't1': 2}]}
+>>> print(engine.automaton("S3").describe())      # doctest: +NORMALIZE_WHITESPACE
+automaton S3
+  node start [start] Stock
+  node n1 [NEXT] Stock  index: $2.Name = $1.Name
+  node end [end] S3
+  edge start -> n1 [forward] static: TRUE; dynamic: TRUE
+  edge n1 -> n1 [filter] static: TRUE; dynamic: $1.Name = $2.Name
+  edge n1 -> end [forward] static: TRUE; dynamic: $1.Name = $2.Name; output: Price > 1.05 * Price_1;
+  renaming: $1.x -> x_1 when the new event has x (and x_1 -> x_1_1 ...), the new event's attributes keep
+  their names
+
 Deviations from the oracle (documented, tested where it matters):
 - evaluation errors (``AnalysisError`` on ill-typed operations): the oracle evaluates every conjunct of a
   pair it considers; the indexes skip pairs and conjuncts that cannot match (and a range index skips a
@@ -64,8 +83,10 @@ Deviations from the oracle (documented, tested where it matters):
 - ``strict`` mode of the oracle is not offered;
 - a query registered while events are flowing shares the partial matches of equal prefixes already in
   progress (as merged states do in Cayuga);
-- outer selections are evaluated on the combined event (their attributes' origin depends on the events'
-  attribute sets), so they are listed in the dynamic part even when they read only the new event.
+- outer selections are evaluated on the combined event (which input an attribute comes from depends on
+  the events' attribute sets), so the description lists them as ``output_filter`` and they are never
+  indexed, even when they read only the new event (004 puts S2's ``price < 25`` on the static side);
+- UNION (algebra only) has no automaton here: ``UnsupportedSubscription``.
 """
 from __future__ import annotations
 
@@ -75,7 +96,7 @@ import operator
 import re
 import sys
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from sparksub.errors import AnalysisError, UnsupportedSubscription
@@ -582,7 +603,8 @@ def _describe(rq: ResolvedQuery, chain: _Chain, schemas, spt: float, bounds: lis
         edges.append(AutomatonEdge(nid, target, "forward", static=st, dynamic=dy, output_filter=outer,
                                    transforms=tuple(_op_text(o) for o in step.post_ops if not isinstance(o, Select)),
                                    aggregates=aggs, renaming=renaming, renaming_rule=rule))
-    outs = ", ".join(rq.publishes) if rq.internal else rq.name + (f" PUBLISH {', '.join(rq.publishes)}" if rq.publishes else "")
+    outs = ", ".join(rq.publishes) if rq.internal else \
+        rq.name + (f" PUBLISH {', '.join(rq.publishes)}" if rq.publishes else "")
     nodes.append(AutomatonNode("end", "end", outs))
     reads = tuple(sorted({chain.stream} | {s.right_stream for s in chain.steps}))
     return Automaton(rq.name, tuple(nodes), tuple(edges), reads, rq.publishes, rq.internal)
