@@ -383,3 +383,31 @@ def test_process_releases_a_tick_when_it_closes():
     (m,) = engine.process("Stock", ev("MSFT", 1, 2))
     assert m.query == "s3" and (m.event["Price_1"], m.event["Price"], m.event["t0"], m.event["t1"]) == (100, 110, 0, 1)
     assert engine.flush() == [] and engine.instances() == 2        # IBM110@1 and MSFT1@2 wait
+
+
+def test_unregister_prunes_only_what_no_other_query_shares():
+    events = many_names_stream(400, 10)
+    prefix = "SELECT * FROM FILTER{Price > 50}(Stock) NEXT{$1.Name = $2.Name} Stock"
+    queries = {"a": f"SELECT * FROM ({prefix}) NEXT{{$1.Name = $2.Name}} Stock",
+               "b": f"SELECT * FROM ({prefix}) FOLD{{$2.Price > $.Price, , }} Stock",
+               "c": "SELECT * FROM FILTER{Name = 'S1'}(Stock) NEXT{} Stock PUBLISH C",
+               "d": "SELECT * FROM C NEXT{$1.Name = $2.Name} Stock"}
+    engine = NFAEngine()
+    for name, q in queries.items():
+        engine.register(name, q)
+    first = engine.run(streams_of(events[:200]))
+    assert engine.stats()["nodes"] == 5
+    with pytest.raises(AnalysisError, match="read its stream 'C'"):
+        engine.unregister("c")
+    engine.unregister("a")
+    engine.unregister("d")
+    engine.unregister("c")
+    assert engine.stats()["nodes"] == 2 and set(engine.queries) == {"b"}
+    rest = engine.run(streams_of(events[200:]))
+    alone, _ = run_engine({"b": queries["b"]}, streams_of(events))
+    # b's matches are those of b alone (its instances were never touched by the removals)
+    assert first["b"] + rest["b"] == alone["b"] and first["a"]
+    engine.register("a", queries["a"])                     # registering again reuses the shared prefix
+    assert engine.stats()["nodes"] == 3
+    with pytest.raises(AnalysisError, match="no event query"):
+        engine.unregister("zz")

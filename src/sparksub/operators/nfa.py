@@ -844,6 +844,28 @@ class _StaticIndex:
             self._index(gid, guard)
         self.consumers[gid].append(consumer)
 
+    def remove(self, consumer) -> None:
+        """Detach a consumer; a guard left without consumers leaves the index."""
+        for ids, gid in list(self.guard_ids.items()):
+            if consumer in self.consumers[gid]:
+                self.consumers[gid].remove(consumer)
+                if not self.consumers[gid]:
+                    del self.guard_ids[ids]
+                    self._unindex(gid)
+                return
+
+    def _unindex(self, gid) -> None:
+        if gid in self.always:
+            self.always.remove(gid)
+        for table in self.eq.values():
+            for gids in table.values():
+                if gid in gids:
+                    gids.remove(gid)
+        for cs, gs in self.ranges.values():
+            if gid in gs:
+                i = gs.index(gid)
+                del cs[i], gs[i]
+
     def _index(self, gid, guard) -> None:
         access = None
         for c in guard:                               # prefer an equality, then a range
@@ -921,6 +943,7 @@ class NFAEngine:
         self._pending_out: dict[str, list] = {}
         self._released: list[Match] = []
         self._pending_inst: list[_Instance] = []
+        self._owned: dict[str, list[str]] = {}            # user query -> its resolved queries
         self._positions: dict[str, int] = {}
         self._expiry: list = []
         self._tick: int | None = None
@@ -949,6 +972,7 @@ class NFAEngine:
         for rq in resolved:
             self._add(rq)
         self.queries[name] = compiled
+        self._owned[name] = [rq.name for rq in resolved]
         self._publisher = producers
         self._reorder()
         self._recompute_bounds()
@@ -1064,6 +1088,67 @@ class NFAEngine:
             return b
         for n in self._nodes.values():
             node_bound(n)
+
+    def unregister(self, name: str) -> None:
+        """Remove a query: its outputs, and the nodes, edges and instances no other query shares."""
+        if name not in self.queries:
+            raise AnalysisError(f"no event query {name!r}")
+        owned = set(self._owned[name])
+        for qn in owned:
+            for p in self._resolved[qn].publishes:
+                readers = [r for r, rq in self._resolved.items() if r not in owned and p in rq.expr.streams()]
+                if readers:
+                    raise AnalysisError(f"cannot drop {name!r}: {sorted(readers)} read its stream {p!r}")
+        for qn in owned:
+            rq = self._resolved.pop(qn)
+            for p in rq.publishes:
+                self._publisher.pop(p, None)
+            self._pending_out.pop(qn, None)
+            self._dirty.discard(qn)
+            self._nodes_unshared -= self._drop_path(rq)
+        del self.queries[name], self._owned[name]
+        self._reorder()
+        self._recompute_bounds()
+
+    def _drop_path(self, rq: ResolvedQuery) -> int:
+        """Detach ``rq`` from its path of groups and nodes, pruning what nothing else uses."""
+        chain = _decompose(rq.expr)
+        start_key = self._key(rq.name, chain.start_expr)
+        path = [(self._starts, start_key, self._starts[start_key])]
+        for step in chain.steps:
+            node = self._nodes[self._key(rq.name, step.op)]
+            gkey = self._key(rq.name, step.out_expr)
+            path.append((node.groups, gkey, node.groups[gkey]))
+        _, _, last_group = path[-1]
+        if rq.name in last_group.outputs:
+            last_group.outputs.remove(rq.name)
+        for k in range(len(path) - 1, -1, -1):
+            table, gkey, g = path[k]
+            if g.outputs or g.successors:
+                break
+            del table[gkey]
+            if k == 0:
+                self._index[chain.stream].remove(g)
+                break
+            node = self._nodes[self._key(rq.name, chain.steps[k - 1].op)]
+            if node.groups:
+                break
+            for b in node.buckets.values():          # the node's instances go with it
+                for inst in b.values():
+                    inst.alive = False
+            node.buckets.clear()
+            if node.keyed is not None:
+                node.keyed.unindexed.pop(node, None)
+                for v in list(node.keyed.by_key):
+                    node.keyed.by_key[v].pop(node, None)
+                    if not node.keyed.by_key[v]:
+                        del node.keyed.by_key[v]
+            else:
+                self._index[chain.steps[k - 1].right_stream].remove(node)
+            node.count = 0
+            del self._nodes[node.key]
+            path[k - 1][2].successors.remove(node)
+        return len(chain.steps)
 
     # ---- running ------------------------------------------------------------------------------------
     def process(self, stream: str, event: Mapping) -> list[Match]:
