@@ -258,8 +258,12 @@ def test_algebra_text_and_non_left_deep_queries():
                                   "(SELECT * FROM Stock NEXT{$2.Price < $1.Price} Stock)"),
         "right_fold": parse_cel("SELECT * FROM FILTER{Price < 3}(Stock) FOLD{, , } "
                                 "(SELECT * FROM Stock FOLD{$2.Price > $.Price, , } Stock)"),
+        "renamed": parse_algebra("PROJECT[Name, p, Price](RENAME[Price -> p](Stock) SEQ[$2.Price > $1.p] "
+                                 "SELECT[Price > 1](Stock))"),
     }
     assert run_engine(queries, streams_of(stock))[0] == evaluate_queries(queries, streams_of(stock))
+    untimed = [{k: v for k, v in e.items() if k not in ("t0", "t1")} for e in reversed(stock)]
+    assert run_engine(queries, streams_of(untimed))[0] == evaluate_queries(queries, streams_of(untimed))
 
 
 # ---- the multi-query optimisations change only the counted work ---------------------------------------
