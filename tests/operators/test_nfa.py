@@ -415,3 +415,20 @@ def test_unregister_prunes_only_what_no_other_query_shares():
     assert engine.stats()["nodes"] == 3
     with pytest.raises(AnalysisError, match="no event query"):
         engine.unregister("zz")
+
+
+def test_evaluation_errors_raise_where_the_oracle_evaluates():
+    stock = [ev("IBM", 1, 0), {"Name": "IBM", "Price": "high", "t0": 1, "t1": 1}]
+    # θ's static conjunct is evaluated only on pairs: with no instance waiting, no error (as the oracle).
+    q = {"a": "SELECT * FROM FILTER{Name = 'MSFT'}(Stock) NEXT{$2.Price * 2 > 6} Stock"}
+    assert run_engine(q, streams_of(stock))[0] == oracle(q, streams_of(stock)) == {"a": []}
+    # The same conjunct as another query's selection is evaluated on every event: both raise.
+    q["b"] = "SELECT * FROM FILTER{Price * 2 > 6}(Stock)"
+    for run in (oracle, lambda qs, s: run_engine(qs, s)[0]):
+        with pytest.raises(AnalysisError, match="cannot apply"):
+            run(q, streams_of(stock))
+    # Documented deviation: a range index does not compare a string with numeric bounds (no error).
+    q = {"c": "SELECT * FROM FILTER{Price > 3}(Stock)"}
+    with pytest.raises(AnalysisError):
+        oracle(q, streams_of(stock))
+    assert run_engine(q, streams_of(stock))[0] == {"c": []}

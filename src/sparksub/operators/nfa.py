@@ -726,6 +726,7 @@ class _Source:
         while lead < len(ops) and isinstance(ops[lead], Select):
             lead += 1
         self.guard = [c for o in ops[:lead] for c in _conjuncts(o.predicate)]
+        self.guard_fns = [_holds_fn(c, fns, spt) for c in self.guard]
         self.post = _Ops(ops[lead:], fns, spt)
         self.pure = lead == len(ops)          # no transformation: output attributes = the event's
 
@@ -1270,6 +1271,8 @@ class NFAEngine:
                 continue
             for consumer in index.consumers[gid]:
                 src = consumer.source
+                if deferred and not all([f(attrs, None, None, d) for f in src.guard_fns]):
+                    continue       # (a conjunct that raised is the source's own: raise, as the oracle)
                 if not src.post.ops:
                     r = attrs
                 elif id(src) in out_memo:
@@ -1310,6 +1313,8 @@ class NFAEngine:
                     elif not v:
                         ok = False
                         break
+                if ok and deferred and not all([f(attrs, None, None, d) for f in node.source.guard_fns]):
+                    ok = False
                 if ok:
                     self._step(node, attrs, t0, t1, deferred, k)
         for inst in self._pending_inst:
