@@ -705,27 +705,22 @@ def _finite(v: np.ndarray) -> np.ndarray:
     return np.clip(v, -1e300, 1e300)
 
 
-class RectIndex:
-    """A two-level STR-packed R-tree over the query rectangles ``[lo[C], hi[C]] × [lo[A], hi[A]]`` of a
-    :class:`_Queries` store, with a delta of recent insertions and tombstones (module docstring).
+class _StaticWithDelta:
+    """What :class:`RectIndex` and :class:`_SSILayout` share: a static layout of the queries present at the last
+    build, a delta of queries added since (checked by brute force) and tombstones for those removed; ``where``
+    tells for each slot which part holds it.  A rebuild is due once the delta or the tombstones pass
+    ``limit()`` (default max(64, n/32)), so it is amortised over Ω(n/32) query operations (module docstring)."""
 
-    ``stab(px, py)`` returns ``(point index, slot)`` pairs of every rectangle containing (px[i], py[i]) (x = the
-    S.c coordinate, y = the R.a coordinate) and adds its work to ``counters``."""
-
-    def __init__(self, queries: _Queries, *, leaf_size: int | None = None, delta_limit: int | None = None):
+    def __init__(self, queries: _Queries, delta_limit: int | None, leaf_size: int | None):
         self.q = queries
-        self.leaf_size_arg = leaf_size
         self.delta_limit_arg = delta_limit
+        self.leaf_size_arg = leaf_size
         self.where = np.zeros(64, dtype=np.int8)
         self.delta: dict = {}
         self._delta_arr: np.ndarray | None = None
         self.n_static = 0
         self.dead = 0
         self.builds = 0
-        self._build_static(_EMPTY_I)
-
-    def __len__(self) -> int:
-        return self.n_static - self.dead + len(self.delta)
 
     def add(self, slot: int) -> None:
         self.where = _grown(self.where, slot + 1)
@@ -742,12 +737,30 @@ class RectIndex:
             self._delta_arr = None
         self.where[slot] = _ABSENT
 
-    def _limit(self) -> int:
+    def limit(self) -> int:
         return self.delta_limit_arg if self.delta_limit_arg is not None else max(64, self.n_static // 32)
 
-    def stale(self) -> bool:
-        lim = self._limit()
+    def _over_limit(self) -> bool:
+        lim = self.limit()
         return len(self.delta) > lim or self.dead > max(lim, self.n_static // 4)
+
+
+class RectIndex(_StaticWithDelta):
+    """A two-level STR-packed R-tree over the query rectangles ``[lo[C], hi[C]] × [lo[A], hi[A]]`` of a
+    :class:`_Queries` store, with a delta of recent insertions and tombstones (module docstring).
+
+    ``stab(px, py)`` returns ``(point index, slot)`` pairs of every rectangle containing (px[i], py[i]) (x = the
+    S.c coordinate, y = the R.a coordinate) and adds its work to ``counters``."""
+
+    def __init__(self, queries: _Queries, *, leaf_size: int | None = None, delta_limit: int | None = None):
+        super().__init__(queries, delta_limit, leaf_size)
+        self._build_static(_EMPTY_I)
+
+    def __len__(self) -> int:
+        return self.n_static - self.dead + len(self.delta)
+
+    def stale(self) -> bool:
+        return self._over_limit()
 
     def rebuild(self) -> None:
         slots = np.flatnonzero(self.where != _ABSENT)
@@ -914,7 +927,7 @@ class SJSelectFirst(SelectJoinAlgorithm):
 # --------------------------------------------------------------------------------------------------------------
 # SJ-SSI (003 §4.3.2, Figure 4.5)
 # --------------------------------------------------------------------------------------------------------------
-class _SSILayout:
+class _SSILayout(_StaticWithDelta):
     """The per-group structures of SJ-SSI for one direction, as segments of flat arrays (module docstring), plus
     a brute-force delta and tombstones.
 
@@ -926,18 +939,10 @@ class _SSILayout:
     the prefix of members whose partner range reaches q1 (resp. q2)."""
 
     def __init__(self, queries: _Queries, d: int, delta_limit: int | None, leaf_size: int | None = None):
-        self.q = queries
+        super().__init__(queries, delta_limit, leaf_size)
         self.own = _OWN[d]
         self.partner = _PARTNER[d]
-        self.delta_limit_arg = delta_limit
-        self.leaf_size_arg = leaf_size
-        self.where = np.zeros(64, dtype=np.int8)
-        self.delta: dict = {}
-        self._delta_arr: np.ndarray | None = None
-        self.n_static = 0
-        self.dead = 0
         self.built = False
-        self.builds = 0
         self.points = _EMPTY_F
         self.leaf_group = self.leaf_start = _EMPTY_I
         self.leaf_lo = self.leaf_hi = _EMPTY_F
@@ -954,27 +959,8 @@ class _SSILayout:
     def groups(self) -> int:
         return int(self.points.size)
 
-    def add(self, slot: int) -> None:
-        self.where = _grown(self.where, slot + 1)
-        self.where[slot] = _DELTA
-        self.delta[slot] = None
-        self._delta_arr = None
-
-    def remove(self, slot: int) -> None:
-        w = self.where[slot]
-        if w == _STATIC:
-            self.dead += 1
-        elif w == _DELTA:
-            del self.delta[slot]
-            self._delta_arr = None
-        self.where[slot] = _ABSENT
-
-    def limit(self) -> int:
-        return self.delta_limit_arg if self.delta_limit_arg is not None else max(64, self.n_static // 32)
-
     def stale(self) -> bool:
-        lim = self.limit()
-        return not self.built or len(self.delta) > lim or self.dead > max(lim, self.n_static // 4)
+        return not self.built or self._over_limit()
 
     def build(self, groups) -> None:
         """Lay out ``groups`` (StabbingGroup-like: ``.point``, ``.members`` = slots); they become the whole
