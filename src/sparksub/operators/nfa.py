@@ -1245,13 +1245,12 @@ class NFAEngine:
             gids = range(len(index.guards))
         seen = set()
         d = t1 - t0 + 1
-        for gid in gids:
-            if gid in seen:
-                continue
-            seen.add(gid)
+
+        def guard(cids) -> tuple[bool, bool]:
+            """(holds, deferred) of a conjunction of the event's static conjuncts, each evaluated once per event."""
             s["guards_checked"] += 1
-            ok, deferred = True, False
-            for cid in index.guards[gid]:
+            deferred = False
+            for cid in cids:
                 v = conj_memo.get(cid)
                 if v is None:
                     s["conjuncts_evaluated"] += 1
@@ -1265,8 +1264,14 @@ class NFAEngine:
                 if v is _ERROR:
                     deferred = True
                 elif not v:
-                    ok = False
-                    break
+                    return False, deferred
+            return True, deferred
+
+        for gid in gids:
+            if gid in seen:
+                continue
+            seen.add(gid)
+            ok, deferred = guard(index.guards[gid])
             if not ok:
                 continue
             for consumer in index.consumers[gid]:
@@ -1295,24 +1300,7 @@ class NFAEngine:
             except (AnalysisError, TypeError):
                 k, nodes = _ALL, reg.nodes()
             for node in nodes:
-                s["guards_checked"] += 1
-                ok, deferred = True, False
-                for cid in node.guard_ids:
-                    v = conj_memo.get(cid)
-                    if v is None:
-                        s["conjuncts_evaluated"] += 1
-                        try:
-                            v = fns[cid](attrs, None, None, d)
-                        except AnalysisError:
-                            if cid not in index.deferrable:
-                                raise
-                            v = _ERROR
-                        conj_memo[cid] = v
-                    if v is _ERROR:
-                        deferred = True
-                    elif not v:
-                        ok = False
-                        break
+                ok, deferred = guard(node.guard_ids)
                 if ok and deferred and not all([f(attrs, None, None, d) for f in node.source.guard_fns]):
                     ok = False
                 if ok:
