@@ -143,13 +143,7 @@ def to_logical(select: exp.Expression, catalog: Catalog) -> ir.Node:
         node = ir.Project(node, tuple(cols))
         if select.args.get("distinct"):
             node = ir.Distinct(node)
-    order = select.args.get("order")
-    if order is not None:
-        node = ir.Sort(node, tuple((o.this.sql("spark"), bool(o.args.get("desc"))) for o in order.expressions))
-    limit = select.args.get("limit")
-    if limit is not None:
-        n = _operand(limit.expression, table)
-        node = ir.Limit(node, n if isinstance(n, (ir.Const, ir.Param)) else ir.Const(float("nan")))
+    node = _order_and_limit(node, select, table)
     return node
 
 
@@ -336,13 +330,7 @@ def _join_to_logical(select: exp.Select, first: exp.Table, catalog: Catalog) -> 
         node = ir.Project(node, tuple(cols))
         if select.args.get("distinct"):
             node = ir.Distinct(node)
-    order = select.args.get("order")
-    if order is not None:
-        node = ir.Sort(node, tuple((o.this.sql("spark"), bool(o.args.get("desc"))) for o in order.expressions))
-    limit = select.args.get("limit")
-    if limit is not None:
-        n = _operand(limit.expression, tables[0][1])
-        node = ir.Limit(node, n if isinstance(n, (ir.Const, ir.Param)) else ir.Const(float("nan")))
+    node = _order_and_limit(node, select, tables[0][1])
     return node
 
 
@@ -352,3 +340,16 @@ def _star_of(e: exp.Column, scope: _Scope) -> str:
         if alias.lower() == e.table.lower():
             return f"{scope.qualifier(i)}.*"
     raise AnalysisError(f"unknown table or alias {e.table!r} in {e.table}.*")
+
+
+def _order_and_limit(node, select: exp.Select, table):
+    """ORDER BY and LIMIT over ``node`` (a LIMIT that is not a constant or a parameter becomes NaN, which the
+    classifier rejects)."""
+    order = select.args.get("order")
+    if order is not None:
+        node = ir.Sort(node, tuple((o.this.sql("spark"), bool(o.args.get("desc"))) for o in order.expressions))
+    limit = select.args.get("limit")
+    if limit is not None:
+        n = _operand(limit.expression, table)
+        node = ir.Limit(node, n if isinstance(n, (ir.Const, ir.Param)) else ir.Const(float("nan")))
+    return node
