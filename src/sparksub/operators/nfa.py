@@ -93,6 +93,7 @@ from __future__ import annotations
 import heapq
 import math
 import operator
+import pickle
 import re
 import sys
 from bisect import bisect_left, bisect_right
@@ -109,7 +110,7 @@ from sparksub.operators.cayuga_reference import (
 )
 
 __all__ = ["compile_query", "resolve_query", "CompiledQuery", "Automaton", "AutomatonNode",
-           "AutomatonEdge", "NFAEngine", "Match", "EVENT_SHAPES"]
+           "AutomatonEdge", "NFAEngine", "Match", "EVENT_SHAPES", "partition_key"]
 
 #: The shapes the compiler accepts (named in UnsupportedSubscription errors).
 EVENT_SHAPES = ("left-deep NEXT/FOLD chains over stateless FILTER/SELECT/RENAME pipelines",
@@ -649,6 +650,50 @@ def compile_query(name: str, query: StreamExpr | str, *, schemas: Mapping[str, I
         chain = _decompose(rq.expr)
         automata.append(_describe(rq, chain, schemas, seconds_per_tick, _chain_bounds(chain, seconds_per_tick)))
     return CompiledQuery(name, query, tuple(automata))
+
+
+def partition_key(query: StreamExpr | str, *, publish_right_inputs: bool = True) -> str | None:
+    """The attribute ``A`` by whose value the query's events can be partitioned (DESIGN §6: "the
+    parameter key for event queries with an equality parameter"), or None.
+
+    ``A`` qualifies when every NEXT / FOLD of every automaton the query resolves to has a top-level θ
+    conjunct ``$2.A = $1.A`` (or ``= $.A``) — so every event an instance ever combines has the same
+    ``A`` as the instance's first event — and no operator anywhere assigns ``A`` (a projection item
+    ``x AS A`` other than ``A`` itself, an aggregate term, a renaming): then every event, raw or
+    published inside the query, carries the ``A`` of its partition.  A query without NEXT / FOLD is
+    stateless and has no key (any partitioning works; callers put it with the unkeyed queries).
+
+    >>> partition_key("SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock")
+    'Name'
+    >>> partition_key("SELECT * FROM Stock NEXT{$2.Price > $1.Price} Stock") is None
+    True
+    """
+    if isinstance(query, str):
+        from sparksub.grammar.events import parse_event_query
+        query = parse_event_query(query)
+    keys: set[str] | None = None
+    assigned: set[str] = set()
+    for rq in resolve_query("q", query, publish_right_inputs=publish_right_inputs):
+        for n in rq.expr.walk():
+            if isinstance(n, Project):
+                assigned.update(i.name for i in n.items if i.expr != Attr(i.name))
+            elif isinstance(n, Aggregate):
+                assigned.update(i.name for i in n.items)
+            elif isinstance(n, Rename):
+                assigned.update(a for pair in n.mapping for a in pair)
+            elif isinstance(n, Iteration):
+                assigned.update(i.name for i in n.aggregates)
+            if isinstance(n, (Sequence, Iteration)):
+                mine = set()
+                for c in _conjuncts(n.theta):
+                    k = _equality_key(c)
+                    if k and isinstance(k[0], Attr) and isinstance(k[1], Attr) and k[0].name == k[1].name:
+                        mine.add(k[0].name)
+                keys = mine if keys is None else keys & mine
+    if not keys:
+        return None
+    keys -= assigned
+    return min(keys) if keys else None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1468,6 +1513,52 @@ class NFAEngine:
             if not rq.internal:
                 self._s["matches"] += len(events)
                 self._released.extend(Match(qn, e) for e in events)
+
+    # ---- state (for Spark state stores and checkpoints) ---------------------------------------------
+    def snapshot(self) -> bytes:
+        """The run-time state — live instances, the current tick, stream positions, matches not yet
+        released — without the queries: ``restore`` it into an engine with the same queries registered
+        (a Spark task rebuilds the engine from the query texts and restores the state it kept)."""
+        insts = [(n.key, i.left, i.last, i.t0, i.t1, i.key, i.serial)
+                 for n in self._nodes.values() for b in n.buckets.values() for i in b.values() if i.alive]
+        state = dict(version=1, queries=sorted(self.queries), instances=insts, tick=self._tick,
+                     positions=dict(self._positions), serial=self._serial,
+                     pending_out={q: list(v) for q, v in self._pending_out.items() if v},
+                     dirty=sorted(self._dirty), released=list(self._released), stats=dict(self._s))
+        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def restore(self, data: bytes) -> None:
+        """Replace the run-time state by a ``snapshot``'s; the registered queries must be the same."""
+        state = pickle.loads(data)
+        if state.get("version") != 1:
+            raise AnalysisError("not an NFAEngine snapshot (or one of another version)")
+        if state["queries"] != sorted(self.queries):
+            raise AnalysisError(f"snapshot of queries {state['queries']} restored into an engine with "
+                                f"{sorted(self.queries)}")
+        for n in self._nodes.values():
+            for b in n.buckets.values():
+                for i in b.values():
+                    i.alive = False
+            n.buckets.clear()
+            n.count = 0
+            if n.keyed is not None:
+                n.keyed.by_key.clear()
+                n.keyed.unindexed.clear()
+        self._expiry = []
+        for key, left, last, t0, t1, okey, serial in state["instances"]:
+            node = self._nodes[key]
+            inst = _Instance()
+            inst.node, inst.left, inst.last, inst.t0, inst.t1, inst.key, inst.serial = \
+                node, left, last, t0, t1, okey, serial
+            inst.alive = True
+            if self.expire and node.bound is not None:
+                heapq.heappush(self._expiry, (t0 + node.bound - 1, serial, inst))
+            self._insert(inst, fresh=False)
+        self._tick, self._positions, self._serial = state["tick"], dict(state["positions"]), state["serial"]
+        self._pending_out = {q: list(state["pending_out"].get(q, ())) for q in self._resolved}
+        self._dirty = set(state["dirty"]) & set(self._resolved)
+        self._released = list(state["released"])
+        self._s = dict(state["stats"])
 
     # ---- inspection ---------------------------------------------------------------------------------
     def automaton(self, name: str) -> CompiledQuery:
