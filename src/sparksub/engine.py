@@ -8,6 +8,7 @@ applies, so a bad statement or batch leaves everything as it was (DESIGN §7).
 from __future__ import annotations
 
 import pickle
+import re
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -17,9 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sparksub.errors import (AnalysisError, BadUpdate, DuplicateSubscription, InvalidSubscription, SparksubError,
-                             UnknownSubscription, UnsupportedSubscription)
+from sparksub.errors import (AnalysisError, BadUpdate, DuplicateSubscription, InvalidSubscription, ParseError,
+                             SparksubError, UnknownSubscription, UnsupportedSubscription)
 from sparksub.grammar import statements as st
+from sparksub.grammar.event_ast import StreamExpr
 from sparksub.planner import ir
 from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES, Catalog, TableDef
 from sparksub.planner.classifier import (SUPPORTED_CLASSES, Planned, bind_band_join, bind_box, bind_filter_columns,
@@ -30,7 +32,8 @@ from sparksub.operators.filter_group import EVENT_PREFIX, Block, FilterGroup
 from sparksub.operators.range_groups import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA, RangeClassSnapshot
 from sparksub.operators.range_min_group import (DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA, UPSERT, GroupSnapshot,
                                                 with_reason)
-from sparksub.operators import join_groups, range_subscribers, spark_groups, spark_stream
+from sparksub.operators import event_partitions as evp
+from sparksub.operators import join_groups, range_subscribers, spark_events, spark_groups, spark_stream
 from sparksub.operators.join_groups import JOIN_ITEM_SCHEMA, JOIN_MESSAGE_SCHEMA, JoinSubscriptions, QueryChange
 
 __all__ = ["Engine", "spark_session"]
@@ -40,6 +43,8 @@ LOG_COMPACTION_ROWS = 200_000
 #: FILTER subscriptions per shard (one Spark task each, every event to every shard), up to the
 #: session's default parallelism.
 FILTER_SHARD_SIZE = 250_000
+#: Events logged per event-query replica before its base is rebuilt from a snapshot of its executor.
+EVENT_LOG_COMPACTION = 20_000
 
 
 def spark_session(master: str = "local[*]", app_name: str = "sparksub", **conf):
@@ -102,6 +107,31 @@ class GroupEntry:
     pending_change: QueryChange | None = None
 
 
+@dataclass
+class EventQueryRecord:
+    """One registered event query: its text and AST, the automata (for EXPLAIN), what planning needs,
+    its output attributes (name -> Arrow type) and the streams it PUBLISHes with their attributes."""
+    name: str
+    text: str
+    query: StreamExpr
+    compiled: object  # nfa.CompiledQuery
+    info: evp.EventQueryInfo
+    attributes: dict
+    published: dict
+    raw_spellings: tuple  # the names under which it reads event tables (as written)
+
+
+@dataclass
+class EventClassState:
+    """An event class (``event_partitions.EventClass``) as it runs: one replica per partition, the
+    largest t1 fed to it (events of all its streams arrive in end-time order), counters."""
+    cls: evp.EventClass
+    replicas: dict
+    tick: int | None = None
+    failures: int = 0
+    rejected: int = 0
+
+
 class Engine:
     """The sparksub engine. ``Engine()`` makes a local SparkSession on first use; ``Engine(spark)`` uses yours."""
 
@@ -119,6 +149,20 @@ class Engine:
         self.join_partitions: int | None = None
         #: the router's mode for SELECT_JOIN groups: 'DYNAMIC' (003 §4.5), 'OPT' or a plan name
         self.join_router_mode = join_groups.DYNAMIC
+        # event queries (the EVENT class; operators/event_partitions.py, spark_events.py)
+        #: partitions of a new keyed event class, and the most unkeyed groups per stream set; None: the
+        #: session's default parallelism.  A class keeps the count it was created with.
+        self.event_partitions: int | None = None
+        #: seconds per tick for DUR units (``DUR > 10 MIN``), as NFAEngine's ``seconds_per_tick``
+        self.event_seconds_per_tick: float = 1
+        #: the executor each replica runs (``module:Class`` with NFAEngine's API)
+        self.event_executor: str = evp.DEFAULT_EXECUTOR
+        self._event_queries: dict[str, EventQueryRecord] = {}   # registration order
+        self._event_plan = evp.EventPlan()
+        self._event_classes: dict[str, EventClassState] = {}
+        self._event_clocks: dict[str, list] = {}  # table (lower) -> [events published, largest t1, rejected]
+        self._matches: dict[str, list] = {}
+        self._event_resets: dict[str, int] = {}
         self._lock = threading.RLock()
 
     # ---- Spark ------------------------------------------------------------------------------------
@@ -132,9 +176,11 @@ class Engine:
     def sql(self, text: str):
         """Run one statement or a ``;``-separated script; returns the last statement's answer:
         ``None`` for DDL, a string for EXPLAIN SUBSCRIPTION, a list of dicts for SHOW SUBSCRIPTIONS,
-        and a Spark DataFrame for anything Spark itself runs."""
+        and a Spark DataFrame for anything Spark itself runs.  The whole script is parsed (event-query
+        bodies too) before anything runs.  ``CREATE EVENT QUERY name AS <CEL or algebra>`` takes the text up
+        to the next ``;`` outside quotes, comments and brackets (the algebra's ``;[θ]`` stays inside)."""
         answer = None
-        for stmt in st.parse_statements(text):
+        for stmt in _parse_script(text):
             answer = self._run(stmt)
         return answer
 
@@ -155,9 +201,17 @@ class Engine:
         if isinstance(stmt, st.ExplainSubscription):
             target = stmt.target
             return self.explain(target if isinstance(target, str) else target.sql(dialect="spark"))
-        if isinstance(stmt, (st.CreateEventQuery, st.DropEventQuery)):
-            raise SparksubError("event queries (CREATE/DROP EVENT QUERY) are not available yet: "
-                                "the EVENT class is issue #6")
+        if isinstance(stmt, _EventQueryStatement):
+            self.register_event_query(stmt.name, stmt.query, text=stmt.text)
+            return None
+        if isinstance(stmt, st.CreateEventQuery):
+            self.register_event_query(stmt.this.name, stmt.expression.this)
+            return None
+        if isinstance(stmt, st.DropEventQuery):
+            if stmt.args.get("exists") and stmt.this.name not in self._event_queries:
+                return None
+            self.unregister_event_query(stmt.this.name)
+            return None
         # Plain Spark SQL: our tables it names are visible to it as temp views of their current rows.
         for t in stmt.find_all(exp.Table):
             if t.name in self.catalog:
@@ -274,7 +328,12 @@ class Engine:
 
     def _check_new_ids(self, ids, target: GroupEntry | None = None) -> None:
         """Ids are unique per engine: check them against every group but ``target``, whose own
-        ``SubscriptionPoints.add`` rejects duplicates (within the batch too) before adding anything."""
+        ``SubscriptionPoints.add`` rejects duplicates (within the batch too) before adding anything —
+        and against the event queries' names (one namespace: SHOW / EXPLAIN SUBSCRIPTION list both)."""
+        if self._event_queries:
+            clash = next((i for i in ids if i in self._event_queries), None)
+            if clash is not None:
+                raise DuplicateSubscription(f"{clash!r} is already an event query")
         for entry in self._groups.values():
             if entry is target or not len(entry.points):
                 continue
@@ -284,6 +343,9 @@ class Engine:
 
     def unsubscribe(self, sub_id: str) -> None:
         with self._lock:
+            if sub_id in self._event_queries:
+                raise UnknownSubscription(f"{sub_id!r} is an event query: DROP EVENT QUERY {sub_id} "
+                                          f"(unregister_event_query)")
             entry = self._find_group(sub_id)
             entry.points.remove([sub_id])
             if isinstance(entry.physical, _JOIN_NODES):
@@ -354,7 +416,8 @@ class Engine:
             entry.base_stale = True  # the base snapshot holds the subscriptions: rebuild it lazily
 
     def subscriptions(self) -> list[dict]:
-        """SHOW SUBSCRIPTIONS: one row per group and template (a million bulk subscriptions are one row)."""
+        """SHOW SUBSCRIPTIONS: one row per group and template (a million bulk subscriptions are one row);
+        one row per event query (class EVENT, its group the event class it runs in, its text)."""
         out = []
         for entry in self._groups.values():
             counts = np.bincount(entry.template_of[entry.points.live_slots()], minlength=len(entry.templates))
@@ -362,10 +425,401 @@ class Engine:
                 if n:
                     out.append({"group": entry.group_id, "class": entry.physical.klass,
                                 "template": template, "subscriptions": n})
+        for name, rec in self._event_queries.items():
+            out.append({"group": f"events:{self._event_plan.class_of[name]}", "class": "EVENT",
+                        "template": rec.text, "subscriptions": 1, "name": name})
         return out
 
     def subscription_ids(self) -> list[str]:
         return [str(i) for e in self._groups.values() for i in e.points.ids_of(e.points.live_slots())]
+
+    # ---- event queries (the EVENT class: Cayuga, issue 6) ---------------------------------------------
+    def register_event_query(self, name: str, query: str | StreamExpr, *, text: str | None = None) -> None:
+        """Register an event query (CEL or algebra text, or an ``event_ast`` expression); same as
+        ``CREATE EVENT QUERY name AS <text>``.
+
+        Validated before anything changes (DESIGN §7): a name used by another event query or subscription,
+        a parse error (line, column, caret), a stream that is neither an event table (a table without a
+        PRIMARY KEY) nor PUBLISHed by a registered event query, a PUBLISH of a name already taken (a table,
+        another query's stream), an unsupported shape (UNION), an unknown function.  Then only the query's
+        event class is rebuilt (``event_partitions.event_partition_plan``): the queries of other classes
+        are untouched and those of its class keep their partial matches (the new query is registered into
+        each partition's live executor); the new query starts empty — save that, as Cayuga's merged states,
+        it shares the partial matches of an equal prefix already in progress.  Its matches start with the
+        next ``publish``."""
+        from sparksub.grammar.events import parse_event_query
+        from sparksub.operators.nfa import NFAEngine
+        if not isinstance(name, str) or not name:
+            raise InvalidSubscription(f"event query names are non-empty strings, got {name!r}")
+        with self._lock:
+            if name in self._event_queries:
+                raise DuplicateSubscription(f"event query {name!r} already exists")
+            if name in self._records or self._find_group(name, required=False) is not None:
+                raise DuplicateSubscription(f"{name!r} is already a subscription")
+            if isinstance(query, str):
+                text = query if text is None else text
+                query = parse_event_query(query)
+            elif not isinstance(query, StreamExpr):
+                raise InvalidSubscription(f"an event query is CEL / algebra text or an event_ast expression, "
+                                          f"got {type(query).__name__}")
+            text = text if text is not None else _event_text(query)
+            record = self._event_record(name, text, query)
+            NFAEngine(**self._event_options()).register(name, query)   # what the executor refuses, refused here
+            records = {**self._event_queries, name: record}
+            plan = evp.event_partition_plan([r.info for r in records.values()], self._event_partition_count(),
+                                            self._event_plan)
+            classes, superseded = self._event_rebuild(plan, records)
+            # commit
+            self._event_queries = records
+            self._commit_event_plan(plan, classes, superseded)
+            self._matches[name] = []
+
+    def unregister_event_query(self, name: str) -> None:
+        """Drop an event query (``DROP EVENT QUERY name``) and its matches.  Refused while another event
+        query reads a stream it PUBLISHes.  The other queries of its class keep their partial matches."""
+        with self._lock:
+            if name not in self._event_queries:
+                raise UnknownSubscription(f"no event query {name!r}")
+            mine = set(self._event_queries[name].info.publishes)
+            for other, rec in self._event_queries.items():
+                read = mine & set(rec.info.reads)
+                if other != name and read:
+                    raise AnalysisError(f"cannot drop event query {name!r}: {other!r} reads its stream "
+                                        f"{sorted(read)[0]!r}")
+            records = {q: r for q, r in self._event_queries.items() if q != name}
+            plan = evp.event_partition_plan([r.info for r in records.values()], self._event_partition_count(),
+                                            self._event_plan)
+            classes, superseded = self._event_rebuild(plan, records)
+            self._event_queries = records
+            self._commit_event_plan(plan, classes, superseded)
+            self._matches.pop(name, None)
+            self._event_resets.pop(name, None)
+
+    def event_queries(self) -> list[str]:
+        """The registered event queries' names, in registration order."""
+        return list(self._event_queries)
+
+    def matches(self, name: str) -> list[dict]:
+        """Every match of event query ``name`` so far (since its registration), in order: by ``t1``; matches
+        with equal ``t1`` in the executor's (the oracle's) order within a partition, partitions in turn.
+        Each is a dict of the query's output attributes (as it names them) plus ``t0`` and ``t1``, with the
+        values as the output columns hold them (a computed number is a float)."""
+        with self._lock:
+            if name not in self._event_queries:
+                raise UnknownSubscription(f"no event query {name!r}")
+            return [dict(m) for m in self._matches[name]]
+
+    def _event_options(self) -> dict:
+        return {"seconds_per_tick": self.event_seconds_per_tick}
+
+    def _event_partition_count(self) -> int:
+        if self.event_partitions is None:
+            return max(1, int(self.spark.sparkContext.defaultParallelism))
+        return max(1, int(self.event_partitions))
+
+    def _event_tables(self) -> dict[str, str]:
+        return {t.name.lower(): t.name for t in self.catalog if t.key is None}
+
+    def _event_publishers(self) -> dict[str, str]:
+        return {s: q for q, rec in self._event_queries.items() for s in rec.info.publishes}
+
+    def _event_record(self, name: str, text: str, query: StreamExpr) -> EventQueryRecord:
+        """Analyse a new query against the catalog and the registered ones (raises before any change)."""
+        from sparksub.operators.nfa import compile_query
+        publishers = self._event_publishers()
+        reads, publishes = evp.query_streams(query)
+        for s in sorted(reads):
+            if s not in publishers and s in self.catalog and self.catalog.get(s).key is not None:
+                raise AnalysisError(f"event query {name!r} reads {s!r}, a table with a PRIMARY KEY: event "
+                                    f"queries read event streams (CREATE TABLE {s} (...) without a key)")
+        info = evp.query_info(name, query, self._event_tables(), publishers)
+        for p in publishes:
+            if p in publishers:
+                raise AnalysisError(f"event query {name!r} PUBLISHes {p!r}, which event query "
+                                    f"{publishers[p]!r} already publishes")
+            if p in self.catalog:
+                raise AnalysisError(f"event query {name!r} PUBLISHes {p!r}, the name of a table")
+        env = {}
+        for s in reads:
+            if s in publishers:
+                env[s] = self._event_queries[publishers[s]].published[s]
+            else:
+                env[s] = {c: _arrow_type(t) for c, t in self.catalog.get(s).columns}
+        published: dict = {}
+        attributes = evp.output_attributes(query, env, published)
+        compiled = compile_query(name, query, schemas={s: list(a) for s, a in env.items()},
+                                 seconds_per_tick=self.event_seconds_per_tick)
+        raw = tuple(sorted(s for s in reads if s not in publishers))
+        return EventQueryRecord(name, text, query, compiled, info, attributes, published, raw)
+
+    def _event_rebuild(self, plan: evp.EventPlan, records: dict) -> tuple[dict, list]:
+        """The classes of ``plan`` as they will run: unchanged classes as they are; a changed one's
+        replicas rebuilt from each partition's live executor with the queries that left unregistered and
+        the new ones registered (state kept), or empty when none of its queries stays.  Nothing of the
+        engine changes here (the caller commits); returns (classes, superseded replicas)."""
+        classes: dict[str, EventClassState] = {}
+        superseded = []
+        options = self._event_options()
+        for cid, cls in plan.classes.items():
+            old = self._event_classes.get(cid)
+            if old is not None and old.cls.queries == cls.queries and old.cls.partitions == cls.partitions:
+                classes[cid] = old if old.cls == cls else EventClassState(cls, old.replicas, old.tick, old.failures,
+                                                                          old.rejected)
+                continue
+            keep = [q for q in cls.queries if old is not None and q in old.cls.queries and q not in plan.reset]
+            leave = [q for q in (old.cls.queries if old is not None else ()) if q not in keep]
+            join = [q for q in cls.queries if q not in keep]
+            replicas = {}
+            for rid in cls.replica_ids():
+                executor = None
+                snapshot = None
+                if keep:
+                    executor = spark_events.materialize(old.replicas[rid])
+                    for q in reversed(leave):                # readers before the producers they read
+                        executor.unregister(q)
+                    for q in join:
+                        executor.register(q, records[q].query)
+                    snapshot = executor.snapshot()
+                base = evp.ReplicaBase(tuple((q, records[q].query) for q in cls.queries), snapshot, options,
+                                       self.event_executor)
+                raw = pickle.dumps(base, protocol=pickle.HIGHEST_PROTOCOL)
+                replica = spark_events.EventReplica(self.uid, rid, spark_events.new_base_id(),
+                                                    self.spark.sparkContext.broadcast(raw))
+                if executor is not None:
+                    spark_events.remember(replica, 0, executor)
+                replicas[rid] = replica
+            classes[cid] = EventClassState(cls, replicas, old.tick if keep else None)
+            if old is not None:
+                superseded.extend(old.replicas.values())
+        for cid, old in self._event_classes.items():
+            if cid not in plan.classes:
+                superseded.extend(old.replicas.values())
+        return classes, superseded
+
+    def _commit_event_plan(self, plan: evp.EventPlan, classes: dict, superseded: list) -> None:
+        live = {id(r) for c in classes.values() for r in c.replicas.values()}
+        for r in superseded:
+            if id(r) not in live and hasattr(r.base, "unpersist"):
+                r.base.unpersist(blocking=False)   # executors drop the superseded base
+        for q in plan.reset:
+            self._event_resets[q] = self._event_resets.get(q, 0) + 1
+        self._event_plan = plan
+        self._event_classes = classes
+
+    def _event_layout(self, tdef: TableDef, queries) -> evp.MatchLayout:
+        return evp.match_layout({q: self._event_queries[q].attributes for q in queries},
+                                [(c, _arrow_type(t)) for c, t in tdef.columns])
+
+    def _event_classes_on(self, tdef: TableDef) -> list[EventClassState]:
+        return [c for c in self._event_classes.values() if tdef.name in c.cls.streams]
+
+    def _event_spellings(self, cls: evp.EventClass, tdef: TableDef) -> tuple[str, ...]:
+        """The names under which the class's queries read ``tdef`` (stream names match tables
+        case-insensitively; the executor knows streams by name)."""
+        low = tdef.name.lower()
+        return tuple(sorted({s for q in cls.queries for s in self._event_queries[q].raw_spellings
+                             if s.lower() == low})) or (tdef.name,)
+
+    def _event_times(self, state: TableState, updates) -> tuple[pa.Table, dict]:
+        """The events' intervals: integer ``t0``/``t1`` columns (one alone: an instantaneous event), or the
+        n-th event published to the stream gets ``t0 = t1 = n``.  Malformed events — a NULL t0/t1, t0 > t1,
+        a t1 before the largest t1 of an earlier publish call — get a reason and are set aside.  Returns the
+        rows without the t0/t1 columns (unless the table declares them) and {t0, t1, reasons}."""
+        tdef = state.definition
+        table = _to_arrow(updates)
+        n = table.num_rows
+        count, last, _ = self._event_clocks.get(tdef.name.lower(), (0, None, 0))
+        given = {}
+        for c in ("t0", "t1"):
+            if c not in table.column_names:
+                continue
+            col = table.column(c)
+            if pa.types.is_floating(col.type):
+                vals = col.to_pylist()
+                bad = next((i for i, v in enumerate(vals) if v is not None and (v != v or not float(v).is_integer())),
+                           None)
+                if bad is not None:
+                    raise BadUpdate(f"{c} must hold integers (ticks), got {vals[bad]!r}", bad, c)
+                given[c] = [None if v is None else int(v) for v in vals]
+            elif pa.types.is_integer(col.type) or pa.types.is_null(col.type):
+                given[c] = col.cast(pa.int64()).to_pylist()
+            else:
+                raise BadUpdate(f"{c} must be an integer column (ticks), got {col.type}", None, c)
+        reasons: list = [None] * n
+        if not given:
+            t0 = t1 = list(range(count, count + n))
+        else:
+            t0 = given.get("t0", given.get("t1"))
+            t1 = given.get("t1", given.get("t0"))
+            for i in range(n):
+                if t0[i] is None or t1[i] is None:
+                    reasons[i] = f"null {'t0' if t0[i] is None else 't1'}"
+                elif t0[i] > t1[i]:
+                    reasons[i] = f"t0={t0[i]} > t1={t1[i]}"
+        if last is not None:
+            for i in range(n):
+                if reasons[i] is None and t1[i] < last:
+                    reasons[i] = (f"t1={t1[i]} is before t1={last}, already published to {tdef.name!r} "
+                                  f"(events arrive in end-time order across publish calls)")
+        drop = [c for c in given if c not in tdef.column_names]
+        return (table.drop_columns(drop) if drop else table), {"t0": t0, "t1": t1, "reasons": reasons}
+
+    def _event_part(self, state: TableState, batch: pa.Table, seqs: np.ndarray, times: dict):
+        """Run the event classes reading ``state``'s stream on the accepted events of one publish.
+        ``batch``/``seqs``/``times`` cover every row (``times['reasons']``: why a row was set aside, or None).
+        Returns (output rows — rejected rows, match rows, error rows — or None, a commit function)."""
+        tdef = state.definition
+        reasons = times["reasons"]
+        ok = np.array([r is None for r in reasons], dtype=bool)
+        classes = self._event_classes_on(tdef)
+        members = [q for c in classes for q in c.cls.queries]
+        layout = self._event_layout(tdef, members)
+        schema = layout.schema()
+        rejected = []  # (row index, reason, group_id)
+        rejected += [(i, r, None) for i, r in enumerate(reasons) if r is not None]
+        t0 = np.array([-1 if v is None else v for v in times["t0"]], dtype=np.int64)
+        t1 = np.array([-1 if v is None else v for v in times["t1"]], dtype=np.int64)
+        columns = {c: batch.column(c) for c in tdef.column_names}
+        events = evp.events_table(columns, t0, t1, seqs)
+        parts, streams, routed, ticks = [], {}, {}, {}
+        for c in classes:
+            mine = ok.copy()
+            if c.tick is not None and len(c.cls.streams) > 1:
+                late = mine & (t1 < c.tick)
+                for i in np.flatnonzero(late):
+                    rejected.append((int(i), f"t1={int(t1[i])} is before t1={c.tick}, already processed by event "
+                                             f"queries {list(c.cls.queries)}, which read several streams (their "
+                                             f"events must arrive in end-time order across streams)",
+                                     f"events:{c.cls.id}"))
+                mine &= ~late
+            idx = np.flatnonzero(mine)
+            if not idx.size:
+                continue
+            ticks[c.cls.id] = int(t1[idx].max())
+            if c.cls.key is not None and c.cls.partitions > 1:
+                key = batch.column(c.cls.key).to_pylist() if c.cls.key in tdef.column_names else [None] * len(ok)
+                where = evp.partitions_of([key[i] for i in idx], c.cls.partitions)
+            else:
+                where = np.zeros(idx.size, dtype=np.int64)
+            spell = self._event_spellings(c.cls, tdef)
+            for p in np.unique(where):
+                rid = evp.replica_id(c.cls.id, int(p))
+                sub = events.take(pa.array(idx[where == p]))
+                routed[rid] = (c, sub)
+                streams[rid] = spell
+                parts.append(sub.append_column("replica", pa.array([rid] * sub.num_rows, pa.string())))
+        out = None
+        if parts:
+            replicas = {rid: c.replicas[rid] for rid, (c, _) in routed.items()}
+            out = spark_events.run_event_queries(self.spark, replicas, pa.concat_tables(parts), streams, layout)
+        failed = set()
+        found: list = []
+        if out is not None and out.num_rows:
+            ops = out.column("op").to_pylist()
+            gids = out.column("group_id").to_pylist()
+            failed = {g for o, g in zip(ops, gids) if o == "error"}
+            rows = [r for r in out.to_pylist() if r["op"] == "match"]
+            rows.sort(key=lambda r: (r["t1"], int(r["group_id"].rsplit("#", 1)[1])))   # stable
+            for r in rows:
+                m = {a: r[col] for a, col in layout.columns[r["query"]]}
+                m["t0"], m["t1"] = r["t0"], r["t1"]
+                found.append((r["query"], m))
+        pieces = []
+        if rejected:
+            pieces.append(self._rejected_rows(batch, seqs, times, rejected, schema))
+        if out is not None:
+            pieces.append(out)
+
+        def commit():
+            for q, m in found:
+                self._matches[q].append(m)
+            for rid, (c, sub) in routed.items():
+                if rid in failed:
+                    c.failures += 1      # its batch is not logged: the next task rebuilds from base + log
+                    continue
+                c.replicas[rid].log.append((streams[rid], sub))
+            for c in classes:
+                if c.cls.id in ticks:
+                    c.tick = ticks[c.cls.id] if c.tick is None else max(c.tick, ticks[c.cls.id])
+                c.rejected += sum(1 for _, _, g in rejected if g == f"events:{c.cls.id}")
+            self._compact_event_logs(classes)
+        table = pa.concat_tables(pieces).combine_chunks() if pieces else (schema.empty_table() if classes else None)
+        return table, commit
+
+    def _with_event_part(self, state: TableState, df, schema: pa.Schema, batch: pa.Table, seqs, times: dict):
+        """``publish`` on an event stream: the event part (``_event_part``) beside the groups' DataFrame
+        ``df`` (None without groups), unioned by name; returns (DataFrame, commit function)."""
+        tdef = state.definition
+        table, commit_events = self._event_part(state, batch, seqs, times)
+        if table is None:
+            out = df if df is not None else self.spark.createDataFrame(schema.empty_table())
+        else:
+            events = self.spark.createDataFrame(table)
+            if df is None:
+                out = events
+            else:
+                types = {f.name: f.type for f in table.schema}
+                for c in tdef.column_names:   # FILTER rows carry the event's columns: as the event part names them
+                    col = evp.output_column(c)
+                    if c in df.columns and col != c and c in evp.FIXED_COLUMNS and f"event_{c}" not in df.columns:
+                        df = df.withColumnRenamed(c, col)
+                    if col in df.columns and col in types and _arrow_type_name(types[col]) != dict(df.dtypes)[col]:
+                        df = df.withColumn(col, df[col].cast(_arrow_type_name(types[col])))
+                out = df.unionByName(events, allowMissingColumns=True)
+        n = batch.num_rows
+        accepted = [t for t, r in zip(times["t1"], times["reasons"]) if r is None]
+        n_rejected = n - len(accepted)
+
+        def commit():
+            key = tdef.name.lower()
+            count, last, rejected = self._event_clocks.get(key, (0, None, 0))
+            if accepted:
+                last = max(accepted) if last is None else max(last, max(accepted))
+            self._event_clocks[key] = [count + n, last, rejected + n_rejected]
+            commit_events()
+        return out, commit
+
+    def _rejected_rows(self, batch: pa.Table, seqs, times: dict, rejected: list, schema: pa.Schema) -> pa.Table:
+        idx = pa.array([i for i, _, _ in rejected], pa.int64())
+        data = {f.name: pa.nulls(len(rejected), f.type) for f in schema}
+        data.update(op=pa.array(["rejected"] * len(rejected), pa.string()),
+                    seq=pa.array(np.asarray(seqs)[idx.to_numpy()], pa.int64()),
+                    group_id=pa.array([g for _, _, g in rejected], pa.string()),
+                    reason=pa.array([r for _, r, _ in rejected], pa.string()),
+                    t0=pa.array([times["t0"][i] for i, _, _ in rejected], pa.int64()),
+                    t1=pa.array([times["t1"][i] for i, _, _ in rejected], pa.int64()))
+        for c in batch.column_names:
+            col = evp.output_column(c)
+            if col in data and c != "op":
+                data[col] = batch.column(c).take(idx).cast(schema.field(col).type)
+        return pa.table(data, schema=schema)
+
+    def _compact_event_logs(self, classes) -> None:
+        """A replica whose log grew past EVENT_LOG_COMPACTION events gets a new base: its executor's
+        snapshot (materialised here, in the driver)."""
+        for c in classes:
+            for rid, replica in list(c.replicas.items()):
+                if replica.logged_events() <= EVENT_LOG_COMPACTION:
+                    continue
+                executor = spark_events.materialize(replica)
+                base = replica.base_value()
+                base.snapshot = executor.snapshot()
+                raw = pickle.dumps(base, protocol=pickle.HIGHEST_PROTOCOL)
+                new = spark_events.EventReplica(self.uid, rid, spark_events.new_base_id(),
+                                                self.spark.sparkContext.broadcast(raw))
+                spark_events.remember(new, 0, executor)
+                if hasattr(replica.base, "unpersist"):
+                    replica.base.unpersist(blocking=False)
+                c.replicas[rid] = new
+
+    def _event_executors(self, c: EventClassState) -> dict:
+        """Every replica's executor as of now, in this (driver) process (cache + log replay)."""
+        out = {}
+        for rid, replica in c.replicas.items():
+            executor = spark_events.materialize(replica)
+            spark_events.remember(replica, len(replica.log), executor)
+            out[rid] = executor
+        return out
 
     # ---- data -----------------------------------------------------------------------------------------
     def load(self, table: str, data) -> int:
@@ -387,11 +841,33 @@ class Engine:
         its notifications for this batch are replaced by one ``op = 'error'`` row whose ``reason``
         names the failure, the other groups are unaffected, and the failed group is rebuilt from the
         table's rows on its next use (DESIGN §7).
+
+        On an event stream (a table without a key) the rows are events: each has an interval — integer
+        ``t0``/``t1`` columns, or ``t0 = t1 = n`` for the n-th event published to the stream (0-based,
+        across calls) — and the output holds, beside the FILTER notifications, the matches of the event
+        queries reading the stream: ``op = 'match'``, ``query`` (the event query), one column per output
+        attribute over those queries (``event_partitions``: names and types), ``t0``, ``t1``.  Within a
+        call events are processed in (t1, row) order, inside Spark tasks (``spark_events``; one executor
+        per partition of each event class).  A malformed event (NULL t0/t1, t0 > t1, a t1 before the
+        largest t1 of an earlier call) comes out as an ``op = 'rejected'`` row with its ``seq``, columns
+        and ``reason``, and is set aside (FILTER subscriptions do not see it either); the others go on.
+        A replica whose executor fails yields an ``op = 'error'`` row; its batch is dropped for it alone.
+        Event queries have one output form: their rows come out in either ``mode``.
         """
         schema = _schema_for(mode)
         with self._lock:
             state = self._table(table)
+            times = None
+            if state.definition.key is None:
+                updates, times = self._event_times(state, updates)
             batch = self._validated(state, updates)
+            n_rows = batch.num_rows
+            all_seqs = np.arange(self._next_seq, self._next_seq + n_rows, dtype=np.int64)
+            all_batch = batch
+            seqs = all_seqs
+            if times is not None and any(r is not None for r in times["reasons"]):
+                ok = np.array([r is None for r in times["reasons"]], dtype=bool)
+                batch, seqs = batch.filter(pa.array(ok)), all_seqs[ok]
             groups = self._groups_on(state)
             skipped = []
             if mode == "reformulated":  # FILTER and BAND_JOIN have no reformulated form yet: unicast only
@@ -405,7 +881,6 @@ class Engine:
             if any(isinstance(e.physical, _JOIN_NODES) for e in groups):
                 schema = _with_join_columns(schema, mode)
             self._net_join_rows = False
-            seqs = np.arange(self._next_seq, self._next_seq + batch.num_rows, dtype=np.int64)
             group_batches = {e.group_id: self._group_batch(state, e.physical, batch, seqs) for e in groups
                              if not isinstance(e.physical, _JOIN_NODES)}
             replicas, parts, owner = {}, [], {}
@@ -436,13 +911,18 @@ class Engine:
                     df = _net_join_notifications(df)
                 df = _rename_event_columns(df, state.definition)
             else:
-                df, failed = self.spark.createDataFrame(schema.empty_table()), set()
+                df, failed = None if times is not None else self.spark.createDataFrame(schema.empty_table()), set()
+            event_commit = None
+            if times is not None:
+                df, event_commit = self._with_event_part(state, df, schema, all_batch, all_seqs, times)
             # Only now, with the notifications computed, does the batch become part of the state.
             self._apply_rows(state, batch)
             for e in skipped:  # stateful, yet left out of this batch: rebuilt from the rows on next use
                 e.base_stale = True
                 e.version += 1
-            self._next_seq += batch.num_rows
+            self._next_seq += n_rows
+            if event_commit is not None:
+                event_commit()
             for e in groups:  # the batch is now part of every group's state: log it
                 if e.group_id in failed:
                     # Its 'error' row is in the output; rebuild it from the rows next time (DESIGN §7).
@@ -569,8 +1049,11 @@ class Engine:
 
     def result(self, sub_id: str):
         """The subscription's current result: the MIN (MAX) over its range, None when empty. A FILTER
-        subscription is stateless: it has no result (None); its matches are the notifications."""
+        subscription is stateless: it has no result (None); its matches are the notifications.  For an
+        event query: ``matches(name)``."""
         with self._lock:
+            if sub_id in self._event_queries:
+                return self.matches(sub_id)
             entry = self._find_group(sub_id)
             if isinstance(entry.physical, ir.FilterGroupScan):
                 return None
@@ -620,9 +1103,17 @@ class Engine:
                                 for o in outs]).combine_chunks() if outs else schema.empty_table()
         return self.spark.createDataFrame(out)
 
-    def explain(self, target: str) -> str:
+    def explain(self, target: str, format: str = "text") -> str:
+        """EXPLAIN SUBSCRIPTION: our plan and the Spark physical plan it runs in, for a subscription id, a
+        SELECT, or an event query's name (``format="dot"``: its automata as Graphviz DOT)."""
         from sparksub.planner.explain import explain_text
+        if format not in ("text", "dot"):
+            raise ValueError(f"unknown EXPLAIN format {format!r}; expected 'text' or 'dot'")
         with self._lock:
+            if target in self._event_queries:
+                return self._explain_event(target, format)
+            if format != "text":
+                raise ValueError("format='dot' is for event queries (their automata)")
             if target in self._records:
                 rec = self._records[target]
                 planned, entry = rec.planned, self._find_group(target)
@@ -643,6 +1134,10 @@ class Engine:
             return explain_text(target, planned, entry, group, spark_plan)
 
     def stats(self) -> dict:
+        """Per group id, the operator's counters.  Event classes (``events:<class>``): the queries, key,
+        partitions, streams, the executors' counters (``NFAEngine.stats()``) summed over the partitions,
+        events logged, failures and rejected events; event streams (``stream:<table>``): events
+        published, the largest t1, events rejected."""
         with self._lock:
             out = {}
             for entry in self._groups.values():
@@ -651,7 +1146,74 @@ class Engine:
                     continue
                 state = self._tables[entry.physical.table.lower()]
                 out[entry.group_id] = self._materialized(state, entry).stats()
+            for cid, c in self._event_classes.items():
+                out[f"events:{cid}"] = {**_summed_stats(self._event_executors(c).values()),
+                                        "class": "EVENT", "queries": list(c.cls.queries), "key": c.cls.key,
+                                        "partitions": c.cls.partitions, "streams": list(c.cls.streams),
+                                        "events_logged": sum(r.logged_events() for r in c.replicas.values()),
+                                        "replica_failures": c.failures, "rejected": c.rejected,
+                                        "state_resets": sum(self._event_resets.get(q, 0) for q in c.cls.queries)}
+            for key, (count, last, rejected) in self._event_clocks.items():
+                out[f"stream:{self.catalog.get(key).name}"] = {"events": count, "last_t1": last, "rejected": rejected}
             return out
+
+    def _explain_event(self, name: str, format: str) -> str:
+        rec = self._event_queries[name]
+        if format == "dot":
+            return rec.compiled.to_dot()
+        cid = self._event_plan.class_of[name]
+        c = self._event_classes[cid]
+        cls = c.cls
+        try:
+            cel = rec.query.to_cel()
+        except ValueError as err:
+            cel = f"(none: {err})"
+        streams = sorted(set(rec.raw_spellings) | set(rec.info.reads))
+        lines = [f"== Event query: {name} ==", f"CEL: {cel}", f"Algebra: {rec.query.to_algebra()}", "Class: EVENT",
+                 f"Reads: {', '.join(streams)}",
+                 f"Publishes: {', '.join(rec.info.publishes) or '(nothing)'}",
+                 f"Partition key (nfa.partition_key): {rec.info.key or '(none)'}",
+                 "Output: " + ", ".join(f"{evp.output_column(a)} {_arrow_type_name(t).upper()}"
+                                        for a, t in rec.attributes.items()) + ", t0 BIGINT, t1 BIGINT",
+                 "", "== Automaton ==", rec.compiled.describe(), "", "== Indexes =="]
+        executors = self._event_executors(c)
+        lines += _event_index_lines(rec.compiled, executors, cls)
+        lines += ["", "== Partitioning =="]
+        if cls.key is not None:
+            lines.append(f"hash-partitioned by {cls.key} into {cls.partitions} partitions: event class {cls.id} "
+                         f"(event_partitions.key_partition: CRC-32 of the value; NULL -> partition 0)")
+        else:
+            lines.append(f"one partition: event class {cls.id} (unkeyed group; every event of "
+                         f"{', '.join(cls.streams)} replicated to it)")
+        comp = next(comp for comp in cls.components if name in comp)
+        lines.append(f"component of queries: {', '.join(comp)}")
+        others = [", ".join(x) for x in cls.components if x != comp]
+        if others:
+            lines.append(f"other components in the class: {'; '.join(f'[{o}]' for o in others)}")
+        for rid, replica in c.replicas.items():
+            lines.append(f"replica {rid}: {len(replica.log)} batches, {replica.logged_events()} events logged "
+                         f"since its base")
+        if self._event_resets.get(name):
+            lines.append(f"partial matches reset {self._event_resets[name]} time(s) (moved to another class)")
+        lines += ["", "== Spark physical plan ==", self._event_spark_plan(c).rstrip()]
+        return "\n".join(lines)
+
+    def _event_spark_plan(self, c: EventClassState) -> str:
+        cls = c.cls
+        tdef = self.catalog.get(cls.streams[0])
+        rids = list(cls.replica_ids())
+        # placeholder rows, two per replica: a tiny local relation would let Spark optimise the exchange
+        # and the sort away
+        n = 2 * len(rids)
+        sample = evp.events_table({col: pa.nulls(n, _arrow_type(t)) for col, t in tdef.columns}, [0] * n, [0] * n,
+                                  list(range(n)))
+        sample = sample.append_column("replica", pa.array(rids * 2, pa.string()))
+        spell = self._event_spellings(cls, tdef)
+        try:
+            return spark_events.event_plan_string(self.spark, dict(c.replicas), sample, {r: spell for r in rids},
+                                                  self._event_layout(tdef, cls.queries))
+        except Exception as err:  # EXPLAIN must not fail because Spark is unavailable
+            return f"(Spark plan unavailable: {err})"
 
     # ---- internals ----------------------------------------------------------------------------------
     def _groups_on(self, state: TableState) -> list[GroupEntry]:
@@ -1119,6 +1681,12 @@ def _arrow_type(spark_type: str) -> pa.DataType:
             "date": pa.date32()}[spark_type]
 
 
+def _arrow_type_name(t: pa.DataType) -> str:
+    """The Spark SQL type name of an Arrow type (as ``DataFrame.dtypes`` spells it)."""
+    return {pa.string(): "string", pa.float64(): "double", pa.int64(): "bigint", pa.bool_(): "boolean",
+            pa.timestamp("us"): "timestamp", pa.date32(): "date", pa.int8(): "tinyint"}.get(t, "string")
+
+
 def _to_arrow(data) -> pa.Table:
     """Spark DataFrame, pandas DataFrame, Arrow table/batch, a dict of arrays, or a list of rows."""
     if isinstance(data, pa.Table):
@@ -1284,3 +1852,194 @@ def _bind_k(physical, params: dict, ids: np.ndarray) -> np.ndarray:
         raise InvalidSubscription(f"subscription {ids[bad[0]]!r}: LIMIT :{v.name} must be a positive integer, "
                                   f"got {col[bad[0]]!r}")
     return col.astype(np.int64)
+
+
+# ---- event queries: scripts, EXPLAIN -------------------------------------------------------------------
+
+@dataclass
+class _EventQueryStatement:
+    """``CREATE EVENT QUERY name AS <body>``, its body parsed (``_parse_script``)."""
+    name: str
+    query: StreamExpr
+    text: str
+
+
+_HAS_EVENT_QUERY = re.compile(r"CREATE\s+EVENT\s+QUERY", re.I)
+_CREATE_EVENT_QUERY = re.compile(r"\s*(?:(?:--[^\n]*(?:\n|$)|/\*.*?\*/)\s*)*CREATE\s+EVENT\s+QUERY\s+"
+                                 r"(?P<name>`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)\s+AS\b", re.I | re.S)
+
+
+def _script_pieces(text: str) -> list[tuple[int, str]]:
+    """``text`` cut at every ``;`` outside quotes, comments and brackets that is not the algebra's
+    sequence ``;[θ]``: (offset, piece) for each non-blank piece."""
+    pieces, start, depth, i, n = [], 0, 0, 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in "'\"`":
+            j = i + 1
+            while j < n and text[j] != ch:
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            continue
+        if text.startswith("--", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j + 1
+            continue
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+            continue
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch == ";" and depth == 0 and not text[i + 1:].lstrip().startswith("["):
+            pieces.append((start, text[start:i]))
+            start = i + 1
+        i += 1
+    pieces.append((start, text[start:]))
+    return [(o, p) for o, p in pieces if p.strip() and not _only_comments(p)]
+
+
+def _only_comments(piece: str) -> bool:
+    return not re.sub(r"--[^\n]*|/\*.*?\*/", "", piece, flags=re.S).strip()
+
+
+def _shifted(err: ParseError, text: str, offset: int) -> ParseError:
+    """A parse error in a piece of ``text`` starting at ``offset``, positioned in ``text``."""
+    before = text[:offset]
+    line0, col0 = before.count("\n"), offset - (before.rfind("\n") + 1)
+    return ParseError(err.message, text, line0 + err.line, err.column + (col0 if err.line == 1 else 0))
+
+
+def _parse_script(text: str) -> list:
+    """``st.parse_statements``, except that ``CREATE EVENT QUERY`` bodies end at their statement's ``;``
+    and are parsed here (errors positioned in the whole script)."""
+    if not _HAS_EVENT_QUERY.search(text):
+        return st.parse_statements(text)
+    from sparksub.grammar.events import parse_event_query
+    out = []
+    for offset, piece in _script_pieces(text):
+        m = _CREATE_EVENT_QUERY.match(piece)
+        if m is None:
+            try:
+                out.extend(st.parse_statements(piece))
+            except ParseError as err:
+                raise _shifted(err, text, offset) from None
+            continue
+        body = piece[m.end():]
+        try:
+            query = parse_event_query(body)
+        except ParseError as err:
+            raise _shifted(err, text, offset + m.end()) from None
+        out.append(_EventQueryStatement(m.group("name").strip("`"), query, body.strip()))
+    return out
+
+
+def _event_text(query: StreamExpr) -> str:
+    try:
+        return query.to_cel()
+    except ValueError:
+        return query.to_algebra()
+
+
+_WORK = ("events", "guards_checked", "conjuncts_evaluated", "nodes_visited", "instances_visited", "edges_evaluated",
+         "instances_created", "instances_alive", "instances_expired", "instances_unmatchable", "matches")
+
+
+def _summed_stats(executors) -> dict:
+    """The executors' counters summed (the structure counts — nodes, automata — are the same in each)."""
+    out: dict = {}
+    for ex in executors:
+        for k, v in ex.stats().items():
+            if k in ("queries", "automata", "nodes", "nodes_without_sharing", "start_groups"):
+                out[k] = v
+            elif k == "bytes_per_instance":
+                continue
+            elif isinstance(v, (int, float)):
+                out[k] = out.get(k, 0) + v
+    return out
+
+
+def _static_access(conjuncts) -> str:
+    """How the static index reaches a guard (nfa._StaticIndex's rule: an ``attr = const`` conjunct, else a
+    range ``attr op const``, else the guard is checked on every event)."""
+    from sparksub.grammar.event_ast import Attr, Compare, Const
+    from sparksub.grammar.events import parse_predicate
+    flip = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}
+    best = None
+    for text in conjuncts:
+        try:
+            e = parse_predicate(text)
+        except SparksubError:
+            continue
+        if not isinstance(e, Compare) or e.op not in flip:
+            continue
+        for a, b, op in ((e.left, e.right, e.op), (e.right, e.left, flip[e.op])):
+            if isinstance(a, Attr) and isinstance(b, Const) and (op == "=" or not isinstance(b.value, bool)):
+                if best is None or (op == "=" and best[1] != "="):
+                    best = (a.name, op)
+                break
+    if best is None:
+        return "checked on every event" if conjuncts else "no static conjunct: every event"
+    return f"hash on {best[0]}" if best[1] == "=" else f"sorted bounds on {best[0]} {best[1]} const"
+
+
+def _static_tables(executor) -> str:
+    """The executor's static index, per stream: its access tables and how many guards each holds."""
+    index = getattr(executor, "_index", None)
+    if not isinstance(index, dict):
+        return "(not exposed by this executor)"
+    parts = []
+    for stream in sorted(index):
+        ix = index[stream]
+        items = []
+        for attr, table in sorted(getattr(ix, "eq", {}).items()):
+            n = sum(len(g) for g in table.values())
+            if n:
+                items.append(f"hash on {attr} ({n})")
+        for (attr, op, _), (_, gs) in sorted(getattr(ix, "ranges", {}).items(), key=str):
+            if gs:
+                items.append(f"sorted bounds on {attr} {op} ({len(gs)})")
+        if getattr(ix, "always", None):
+            items.append(f"every event ({len(ix.always)})")
+        parts.append(f"{stream}: {', '.join(items) or 'empty'}")
+    return "; ".join(parts) or "(empty)"
+
+
+def _event_index_lines(compiled, executors: dict, cls) -> list[str]:
+    """EXPLAIN's index section for one event query: per automaton node, its static guard and how the
+    static index reaches it, its instance index; then the class's executors (structure and work)."""
+    lines = []
+    many = len(compiled.automata) > 1
+    for a in compiled.automata:
+        pre = f"{a.query}: " if many else ""
+        nodes = {n.id: n for n in a.nodes}
+        for e in a.edges:
+            if e.source == "start":
+                lines.append(f"{pre}start -> {e.target} on {nodes['start'].label.split(' | ')[0]}: static guard "
+                             f"{' AND '.join(e.static) or 'TRUE'}; {_static_access(e.static)}")
+            elif e.kind == "filter":
+                n = nodes[e.source]
+                pure = all(seg.startswith("FILTER{") for seg in n.label.split(" | ")[1:])
+                line = f"{pre}{n.id} on {n.label.split(' | ')[0]}: static guard {' AND '.join(e.static) or 'TRUE'}; "
+                if n.instance_index and pure:
+                    line += (f"found through the instance index on {' AND '.join(n.instance_index)} (instances "
+                             f"hashed on their binding value; an event visits its own bucket, guard checked there)")
+                elif n.instance_index:
+                    line += (f"{_static_access(e.static)}; instance index on {' AND '.join(n.instance_index)} "
+                             f"(an event visits only the bucket of its value)")
+                else:
+                    line += f"{_static_access(e.static)}; no instance index (every instance of the node is visited)"
+                if n.dur_bound is not None:
+                    line += f"; instances expire after DUR {n.dur_bound}"
+                lines.append(line)
+    if executors:
+        first = next(iter(executors.values()))
+        st_ = _summed_stats(executors.values())
+        lines.append(f"executor static index (class {cls.id}, all its queries): {_static_tables(first)}")
+        lines.append(f"prefix sharing: {st_.get('nodes', 0)} nodes for {st_.get('nodes_without_sharing', 0)} "
+                     f"without sharing, {st_.get('start_groups', 0)} start groups")
+        lines.append("work so far (NFAEngine.stats() over the partitions): "
+                     + ", ".join(f"{k.replace('_', ' ')} {st_.get(k, 0)}" for k in _WORK))
+    return lines
