@@ -2,14 +2,21 @@
 
     sparksub demo [--stocks N] [--subscriptions M] [--updates U] [--batch B]
         the stock-market example of 000 §1 end to end on embedded Spark
-    sparksub run SCRIPT.sql --events FILE [--table T] [--mode unicast|reformulated] [--batch B]
-        run a script of statements, then publish the events of a CSV or JSON-lines file
+    sparksub run SCRIPT.sql|QUERIES.cel ... --events FILE [--table T] [--schema "col TYPE, ..."]
+                 [--mode unicast|reformulated] [--batch B] [--partitions P] [--seconds-per-tick S]
+        run scripts of statements (.sql) and event queries (.cel), then publish the events of a CSV or
+        JSON-lines file and print the notifications, the event-query matches and a summary.  A .cel file
+        holds queries (CEL or algebra), each after a line "-- query: NAME" (a file without one is one query
+        named after the file); the events' stream comes from a .sql script (CREATE TABLE Stock (...)
+        without a key) or --schema (the stream --table, default: the one the queries read); events may
+        carry integer t0/t1 columns (else the n-th event is at tick n)
     sparksub calibrate-router [--sizes 20000x2000,...] [--events N] [--out PATH]
         fit the select-join router's cost coefficients on this machine (003 §4.6.7, Table 4.2) and store them
 """
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -118,46 +125,165 @@ def demo(args) -> int:
 
 # ---- run -------------------------------------------------------------------------------------------
 
+_QUERY_MARKER = re.compile(r"^[ \t]*--[ \t]*query[ \t]*:[ \t]*(?P<name>\S+)[ \t]*$", re.I | re.M)
+
+
+def read_cel(path: Path) -> list[tuple[str, str, int]]:
+    """The event queries of a ``.cel`` file: ``(name, text, first line)`` each.
+
+    Each query is introduced by a line ``-- query: NAME`` and runs to the next such line; a file without
+    such a line holds one query named after the file (``jumps.cel`` -> ``jumps``).  Before the first
+    marker only blank lines and ``--`` comments may stand.  A query's text is CEL or the algebra (either
+    parses; ``--`` comments inside are fine).
+    """
+    text = path.read_text()
+    marks = list(_QUERY_MARKER.finditer(text))
+    if not marks:
+        return [(path.stem, text, 1)]
+    head = text[:marks[0].start()]
+    if any(ln.strip() and not ln.strip().startswith("--") for ln in head.splitlines()):
+        raise ValueError(f"{path}: text before the first '-- query: NAME' line")
+    out = []
+    for i, m in enumerate(marks):
+        body_start = m.end() + 1
+        body = text[body_start:marks[i + 1].start() if i + 1 < len(marks) else len(text)]
+        out.append((m.group("name"), body, text.count("\n", 0, body_start) + 1))
+    return out
+
+
+def _columns_hint(events) -> str:
+    """A ``--schema`` for an events file's columns (their pandas dtypes), t0/t1 left out."""
+    kinds = {"i": "BIGINT", "u": "BIGINT", "f": "DOUBLE", "b": "BOOLEAN"}
+    return ", ".join(f"{c} {kinds.get(events[c].dtype.kind, 'STRING')}" for c in events.columns
+                     if c not in ("t0", "t1", "_op"))
+
+
 def run(args) -> int:
+    """``sparksub run SCRIPT... --events FILE``: run ``.sql`` scripts (statements) and ``.cel`` files (event
+    queries, :func:`read_cel`) in the order given, then publish the events file in batches and print
+    every notification, every event-query match, and a summary.
+
+    Tables: the ``.sql`` scripts declare them; ``--schema "Name STRING, Price DOUBLE"`` declares the
+    event stream ``--table`` (default: the one stream the ``.cel`` queries read) without a script.
+    Nothing else is created implicitly: a ``.cel`` query over an undeclared stream is an error that
+    suggests a ``--schema`` read off the events file's columns.
+    """
     import pandas as pd
 
-    from sparksub.errors import SparksubError
+    from sparksub.errors import ParseError, SparksubError
 
     engine = _engine()
-    script = Path(args.script).read_text()
-    try:
-        answer = engine.sql(script)
-    except SparksubError as err:
-        print(f"{args.script}: {err}", file=sys.stderr)
-        return 2
-    if isinstance(answer, str):
-        print(answer)
+    if args.partitions is not None:
+        engine.event_partitions = args.partitions
+    if args.seconds_per_tick is not None:
+        engine.event_seconds_per_tick = args.seconds_per_tick
     path = Path(args.events)
     if path.suffix.lower() == ".csv":
         events = pd.read_csv(path)
     else:
         events = pd.read_json(path, lines=True)
+    scripts = [Path(s) for s in args.script]
+    queries = []
+    try:
+        for script in scripts:
+            if script.suffix.lower() == ".cel":
+                queries += [(script, *q) for q in read_cel(script)]
+    except (OSError, ValueError) as err:
+        print(err, file=sys.stderr)
+        return 2
+    if args.schema:
+        from sparksub.grammar.events import parse_event_query
+        from sparksub.operators.event_partitions import query_streams
+        table = args.table
+        if table is None:
+            streams, published = set(), set()
+            for _, _, text, _ in queries:
+                try:
+                    reads, publishes = query_streams(parse_event_query(text))
+                except ParseError:
+                    continue  # reported when it is registered
+                streams |= reads
+                published |= set(publishes)
+            streams -= published
+            if len(streams) != 1:
+                print(f"--table is needed with --schema: the queries read {sorted(streams) or 'no stream'}",
+                      file=sys.stderr)
+                return 2
+            table = streams.pop()
+        try:
+            engine.sql(f"CREATE TABLE {table} ({args.schema})")
+        except SparksubError as err:
+            print(f"--schema: {err}", file=sys.stderr)
+            return 2
+    for script in scripts:
+        if script.suffix.lower() == ".cel":
+            for _, name, text, line in [q for q in queries if q[0] == script]:
+                try:
+                    engine.register_event_query(name, text)
+                except ParseError as err:
+                    shifted = ParseError(err.message, script.read_text(), err.line + line - 1, err.column)
+                    print(f"{script}: query {name}: {shifted}", file=sys.stderr)
+                    return 2
+                except SparksubError as err:
+                    hint = ""
+                    if "unknown stream" in str(err):
+                        hint = (f"\n  declare it: --schema \"{_columns_hint(events)}\" (the columns of {path.name}), "
+                                f"or a .sql script with CREATE TABLE")
+                    print(f"{script}: query {name}: {err}{hint}", file=sys.stderr)
+                    return 2
+            continue
+        try:
+            answer = engine.sql(script.read_text())
+        except SparksubError as err:
+            print(f"{script}: {err}", file=sys.stderr)
+            return 2
+        except OSError as err:
+            print(err, file=sys.stderr)
+            return 2
+        if isinstance(answer, str):
+            print(answer)
     tables = [t.name for t in engine.catalog]
     table = args.table or (tables[0] if len(tables) == 1 else None)
     if table is None:
-        print(f"--table is needed: the script declares {tables}", file=sys.stderr)
+        print(f"--table is needed: the scripts declare {tables}", file=sys.stderr)
         return 2
-    total = 0
+    names = engine.event_queries()
+    seen = {q: 0 for q in names}
+    total = n_matches = rejected = 0
     t = time.perf_counter()
     for start in range(0, len(events), args.batch):
         chunk = events.iloc[start:start + args.batch]
         try:
             notes = engine.publish(table, chunk, mode=args.mode).toPandas()
-            notes = notes.sort_values("seq", kind="stable")  # groups come out one after another
         except SparksubError as err:
             print(f"{path}: rows {start}..{start + len(chunk) - 1}: {err}", file=sys.stderr)
             return 2
         total += len(notes)
+        if "query" in notes.columns:   # event-query matches are printed below, one line each
+            if "op" in notes.columns:
+                rejected += int((notes["op"] == "rejected").sum())
+            notes = notes[notes["query"].isna()]
+            notes = notes.dropna(axis=1, how="all") if len(notes) else notes
         if len(notes):
+            notes = notes.sort_values("seq", kind="stable")  # groups come out one after another
             print(notes.to_string(index=False))
+        found = []
+        for i, q in enumerate(names):
+            new = engine.matches(q)[seen[q]:]
+            seen[q] += len(new)
+            found += [(m["t1"], i, q, m) for m in new]
+        n_matches += len(found)
+        for _, _, q, m in sorted(found, key=lambda x: x[:2]):
+            attrs = ", ".join(f"{k}={v}" for k, v in m.items() if k not in ("t0", "t1"))
+            print(f"{q:>12}  match  [{m['t0']}, {m['t1']}]  {attrs}")
     elapsed = time.perf_counter() - t
+    rate = len(events) / max(elapsed, 1e-9)
+    rate_text = f"{rate:,.0f}" if rate >= 10 else f"{rate:.2f}"
     print(f"\n{len(events):,} events, {total:,} {'messages' if args.mode == 'reformulated' else 'notifications'}, "
-          f"{len(events) / max(elapsed, 1e-9):,.0f} events/s")
+          f"{rate_text} events/s")
+    if names:
+        print(f"{n_matches:,} event-query matches ({', '.join(f'{q} {seen[q]:,}' for q in names)}), "
+              f"{rejected:,} events rejected")
     return 0
 
 
@@ -198,10 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--updates", type=int, default=20_000)
     d.add_argument("--batch", type=int, default=5_000)
     d.set_defaults(fn=demo)
-    r = sub.add_parser("run", help="run a script of statements against an event file")
-    r.add_argument("script")
-    r.add_argument("--events", required=True, help="CSV or JSON-lines file of updates")
+    r = sub.add_parser("run", help="run scripts of statements (.sql) and event queries (.cel) against an event file")
+    r.add_argument("script", nargs="+", help=".sql statements or .cel event queries ('-- query: NAME' before each)")
+    r.add_argument("--events", required=True, help="CSV or JSON-lines file of updates or events (t0/t1 optional)")
     r.add_argument("--table", help="the table the events update (default: the only one)")
+    r.add_argument("--schema", help="declare the event stream --table: 'Name STRING, Price DOUBLE, ...'")
+    r.add_argument("--partitions", type=int, help="partitions of keyed event classes (default: Spark's parallelism)")
+    r.add_argument("--seconds-per-tick", type=float, help="seconds per tick for DUR units (default 1)")
     r.add_argument("--mode", choices=("unicast", "reformulated"), default="unicast")
     r.add_argument("--batch", type=int, default=10_000)
     r.set_defaults(fn=run)
