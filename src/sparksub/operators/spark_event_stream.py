@@ -2,70 +2,67 @@
 instances in Spark's state store, so that a restart from the checkpoint neither loses nor repeats a match
 (issue 6 item 5, DESIGN §6).  The plan (names as Spark's EXPLAIN prints them)::
 
-    TransformWithStateInPySpark event_query_nfa_stream(...)     one state partition per partition id
+    TransformWithStateInPySpark event_query_nfa_stream(...)     one state partition per replica
     +- Exchange hashpartitioning(ev_part), REQUIRED_BY_STATEFUL_OPERATOR
-       +- MapInArrow event_query_nfa_stream_route(...)          each event to its partition of every group
+       +- MapInArrow event_query_nfa_stream_route(...)          each event to its replica of every class
           +- <the stream's events: its columns plus integer t0, t1>
 
-**Partitions.**  The queries are split into groups (``_plan``): the queries whose ``nfa.partition_key`` is
-the partition key run in ``partitions`` partitions, an event going to ``crc32(key value) % partitions``
-(every event an instance of such a query combines has the key value of its first event, so each
-partition sees all the events its instances can use); every other query runs in one partition that sees
-every event.  Queries joined by a PUBLISHed stream always share a group.  An event goes to one partition
-of every group; a partition id is ``"<group>#<n>"`` (column ``ev_part``).  A null key goes to partition 0.
+The pure parts are ``operators/event_partitions`` (shared with batch ``publish``, ``spark_events``): the
+plan (queries in *classes*: the queries of a keyed class run in ``partitions`` replicas, an event going to
+``key_partition(its key value)``; every other class in one replica that sees every event), the routing
+hash, the output layout (attribute columns and their types) and the match rows.  A replica's id
+(``events:<class>#<partition>``, column ``ev_part``) is its state key.
 
-**State** (per partition id, RocksDB): one ValueState ``nfa`` = ``(fingerprint, applied, tick, snapshot)``:
-the fingerprint of the group (stream, queries and their texts, key, partition count, seconds per tick),
-the micro-batches applied so far, the partition's current tick (the largest ``t1`` processed) and
-``NFAEngine.snapshot()`` -- live instances, tick, stream positions, matches not yet released.  The
-engine (the queries, compiled) is a cache in the Python worker, one per group fingerprint; each
-micro-batch restores the partition's snapshot into it (skipped when the worker's engine already holds
-this partition as of the state's ``applied``, in the same streaming query run) and writes the new
-snapshot back.  The whole snapshot is rewritten every micro-batch that has events for the partition, so
-the state I/O of a micro-batch is proportional to the partition's live instances.
+**State** (per replica, RocksDB): one ValueState ``nfa`` = ``(fingerprint, applied, tick, snapshot)``: the
+fingerprint of the class (stream, queries, key, partition count, executor and its options), the
+micro-batches applied so far, the replica's tick (the largest ``t1`` processed) and the executor's
+``snapshot()`` -- live instances, tick, stream positions, matches not yet released.  The executor (the
+class's queries, compiled) is a cache in the Python worker, one per class fingerprint; each micro-batch
+restores the replica's snapshot into it (skipped when the worker's executor already holds this replica as
+of the state's ``applied``, in the same streaming query run) and stores the new snapshot.  A replica
+without state starts from ``initial`` (the engine's snapshot of that replica when the stream starts, so
+a new checkpoint continues the engine's partial matches), else empty.  The whole snapshot is rewritten
+every micro-batch that has events for the replica: state I/O proportional to its live instances.
 
-**Restart with other queries.**  A stored fingerprint that differs from the group's is an error (the
-stream fails with an ``AnalysisError`` naming both query sets): instances of a changed query set cannot be
-carried over (``NFAEngine.restore`` needs the same queries).  Start such a stream on a new checkpoint.
-(A partition that has no state yet, e.g. after raising ``partitions``, cannot be told from a new one and
-starts empty: change ``partitions`` only with a new checkpoint as well.)
+**Restart with other queries.**  A stored fingerprint that differs from the class's is an error (the stream
+fails with an ``AnalysisError`` naming the class's queries): instances of a changed query set cannot be
+carried over (``NFAEngine.restore`` needs the same queries).  Start such a stream on a new checkpoint.  (A
+replica without state, e.g. after raising ``partitions`` or a re-plan, cannot be told from a new one and
+starts empty: change the queries or partitions only with a new checkpoint as well.)
 
 **Order.**  ``t0``/``t1`` are required (no global arrival order exists across micro-batches).  Within a
-micro-batch a partition's events are processed in ``(t1, order)``, where ``order`` is the ``order``
-column when given, else the arrival order (input partition id << 33, then row position -- what
-``monotonically_increasing_id`` computes, deterministic when a file source replays a micro-batch);
-events of equal ``t1`` keep that order, as the oracle keeps list order (``t0`` plays no part: the
-oracle's order is a stable sort by ``t1``).  Disorder inside a micro-batch is thus repaired; an event
-whose ``t1`` is smaller than the partition's tick (it arrived in a later micro-batch than events that
-end after it) is **rejected**: a row with ``op = 'rejected'`` and a ``reason``; the stream goes on.  So
-is an event with a null ``t1`` and ``t0``, ``t0 > t1``, a non-integral timestamp, and one on which a
-query raises (an ill-typed comparison: ``AnalysisError``; instances already made for that event stay).
-An event with only one of ``t0``/``t1`` is instantaneous (``t0 = t1``), as in the oracle.  Malformed
-events are rejected once (by the first group); out-of-order ones by each group whose partition rejects
-them.
+micro-batch a replica's events are processed in ``(t1, order)``, ``order`` being the ``order`` column when
+given, else the arrival order (input partition id << 33, then row position -- what
+``monotonically_increasing_id`` computes, deterministic when a file source replays a micro-batch); events
+of equal ``t1`` keep that order, as the oracle keeps list order (a stable sort by ``t1``; ``t0`` plays no
+part).  Disorder inside a micro-batch is thus repaired.  An event whose ``t1`` is smaller than its
+replica's tick (it came in a later micro-batch than events that end after it) is **rejected**: a row with
+``op = 'rejected'``, its ``t0``/``t1``, its columns and a ``reason``, and the stream goes on.  So is an
+event with null ``t0`` and ``t1`` or ``t0 > t1`` (once, by the first class) and one on which a query
+raises (e.g. an ill-typed comparison: the executor's ``AnalysisError``; instances already made for that
+event stay).  An event with only one of ``t0``/``t1`` is instantaneous (``t0 = t1``), as in the oracle.
 
-**Release of matches.**  ``NFAEngine`` releases a tick's matches when the tick closes (a larger ``t1``
-arrives, or ``flush()``).  ``flush()`` keeps the tick open for events of the same ``t1`` (they are still
-accepted and processed), and that is exact -- same matches as the oracle, as multisets -- as long as no
-query of the group reads a stream another query of the group PUBLISHes (including the internal streams
-of non-left-deep queries): then events of one tick cannot see each other.  With published streams a split
-tick would feed the published events of that tick in two parts, out of the oracle's order, and a
-consumer's "first match" could differ.  Hence ``flush=None`` (default): flush at the end of every
-micro-batch when the group has no published stream read inside it, else hold the last tick's matches in
-the state until a later ``t1`` reaches the partition (exact, but a quiet partition delays them).
+**Release of matches.**  The executor releases a tick's matches when the tick closes (a larger ``t1``
+arrives, or ``flush()``).  After ``flush()`` the tick stays open: events of the same ``t1`` in a later
+micro-batch are accepted and processed, and that is exact -- the oracle's matches, as multisets -- as long
+as no query of the class reads a stream PUBLISHed in the class (also the internal streams of non-left-deep
+queries), since events of one tick cannot extend each other's instances.  When one does, the split tick
+feeds that tick's published events in two parts, out of the oracle's order, and a reader's "first match"
+can differ (found with random splits: ``tests/test_stream_events.py``).  Hence ``flush=None`` (default):
+flush at the end of every micro-batch in classes without such a stream, and otherwise hold the last
+tick's matches in the state until a later ``t1`` reaches the replica (exact; a quiet replica delays them).
 ``flush=True`` / ``False`` forces either.
 
-**Output** (append): ``query`` (the event query), ``op`` (``'match'`` or ``'rejected'``), the attribute
-columns, ``t0``, ``t1`` (the match's interval; a rejected event's own timestamps) and ``reason`` (null on
-matches).  The attribute columns are ``attributes`` (a Spark schema: a match fills the columns it has
-by name, the others are null; a rejected row carries the event's own values there) or, without it, one
-string column ``binding``: the match's attributes (or the rejected event's) as a JSON object.
+**Output** (append): the layout's schema (``event_partitions.match_output_schema``: ``subscription_id, op,
+value, seq, group_id, reason, query``, one column per output attribute over the queries -- the stream's
+columns first --, ``t0, t1``), as batch ``publish`` gives it.  A match has ``op = 'match'``, ``query``,
+``group_id`` = its replica, its attributes, ``t0``/``t1``; a rejected event ``op = 'rejected'``, its
+columns, ``t0``/``t1``, ``reason``, and ``seq`` = its ``order`` value when the stream has that column.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import zlib
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -74,96 +71,164 @@ import pandas as pd
 import pyarrow as pa
 
 from sparksub.errors import AnalysisError
+from sparksub.operators import event_partitions as evp
 from sparksub.operators import spark_stream
-from sparksub.operators.join_groups import key_text
-from sparksub.operators.nfa import NFAEngine, partition_key, resolve_query
+from sparksub.operators.nfa import resolve_query
 from sparksub.operators.spark_join_stream import _plain
-from sparksub.operators.spark_stream import REJECTED
+from sparksub.operators.spark_stream import REJECTED, _Deferred
 
-__all__ = ["event_query_stream", "EventStreamSpec", "EventGroup", "apply_event_micro_batch", "event_partition",
-           "MATCH", "REJECTED"]
+__all__ = ["event_query_stream", "run_event_stream", "event_stream_spec", "EventStreamSpec", "StreamClass",
+           "apply_event_micro_batch", "MATCH", "REJECTED", "OPERATOR_NAME"]
 
 MATCH = "match"
-#: Columns of the output that are ours (an attribute may not use these names).
-OWN_COLUMNS = ("query", "op", "binding", "t0", "t1", "reason")
-#: Group engines cached per Python worker (each holds every query of its group, compiled).
+#: The operator's name in EXPLAIN (the router is ``<name>_route``).
+OPERATOR_NAME = "event_query_nfa_stream"
+#: Class executors cached per Python worker (each holds its class's queries, compiled).
 CACHE_ENTRIES = 4
 _CACHE: dict = {}  # fingerprint -> _Cached
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 
 
 @dataclass(frozen=True)
-class EventGroup:
-    """Queries that run together: in ``partitions`` partitions by ``key``, or in one (``key`` None)."""
-    group_id: str
-    queries: tuple        # ((name, text), ...) in registration order
+class StreamClass:
+    """One event class as the stream runs it."""
+    id: str
     key: str | None
     partitions: int
-    flush: bool           # release a micro-batch's last tick at its end (see the module docstring)
+    base: evp.ReplicaBase  # the queries, the executor and its options (no snapshot)
+    spellings: tuple       # the names under which its queries read the stream
+    flush: bool            # release a micro-batch's last tick at its end (module docstring)
     fingerprint: str
+    initial: object = None  # _Deferred {replica id: snapshot bytes}: replicas without state start there
 
 
 @dataclass(frozen=True)
 class EventStreamSpec:
+    """What the stream's tasks need."""
     stream: str
-    columns: tuple        # the event attributes: the stream's column names, in order
-    integral: tuple       # per column: an integer type (pandas may hand it over as floats)
-    groups: tuple         # EventGroup, ...
-    seconds_per_tick: float
-    binding: bool         # a JSON ``binding`` column instead of typed attribute columns
-    struct: object        # the output schema (a Spark StructType) ...
-    schema: pa.Schema     # ... and as Arrow
+    columns: tuple         # the stream's event columns (attributes), in order
+    integral: tuple        # per column: an integer type (pandas may hand it over as floats)
+    classes: tuple         # StreamClass, ...
+    layout: evp.MatchLayout
+    schema: pa.Schema      # the output schema (layout.schema())
 
-    def group(self, gid: str) -> EventGroup:
-        return next(g for g in self.groups if g.group_id == gid)
-
-
-def event_partition(value, partitions: int) -> int:
-    """The partition of an event by its key value: CRC32 of the value as text (the same in every process;
-    an integral float and its integer are one value, as ``=`` in the queries has them); null -> 0."""
-    if partitions <= 1 or value is None or (isinstance(value, float) and value != value):
-        return 0
-    return zlib.crc32(key_text(value).encode("utf-8")) % partitions
+    def cls(self, rid: str) -> StreamClass:
+        cid = rid[len("events:"):].rsplit("#", 1)[0]
+        return next(c for c in self.classes if c.id == cid)
 
 
-def event_query_stream(events, *, stream: str, queries: Mapping[str, str], key: str | None = None,
-                       partitions: int = 1, attributes=None, seconds_per_tick: float = 1,
-                       order: str | None = None, flush: bool | None = None,
-                       name: str = "event_query_nfa_stream"):
-    """The streaming DataFrame of the matches of ``queries`` (name -> CEL / algebra text) over ``events``,
-    a streaming DataFrame of the stream ``stream``: the event attributes as columns plus integer ``t0``,
-    ``t1`` (and, optionally, the integer column ``order`` ranking events of equal ``t1``).
+def event_query_stream(events, *, stream: str, queries: Mapping, partitions: int = 1, seconds_per_tick: float = 1,
+                       order: str | None = None, flush: bool | None = None, name: str = OPERATOR_NAME):
+    """The streaming DataFrame of the matches of ``queries`` (name -> CEL / algebra text or AST; they read
+    ``stream`` and streams they PUBLISH) over ``events``: a streaming DataFrame with the stream's columns
+    plus integer ``t0``, ``t1`` (and, optionally, an integer column ``order`` ranking events of equal
+    ``t1``).  ``partitions``: replicas of each keyed class (``event_partitions.event_partition_plan``).
+    ``flush``: "Release of matches" in the module docstring.  ``name`` names the operator in EXPLAIN.
+    Needs the RocksDB state store provider (``spark.sql.streaming.stateStore.providerClass``), as every
+    transformWithState operator does.  (The engine plans and lays out its own queries: it calls
+    :func:`event_stream_spec` with its plan and layout, then :func:`run_event_stream`.)"""
+    from pyspark.sql.pandas.types import to_arrow_type
+    fields = _check_events(events, stream, order)
+    columns = {c: to_arrow_type(f.dataType) for c, f in fields.items() if c not in ("t0", "t1", order)}
+    spec = event_stream_spec(stream, columns, queries, partitions=partitions, seconds_per_tick=seconds_per_tick,
+                             flush=flush)
+    return run_event_stream(events, spec, order=order, name=name)
 
-    ``key``: the attribute to partition by (the queries whose ``partition_key`` it is run in
-    ``partitions`` partitions; the rest in one); ``None`` picks the partition key the stateful queries
-    have in common, if there is exactly one.  ``attributes``: the output attribute columns (a Spark
-    ``StructType``, or a DDL string when a session is active), else a JSON ``binding`` column.  ``flush``: see "Release of matches"
-    in the module docstring.  ``name`` names the operator in EXPLAIN (and ``<name>_route`` the router).
-    Semantics, state and order: the module docstring.  Needs the RocksDB state store provider
-    (``spark.sql.streaming.stateStore.providerClass``), as every transformWithState operator does.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+def _check_events(events, stream: str, order: str | None) -> dict:
     fields = {f.name: f for f in events.schema.fields}
-    for t in ("t0", "t1"):
-        if t not in fields:
-            raise AnalysisError(f"event stream {stream!r}: a streamed event needs integer columns t0 and t1 "
-                                f"(there is no arrival order across micro-batches); missing {t!r}, columns: "
-                                f"{sorted(fields)}")
     for t in ("t0", "t1") + ((order,) if order else ()):
         if t not in fields:
-            raise AnalysisError(f"event stream {stream!r}: no order column {t!r}; columns: {sorted(fields)}")
+            raise AnalysisError(f"event stream {stream!r}: a streamed event needs integer columns t0 and t1 "
+                                f"(there is no arrival order across micro-batches)"
+                                + (f" and the order column {order!r}" if order else "")
+                                + f"; missing {t!r}, columns: {sorted(fields)}")
         if fields[t].dataType.simpleString() not in _INTEGRAL:
             raise AnalysisError(f"event stream {stream!r}: column {t!r} must be an integer, "
                                 f"not {fields[t].dataType.simpleString()}")
-    columns = tuple(c for c in fields if c not in ("t0", "t1", order))
-    spec = event_stream_spec(stream, columns, [fields[c].dataType.simpleString() in _INTEGRAL for c in columns],
-                             queries, key=key, partitions=partitions, attributes=attributes,
-                             seconds_per_tick=seconds_per_tick, flush=flush)
+    return fields
 
-    # attributes travel as a0, a1, ... (PySpark's state API renames columns starting with "_")
-    cols = [F.col(f"`{c}`").alias(f"a{i}") for i, c in enumerate(columns)]
+
+def event_stream_spec(stream: str, columns: Mapping[str, pa.DataType], queries: Mapping, *, partitions: int = 1,
+                      seconds_per_tick: float = 1, flush: bool | None = None,
+                      executor: str = evp.DEFAULT_EXECUTOR, plan: evp.EventPlan | None = None,
+                      layout: evp.MatchLayout | None = None, spellings: Mapping[str, tuple] | None = None,
+                      initial: Mapping[str, bytes] | None = None) -> EventStreamSpec:
+    """The spec of a stream of ``stream``'s events (``columns``: its event columns and their Arrow types)
+    through ``queries`` (name -> text or AST).  Without Spark.  The engine passes its own ``plan`` (the
+    classes reading ``stream`` are taken), ``layout``, ``spellings`` (class id -> the names its queries
+    read the stream under) and ``initial`` (replica id -> its executor's snapshot now); otherwise they are
+    derived here (``event_partitions``)."""
+    from sparksub.grammar.events import parse_event_query
+    asts = {q: parse_event_query(t) if isinstance(t, str) else t for q, t in queries.items()}
+    if plan is None:
+        published = {s for ast in asts.values() for s in evp.query_streams(ast)[1]}
+        plan = evp.event_partition_plan([evp.query_info(q, ast, {stream.lower(): stream}, published)
+                                         for q, ast in asts.items()], partitions)
+    if layout is None:
+        layout = evp.match_layout(_attributes(stream, columns, asts), list(columns.items()))
+    options = {"seconds_per_tick": seconds_per_tick}
+    classes = []
+    for c in plan.classes.values():
+        if stream not in c.streams:
+            continue
+        if tuple(c.streams) != (stream,):
+            raise AnalysisError(f"event queries {list(c.queries)} read several streams {list(c.streams)}: a "
+                                f"stream of {stream!r} alone cannot run them (their events must arrive in "
+                                f"end-time order across streams)")
+        base = evp.ReplicaBase(tuple((q, asts[q]) for q in c.queries), None, options, executor)
+        text = json.dumps([stream, c.id, c.key, c.partitions, executor, sorted(options.items()),
+                           [(q, repr(asts[q])) for q in c.queries]])
+        mine = None if initial is None else {r: initial[r] for r in c.replica_ids() if r in initial}
+        classes.append(StreamClass(c.id, c.key, c.partitions, base,
+                                   tuple((spellings or {}).get(c.id, (stream,))),
+                                   _exact_flush(c.queries, asts) if flush is None else bool(flush),
+                                   hashlib.sha256(text.encode("utf-8")).hexdigest()[:20],
+                                   _Deferred(mine) if mine else None))
+    if not classes:
+        raise AnalysisError(f"no event queries on stream {stream!r}")
+    cols = tuple(columns)
+    return EventStreamSpec(stream, cols, tuple(pa.types.is_integer(columns[c]) for c in cols), tuple(classes),
+                           layout, layout.schema())
+
+
+def _attributes(stream: str, columns: Mapping[str, pa.DataType], asts: Mapping) -> dict:
+    """Each query's output attributes (``event_partitions.output_attributes``), producers of published
+    streams before their readers."""
+    env, out, pending = {stream: dict(columns)}, {}, dict(asts)
+    while pending:
+        ready = [q for q, ast in pending.items() if evp.query_streams(ast)[0] <= set(env)]
+        if not ready:
+            raise AnalysisError(f"event queries {sorted(pending)} read streams that are neither {stream!r} nor "
+                                f"published by another query")
+        for q in ready:
+            published: dict = {}
+            out[q] = evp.output_attributes(pending.pop(q), env, published)
+            env.update(published)
+    return {q: out[q] for q in asts}
+
+
+def _exact_flush(names, asts) -> bool:
+    """Whether no query of the class reads a stream PUBLISHed in it (internal streams included)."""
+    reads, pubs = set(), set()
+    for q in names:
+        for rq in resolve_query(q, asts[q]):
+            reads |= set(rq.expr.streams())
+            pubs |= set(rq.publishes)
+    return not (reads & pubs)
+
+
+def run_event_stream(events, spec: EventStreamSpec, *, order: str | None = None, name: str = OPERATOR_NAME):
+    """The streaming DataFrame of ``spec``'s matches over ``events`` (its columns ``spec.columns``, integer
+    ``t0``/``t1``, optional ``order``): the router (``mapInArrow``) and the stateful operator
+    (``transformWithStateInPandas``), named ``name`` in EXPLAIN."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    _check_events(events, spec.stream, order)
+    # event columns travel as a0, a1, ... (PySpark's state API renames columns starting with "_")
+    cols = [F.col(f"`{c}`").alias(f"a{i}") for i, c in enumerate(spec.columns)]
     cols += [F.col("t0").cast("bigint").alias("ev_t0"), F.col("t1").cast("bigint").alias("ev_t1")]
     cols += [F.col(f"`{order}`").cast("bigint").alias("ev_ord")] if order else []
     rows = events.select(*cols)
@@ -171,109 +236,16 @@ def event_query_stream(events, *, stream: str, queries: Mapping[str, str], key: 
                                + ([] if order else [StructField("ev_ord", LongType(), False)])
                                + [StructField("ev_part", StringType(), False)])
     routed = rows.mapInArrow(_route_function(spec, name, order is None), routed_schema)
-    return spark_stream._transform_with_state(routed.groupBy("ev_part"), _processor_class()(spec),
-                                              spec.struct, name)
-
-
-def event_stream_spec(stream: str, columns, integral, queries: Mapping[str, str], *, key: str | None = None,
-                      partitions: int = 1, attributes=None, seconds_per_tick: float = 1,
-                      flush: bool | None = None) -> EventStreamSpec:
-    """What the stream's tasks need (no Spark session involved): the groups of ``queries`` over the stream's
-    attribute ``columns`` (``integral``: which are integer columns) and the output schema."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-    if partitions < 1:
-        raise AnalysisError(f"partitions must be >= 1, got {partitions}")
-    columns = tuple(columns)
-    groups = _plan(stream, queries, key, partitions, seconds_per_tick, flush, columns)
-    attrs = _attribute_fields(attributes)
-    struct = _output_struct(attrs)
-    return EventStreamSpec(stream, columns, tuple(bool(x) for x in integral), groups, seconds_per_tick,
-                           attrs is None, struct, to_arrow_schema(struct, timezone="UTC"))
-
-
-def _output_struct(attrs):
-    """The output's Spark schema: query, op, the attribute columns (or binding), t0, t1, reason."""
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-    own = [StructField("binding", StringType())] if attrs is None else list(attrs.fields)
-    return StructType([StructField("query", StringType()), StructField("op", StringType()), *own,
-                       StructField("t0", LongType()), StructField("t1", LongType()),
-                       StructField("reason", StringType())])
-
-
-def _attribute_fields(attributes):
-    """The output's attribute columns as a StructType, or None (a JSON ``binding`` column instead)."""
-    from pyspark.sql.types import StructType
-    if attributes is None:
-        return None
-    st = attributes if isinstance(attributes, StructType) else StructType.fromDDL(attributes)
-    clash = [f.name for f in st.fields if f.name in OWN_COLUMNS or f.name.startswith("_")]
-    if clash:
-        raise AnalysisError(f"output attribute(s) {clash} collide with the output's own columns {OWN_COLUMNS} "
-                            f"or start with '_'")
-    return st
-
-
-def _query_graph(queries: Mapping[str, str]):
-    """name -> (partition key, streams read, streams published) over every automaton the query resolves to."""
-    from sparksub.grammar.events import parse_event_query
-    out = {}
-    for qn, text in queries.items():
-        ast = parse_event_query(text)
-        reads, pubs = set(), set()
-        for rq in resolve_query(qn, ast):
-            reads |= set(rq.expr.streams())
-            pubs |= set(rq.publishes)
-        out[qn] = (partition_key(ast), reads, pubs)
-    return out
-
-
-def _plan(stream: str, queries: Mapping[str, str], key: str | None, partitions: int, spt: float,
-          flush: bool | None, columns) -> tuple:
-    """The groups (see "Partitions" in the module docstring)."""
-    if not queries:
-        raise AnalysisError(f"no event queries on stream {stream!r}")
-    graph = _query_graph(queries)
-    published = {s for _, _, p in graph.values() for s in p}
-    for qn, (_, reads, _) in graph.items():
-        foreign = sorted(reads - published - {stream})
-        if foreign:
-            raise AnalysisError(f"event query {qn!r} reads stream(s) {foreign}, not {stream!r}")
-    if key is None:
-        keys = {k for k, _, _ in graph.values() if k is not None}
-        key = next(iter(keys)) if len(keys) == 1 else None
-    if key is not None and key not in columns:
-        raise AnalysisError(f"partition key {key!r} is not a column of stream {stream!r}: {list(columns)}")
-    keyed = {qn for qn, (k, _, _) in graph.items() if key is not None and k == key and partitions > 1}
-    # a published stream keeps its producer and its readers in one group
-    changed = True
-    while changed:
-        changed = False
-        for qn in list(keyed):
-            _, reads, pubs = graph[qn]
-            for other, (_, r2, p2) in graph.items():
-                if other not in keyed and ((reads & p2) or (pubs & r2)):
-                    keyed.discard(qn)
-                    changed = True
-                    break
-    out = []
-    for gid, names, k, n in ((key, [q for q in queries if q in keyed], key, partitions),
-                             ("*", [q for q in queries if q not in keyed], None, 1)):
-        if not names:
-            continue
-        pubs = {s for q in names for s in graph[q][2]}
-        exact = not any(graph[q][1] & pubs for q in names)
-        text = tuple((q, queries[q]) for q in names)
-        fp = hashlib.sha256(json.dumps([stream, k, n, spt, text]).encode("utf-8")).hexdigest()[:20]
-        out.append(EventGroup(gid, text, k, n, exact if flush is None else bool(flush), fp))
-    return tuple(out)
+    return spark_stream._transform_with_state(routed.groupBy("ev_part"), _processor_class()(spec, order is not None),
+                                              from_arrow_schema(spec.schema), name)
 
 
 def _route_function(spec: EventStreamSpec, name: str, arrival: bool):
-    groups = [(g.group_id, g.partitions, None if g.key is None else f"a{spec.columns.index(g.key)}")
-              for g in spec.groups]
+    classes = [(c.id, c.partitions, None if c.key is None else f"a{spec.columns.index(c.key)}")
+               for c in spec.classes]
 
     def route(batches):
-        """Each event to its key's partition of every group (``ev_part``); ``ev_ord`` = arrival order."""
+        """Each event to its replica of every class (``ev_part``); ``ev_ord`` = arrival order."""
         from pyspark import TaskContext
         tc = TaskContext.get()
         pos = (tc.partitionId() if tc is not None else 0) << 33
@@ -281,13 +253,11 @@ def _route_function(spec: EventStreamSpec, name: str, arrival: bool):
             if arrival:
                 rb = rb.append_column("ev_ord", pa.array(np.arange(pos, pos + rb.num_rows, dtype=np.int64)))
                 pos += rb.num_rows
-            for gid, parts, col in groups:
-                if col is None or parts == 1:
-                    ids = pa.array([f"{gid}#0"] * rb.num_rows, pa.string())
-                else:
-                    ids = pa.array([f"{gid}#{event_partition(v, parts)}" for v in rb.column(col).to_pylist()],
-                                   pa.string())
-                yield rb.append_column("ev_part", ids)
+            for cid, parts, col in classes:
+                where = (evp.partitions_of(rb.column(col).to_pylist(), parts) if col is not None and parts > 1
+                         else np.zeros(rb.num_rows, dtype=np.int64))
+                ids = [evp.replica_id(cid, p) for p in range(parts)]
+                yield rb.append_column("ev_part", pa.array([ids[p] for p in where], pa.string()))
     route.__name__ = f"{name}_route"
     return route
 
@@ -296,10 +266,10 @@ def _processor_class():
     from pyspark.sql.streaming import StatefulProcessor
 
     class EventQueryStream(StatefulProcessor):
-        """One partition's events of one micro-batch -> its matches; the NFA's state in the state store."""
+        """One replica's events of one micro-batch -> its matches; the executor's state in the state store."""
 
-        def __init__(self, spec: EventStreamSpec):
-            self.spec = spec
+        def __init__(self, spec: EventStreamSpec, ordered: bool = False):
+            self.spec, self.ordered = spec, ordered
 
         def init(self, handle) -> None:
             self.nfa = handle.getValueState("nfa", "fingerprint string, applied long, tick long, snapshot binary")
@@ -308,7 +278,7 @@ def _processor_class():
             frames = [pdf for pdf in rows if len(pdf)]
             if frames:
                 pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-                yield apply_event_micro_batch(self.spec, key[0], pdf, self.nfa)
+                yield apply_event_micro_batch(self.spec, key[0], pdf, self.nfa, self.ordered)
 
         def close(self) -> None:
             pass
@@ -317,138 +287,114 @@ def _processor_class():
 
 
 class _Cached:
-    __slots__ = ("engine", "empty", "holder")
+    __slots__ = ("executor", "empty", "holder")
 
-    def __init__(self, engine: NFAEngine):
-        self.engine, self.empty, self.holder = engine, engine.snapshot(), None
+    def __init__(self, executor):
+        self.executor, self.empty, self.holder = executor, executor.snapshot(), None
 
 
-def _engine_for(spec: EventStreamSpec, g: EventGroup) -> _Cached:
-    """The worker's engine for the group's queries (compiled once per worker)."""
-    got = _CACHE.pop(g.fingerprint, None)
+def _executor_for(c: StreamClass) -> _Cached:
+    """The worker's executor for the class's queries (compiled once per worker)."""
+    got = _CACHE.pop(c.fingerprint, None)
     if got is None:
-        engine = NFAEngine(seconds_per_tick=spec.seconds_per_tick)
-        for qn, text in g.queries:
-            engine.register(qn, text)
-        got = _Cached(engine)
-    _CACHE[g.fingerprint] = got
+        got = _Cached(c.base.build())
+    _CACHE[c.fingerprint] = got
     while len(_CACHE) > CACHE_ENTRIES:
         _CACHE.pop(next(iter(_CACHE)))
     return got
 
 
-def apply_event_micro_batch(spec: EventStreamSpec, rid: str, pdf: pd.DataFrame, state) -> pd.DataFrame:
-    """Process one micro-batch of one partition (``pdf``: a0.., ev_t0, ev_t1, ev_ord, ev_part; ``state``:
-    the ValueState ``nfa``, or any look-alike with exists / get / update) -> its output rows."""
-    gid = rid.rsplit("#", 1)[0]
-    g = spec.group(gid)
+def apply_event_micro_batch(spec: EventStreamSpec, rid: str, pdf: pd.DataFrame, state, ordered: bool = False):
+    """Process one micro-batch of one replica (``pdf``: a0.., ev_t0, ev_t1, ev_ord; ``state``: the ValueState
+    ``nfa``, or any look-alike with exists / get / update) -> its output rows (pandas, ``spec.schema``).
+    ``ordered``: ``ev_ord`` is the stream's ``order`` column (it becomes the ``seq`` of rejected rows)."""
+    c = spec.cls(rid)
     stored = tuple(state.get()) if state.exists() else None
-    if stored is not None and stored[0] != g.fingerprint:
+    if stored is not None and stored[0] != c.fingerprint:
         raise AnalysisError(
-            f"event stream {spec.stream!r}, partition {rid!r}: the checkpoint's state was written for another "
-            f"set of event queries (fingerprint {stored[0]}, now {g.fingerprint}: "
-            f"{[q for q, _ in g.queries]}, key {g.key!r}, {g.partitions} partition(s)); instances cannot be "
-            f"carried over to other queries: restart with the same queries or on a new checkpoint")
+            f"event stream {spec.stream!r}, replica {rid!r}: the checkpoint's state was written for another "
+            f"set of event queries (fingerprint {stored[0]}, now {c.fingerprint}: {[q for q, _ in c.base.queries]}, "
+            f"key {c.key!r}, {c.partitions} partition(s)); instances cannot be carried over to other queries: "
+            f"restart with the same queries or on a new checkpoint")
     applied = int(stored[1]) if stored is not None else 0
     tick = None if stored is None or stored[2] is None or stored[2] != stored[2] else int(stored[2])
     query_id, run_id = spark_stream._query_identity()
-    cached = _engine_for(spec, g)
-    engine = cached.engine
+    cached = _executor_for(c)
+    executor = cached.executor
     if cached.holder != (query_id, run_id, rid, applied):
-        engine.restore(bytes(stored[3]) if stored is not None else cached.empty)
+        seed = c.initial.get().get(rid) if c.initial is not None else None
+        executor.restore(bytes(stored[3]) if stored is not None else (seed or cached.empty))
     cached.holder = None  # until the new snapshot is stored
 
-    n = len(pdf)
-    t0s, t1s = _timestamps(pdf["ev_t0"]), _timestamps(pdf["ev_t1"])
+    t0s, t1s = _ticks(pdf["ev_t0"]), _ticks(pdf["ev_t1"])
     ords = pdf["ev_ord"].to_numpy(dtype=np.int64)
     values = [pdf[f"a{i}"].tolist() for i in range(len(spec.columns))]
-    primary = spec.groups[0].group_id == gid
-    out: list = []  # (query, op, attrs, t0, t1, reason)
+    first = spec.classes[0].id == c.id
+    matches, rejected = [], []  # rejected: (event, t0, t1, order, reason)
 
     def event(i):
-        return {c: _plain(col[i], whole) for c, col, whole in zip(spec.columns, values, spec.integral)}
+        return {col: _plain(vs[i], whole) for col, vs, whole in zip(spec.columns, values, spec.integral)}
 
     good = []
-    for i in range(n):
+    for i in range(len(pdf)):
         t0, t1 = t0s[i], t1s[i]
+        reason = None
         if t0 is None and t1 is None:
-            reason = "an event needs t0 and t1 (both are null)"
+            reason = "null t0 and t1"
         elif t0 is None or t1 is None:
             t0 = t1 = t1 if t0 is None else t0
-            reason = None
-        else:
-            reason = f"t0={t0} > t1={t1}" if t0 > t1 else None
-        if reason is not None:
-            if primary:
-                out.append((None, REJECTED, event(i), t0, t1, f"event of {spec.stream!r}: {reason}"))
-            continue
-        good.append((t1, int(ords[i]), t0, i))
+        elif t0 > t1:
+            reason = f"t0={t0} > t1={t1}"
+        if reason is None:
+            good.append((t1, int(ords[i]), t0, i))
+        elif first:
+            rejected.append((event(i), t0, t1, int(ords[i]), f"event of {spec.stream!r}: {reason}"))
     good.sort()
-    for t1, _, t0, i in good:
+    for t1, o, t0, i in good:
         ev = event(i)
         if tick is not None and t1 < tick:
-            out.append((None, REJECTED, ev, t0, t1,
-                        f"event of {spec.stream!r} out of order: t1={t1} arrived after t1={tick} "
-                        f"(partition {rid}); events must reach a partition in end-time order across micro-batches"))
+            rejected.append((ev, t0, t1, o, f"event of {spec.stream!r} out of order: t1={t1} arrived after "
+                                            f"t1={tick} ({rid}); events must reach a replica in end-time order "
+                                            f"across micro-batches"))
             continue
+        ev.update(t0=t0, t1=t1)
         try:
-            matches = engine.process(spec.stream, {**ev, "t0": t0, "t1": t1})
+            for s in c.spellings:
+                matches.extend(executor.process(s, ev))
         except AnalysisError as e:
-            out.append((None, REJECTED, ev, t0, t1, f"event of {spec.stream!r} (partition {rid}): {e}"))
+            rejected.append(({k: v for k, v in ev.items() if k not in ("t0", "t1")}, t0, t1, o,
+                             f"event of {spec.stream!r} ({rid}): {e}"))
             continue
         tick = t1
-        out.extend(_match_rows(matches))
-    if g.flush:
-        out.extend(_match_rows(engine.flush()))
-    state.update((g.fingerprint, applied + 1, tick, engine.snapshot()))
+    if c.flush:
+        matches.extend(executor.flush())
+    state.update((c.fingerprint, applied + 1, tick, executor.snapshot()))
     cached.holder = (query_id, run_id, rid, applied + 1)
-    return _output(spec, out).to_pandas()
+    out = evp.matches_to_table(matches, spec.layout, rid, spec.schema)
+    if rejected:
+        out = pa.concat_tables([_rejected_table(spec, rid, rejected, ordered), out])
+    return out.to_pandas()
 
 
-def _timestamps(col: pd.Series) -> list:
-    """A timestamp column as Python ints or None (a nullable bigint column may arrive as floats)."""
+def _ticks(col: pd.Series) -> list:
+    """A t0/t1 column as Python ints or None (a nullable bigint column may arrive as floats)."""
     return [None if v is None or v != v else int(v) for v in col.tolist()]
 
 
-def _match_rows(matches) -> list:
-    rows = []
-    for m in matches:
-        ev = m.event
-        rows.append((m.query, MATCH, {k: v for k, v in ev.items() if k not in ("t0", "t1")}, ev["t0"], ev["t1"], None))
-    return rows
-
-
-def _json(attrs: dict) -> str:
-    return json.dumps(attrs, default=str, allow_nan=True)
-
-
-def _column(values: list, t: pa.DataType) -> pa.Array:
-    """``values`` as an Arrow column of type ``t``; a value that does not fit becomes its text in a string
-    column, and null elsewhere (never an error: the stream goes on)."""
-    try:
-        return pa.array(values, t)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-        fixed = []
-        for v in values:
-            try:
-                pa.array([v], t)
-                fixed.append(v)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-                fixed.append(str(v) if pa.types.is_string(t) and v is not None else None)
-        return pa.array(fixed, t)
-
-
-def _output(spec: EventStreamSpec, rows: list) -> pa.Table:
-    schema = spec.schema
-    if not rows:
-        return schema.empty_table()
-    queries, ops, attrs, t0s, t1s, reasons = (list(c) for c in zip(*rows))
-    cols = {"query": pa.array(queries, pa.string()), "op": pa.array(ops, pa.string())}
-    if spec.binding:
-        cols["binding"] = pa.array([_json(a) for a in attrs], pa.string())
-    else:
-        for f in schema:
-            if f.name not in OWN_COLUMNS:
-                cols[f.name] = _column([a.get(f.name) for a in attrs], f.type)
-    cols.update(t0=pa.array(t0s, pa.int64()), t1=pa.array(t1s, pa.int64()), reason=pa.array(reasons, pa.string()))
-    return pa.table([cols[f.name] for f in schema], schema=schema)
+def _rejected_table(spec: EventStreamSpec, rid: str, rows: list, ordered: bool) -> pa.Table:
+    """Rejected events: op, group_id, reason, t0, t1, seq (the order column's value) and their columns."""
+    schema, n = spec.schema, len(rows)
+    data = {f.name: pa.nulls(n, f.type) for f in schema}
+    events, t0s, t1s, ords, reasons = (list(x) for x in zip(*rows))
+    data.update(op=pa.array([REJECTED] * n, pa.string()), group_id=pa.array([rid] * n, pa.string()),
+                reason=pa.array(reasons, pa.string()), t0=pa.array(t0s, pa.int64()), t1=pa.array(t1s, pa.int64()))
+    if ordered:
+        data["seq"] = pa.array(ords, pa.int64())
+    for c in spec.columns:
+        col = evp.output_column(c)
+        t = schema.field(col).type
+        try:
+            data[col] = pa.array([e.get(c) for e in events]).cast(t, safe=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            pass  # a value that does not fit stays null (the event is rejected anyway)
+    return pa.table(data, schema=schema)
