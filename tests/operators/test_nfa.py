@@ -154,7 +154,7 @@ def test_each_optimisation_switched_off_gives_the_same_matches(queries, events):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-@given(stream_expressions(cel_only=True, max_leaves=4), stock_events(max_size=6))
+@given(stream_expressions(max_leaves=4), stock_events(max_size=6))
 def test_any_generated_query_compiles_or_fails_clearly_and_agrees(q, events):
     # The grammar tests' generator (untyped: many of its queries raise in the oracle; those are skipped).
     streams = {s: events for s in ("Stock", "posts", "S", "T5")}
@@ -357,8 +357,8 @@ def test_automaton_description_splits_predicates_and_records_renaming():
 
 
 def test_compile_errors_are_clear():
-    with pytest.raises(UnsupportedSubscription, match="UNION"):
-        compile_query("u", parse_algebra("Stock UNION Stock"))
+    with pytest.raises(UnsupportedSubscription, match="UNION .* publish_right_inputs=False"):
+        compile_query("u", parse_algebra("Stock UNION Stock"), publish_right_inputs=False)
     with pytest.raises(UnsupportedSubscription, match="not left-deep: the right input of SEQUENCE is a SEQUENCE"):
         compile_query("n", "SELECT * FROM Stock NEXT{} (SELECT * FROM Stock NEXT{} Stock)",
                       publish_right_inputs=False)
@@ -432,3 +432,27 @@ def test_evaluation_errors_raise_where_the_oracle_evaluates():
     with pytest.raises(AnalysisError):
         oracle(q, streams_of(stock))
     assert run_engine(q, streams_of(stock))[0] == {"c": []}
+
+
+# ---- UNION: compiled by publishing both inputs into one stream (004 §2.2 ∪) ---------------------------
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(typed_queries(max_steps=1, nested=False), typed_queries(max_steps=2, nested=False),
+       st.sampled_from(["top", "left", "right", "nested"]), stock_events())
+def test_union_agrees_with_the_oracle(q1, q2, where, events):
+    from sparksub.grammar.event_ast import Select, Sequence, Stream, Union
+    from sparksub.grammar.events import parse_predicate
+    u = Union(parse_cel(q1), parse_cel(q2))
+    theta = parse_predicate("$1.Name = $2.Name")
+    if where == "left":
+        q = Sequence(u, Stream("Stock"), theta)
+    elif where == "right":
+        q = Sequence(parse_cel("SELECT * FROM FILTER{Price > 2}(Stock)"), u, theta)
+    elif where == "nested":
+        q = Union(u, Select(Stream("Stock"), parse_cel("SELECT * FROM FILTER{Price = 3}(Stock)").predicate))
+    else:
+        q = u
+    expected = evaluate_queries({"q": q}, streams_of(events))
+    got, engine = run_engine({"q": q}, streams_of(events))
+    assert got["q"] == expected["q"]
+    assert "_u_q_1" in engine.automaton("q").describe()

@@ -12,7 +12,9 @@ out into its own (internal) query publishing ``name`` and replaced by ``Stream(n
 resubscription); a NEXT/FOLD whose right input is not a stateless pipeline over one stream (the
 expression is not left-deep) gets that input published the same way as an internal stream
 ``_r_<query>_<k>`` (disable with ``publish_right_inputs=False`` to get ``UnsupportedSubscription``).
-UNION has no automaton form here and is refused with ``UnsupportedSubscription``.  Each resolved
+A UNION (algebra only) becomes two internal queries — its inputs — publishing into one internal stream
+``_u_<query>_<k>`` whose events are merged at the close of each tick, left input first (the oracle's bag
+order), and the UNION is replaced by that stream.  Each resolved
 expression is left-deep,
 
     E_K = U_K(B_K(... U_1(B_1(U_0(S_0), R_1)) ..., R_K))    B_k ∈ {NEXT (;θ), FOLD (μF,θ)}
@@ -86,7 +88,6 @@ Deviations from the oracle (documented, tested where it matters):
 - outer selections are evaluated on the combined event (which input an attribute comes from depends on
   the events' attribute sets), so the description lists them as ``output_filter`` and they are never
   indexed, even when they read only the new event (004 puts S2's ``price < 25`` on the static side);
-- UNION (algebra only) has no automaton here: ``UnsupportedSubscription``.
 """
 from __future__ import annotations
 
@@ -115,7 +116,8 @@ __all__ = ["compile_query", "resolve_query", "CompiledQuery", "Automaton", "Auto
 #: The shapes the compiler accepts (named in UnsupportedSubscription errors).
 EVENT_SHAPES = ("left-deep NEXT/FOLD chains over stateless FILTER/SELECT/RENAME pipelines",
                 "PUBLISH'd sub-queries (resubscription)",
-                "non-left-deep right inputs (compiled as published intermediate streams)")
+                "non-left-deep right inputs (compiled as published intermediate streams)",
+                "UNION (its inputs published into one merged stream)")
 
 _typed = ReferenceInterpreter._typed
 _UNARY = (Select, Project, Aggregate, Rename)
@@ -330,6 +332,7 @@ class ResolvedQuery:
     expr: StreamExpr
     publishes: tuple[str, ...]
     internal: bool
+    union_side: int | None = None       # 0 / 1: one input of a UNION, merged into its one stream
 
 
 def resolve_query(name: str, q: StreamExpr, *, publish_right_inputs: bool = True) -> list[ResolvedQuery]:
@@ -346,10 +349,16 @@ def resolve_query(name: str, q: StreamExpr, *, publish_right_inputs: bool = True
             extra.append(ResolvedQuery(f"{name}/{names[0]}", inner, tuple(names), True))
             return Stream(names[-1])
         if isinstance(x, Union):
-            raise UnsupportedSubscription(
-                f"UNION in an event query ({x.to_algebra() if hasattr(x, 'to_algebra') else x}): "
-                "an automaton has one input stream per edge; register each side as its own query",
-                EVENT_SHAPES)
+            # 004 §2.2 ∪: each input becomes an internal query publishing into one stream, whose
+            # events are merged by end time, left input first within a tick (the oracle's bag order)
+            if not publish_right_inputs:
+                raise UnsupportedSubscription(
+                    f"UNION in an event query ({x.to_algebra()}): compiled by publishing its inputs as "
+                    "one stream, which publish_right_inputs=False turns off", EVENT_SHAPES)
+            stream_name = f"_u_{safe}_{next(counter)}"
+            for side, inner in enumerate((x.left, x.right)):
+                extra.append(ResolvedQuery(f"{name}/{stream_name}#{side}", cut(inner), (stream_name,), True, side))
+            return Stream(stream_name)
         if isinstance(x, _UNARY):
             return type(x)(cut(x.input), *[getattr(x, f.name) for f in fields(x)[1:]])
         if isinstance(x, (Sequence, Iteration)):
@@ -633,7 +642,7 @@ def compile_query(name: str, query: StreamExpr | str, *, schemas: Mapping[str, I
                   seconds_per_tick: float = 1, functions: Mapping[str, Callable] | None = None,
                   publish_right_inputs: bool = True) -> CompiledQuery:
     """Compile one query (AST or CEL/algebra text) to its automata; raises a clear sparksub error for
-    shapes without an automaton (UNION; non-left-deep with ``publish_right_inputs=False``) and for
+    shapes without an automaton (UNION or non-left-deep with ``publish_right_inputs=False``) and for
     unknown functions.  ``schemas`` (stream -> attribute names) makes the renaming maps concrete."""
     if isinstance(query, str):
         from sparksub.grammar.events import parse_event_query
@@ -831,6 +840,7 @@ class _Node:
 
 
 _UNINDEXED = object()          # the bucket of instances whose key could not be hashed
+_UNION_FEED = "\x00union:"     # _close_tick: the pseudo-query feeding a UNION's merged stream
 _NOKEY = object()              # _step: the event's key is not computed yet
 _ALL = object()                # _step: visit every bucket
 
@@ -978,6 +988,8 @@ class NFAEngine:
         self.queries: dict[str, CompiledQuery] = {}
         self._resolved: dict[str, ResolvedQuery] = {}     # every automaton (user and internal) by name
         self._publisher: dict[str, str] = {}              # stream -> resolved query publishing it
+        self._union_sides: dict[str, list] = {}           # UNION stream -> its two input queries
+        self._union_buffer: dict[str, dict] = {}          # UNION stream -> side -> events of this tick
         self._order: list[str] = []                       # resolved queries, producers first
         self._depth: dict[str, int] = {}                  # resolved query -> 1 + depth of what it reads
         self._dirty: set[str] = set()                     # resolved queries with matches this tick
@@ -1009,11 +1021,13 @@ class NFAEngine:
         resolved = resolve_query(name, compiled.query, publish_right_inputs=self.publish_right_inputs)
         for rq in resolved:
             for p in rq.publishes:
-                if p in self._publisher or sum(p in r.publishes for r in resolved) > 1:
+                if p in self._publisher or (rq.union_side is None and sum(p in r.publishes for r in resolved) > 1):
                     raise AnalysisError(f"stream {p!r} is published twice")
         producers = dict(self._publisher)
         for rq in resolved:
-            producers.update({p: rq.name for p in rq.publishes})
+            producers.update({p: rq.name for p in rq.publishes if p not in producers or rq.union_side is None})
+            if rq.union_side is not None:
+                self._union_sides.setdefault(rq.publishes[0], [None, None])[rq.union_side] = rq.name
         self._check_acyclic(producers, {**self._resolved, **{r.name: r for r in resolved}})
         for rq in resolved:
             self._add(rq)
@@ -1046,10 +1060,19 @@ class NFAEngine:
 
         def d(qn):
             if qn not in depth:
-                depth[qn] = 1 + max([d(self._publisher[s]) for s in self._resolved[qn].expr.streams()
+                depth[qn] = 1 + max([producer(s) for s in self._resolved[qn].expr.streams()
                                      if s in self._publisher] or [0])
             return depth[qn]
+
+        def producer(s):            # a UNION's stream is fed after both its inputs: a half-step later
+            sides = self._union_sides.get(s)
+            if sides is None:
+                return d(self._publisher[s])
+            depth[_UNION_FEED + s] = max(d(q) for q in sides) + 0.5
+            return depth[_UNION_FEED + s]
         self._order = sorted(self._resolved, key=d)
+        for s in self._union_sides:
+            producer(s)
         self._depth = depth
 
     def _key(self, qname, ast):
@@ -1149,6 +1172,7 @@ class NFAEngine:
             rq = self._resolved.pop(qn)
             for p in rq.publishes:
                 self._publisher.pop(p, None)
+                self._union_sides.pop(p, None)
             self._pending_out.pop(qn, None)
             self._dirty.discard(qn)
             self._nodes_unshared -= self._drop_path(rq)
@@ -1502,11 +1526,22 @@ class NFAEngine:
         while dirty:                        # only the queries with matches this tick, producers first
             qn = min(dirty, key=self._depth.__getitem__) if len(dirty) > 1 else next(iter(dirty))
             dirty.discard(qn)
+            if qn.startswith(_UNION_FEED):          # both inputs of a UNION are in: feed their merge
+                p = qn[len(_UNION_FEED):]
+                buffered = self._union_buffer.pop(p, {})
+                for e in buffered.get(0, []) + buffered.get(1, []):
+                    self._ingest(p, {k: v for k, v in e.items() if k not in ("t0", "t1")}, e["t0"], e["t1"])
+                continue
             pending = self._pending_out[qn]
             self._pending_out[qn] = []
             pending.sort(key=lambda x: x[0])
             rq = self._resolved[qn]
             events = [e for _, e in pending]
+            if rq.union_side is not None:
+                p = rq.publishes[0]
+                self._union_buffer.setdefault(p, {}).setdefault(rq.union_side, []).extend(events)
+                dirty.add(_UNION_FEED + p)
+                continue
             for p in rq.publishes:
                 for e in events:
                     self._ingest(p, {k: v for k, v in e.items() if k not in ("t0", "t1")}, e["t0"], e["t1"])

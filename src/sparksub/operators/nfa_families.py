@@ -200,11 +200,12 @@ def _has_slot(e: Expr) -> bool:
 class _Vec:
     """One slotted conjunct: ``holds(fam, rows, p, l, s, d) -> bool array`` (TRUE only; NULL is False)."""
 
-    __slots__ = ("expr", "op", "scalar", "slot", "kind", "arith", "other", "dur", "static")
+    __slots__ = ("expr", "op", "scalar", "slot", "kind", "arith", "other", "dur", "static", "reads")
 
     def __init__(self, e: Expr, fns, spt):
         self.expr, self.dur, self.arith, self.other = e, isinstance(e, _DurSlot), None, None
         self.static = False
+        self.reads = frozenset(n.name for n in e.walk() if isinstance(n, Attr))
         if self.dur:
             self.op, self.slot, self.kind = e.op, e.index, "num"
             self.scalar = None
@@ -331,6 +332,10 @@ class _FNode:
                 if v.static and v.op == "=" and v.arith is None and not v.dur:
                     self.slot_key = v
                     break
+        # in the slot key's bucket its equality holds already (dict equality = numpy's on one type)
+        self.theta_vec_rest = [v for v in self.theta_vec if v is not self.slot_key]
+        first = self.post.steps[0] if self.post.steps and self.post.steps[0][0] == "select" else None
+        self.post_first_vecs = [v for v in first[2] if not v.dur] if first else []
         self.buckets: dict[Any, dict[int, list]] = {}
         self.count = 0
         self.bound: int | None = None
@@ -357,6 +362,7 @@ class _Family:
         self.n_live = 0
         self._cols: list[np.ndarray] | None = None
         self._dur_cols: dict[int, np.ndarray] = {}
+        self._codes: dict[int, tuple] = {}
         self._live: np.ndarray | None = None
         self._start_index = None
         # the start index: an equality and a range on the first FILTER's slotted conjuncts
@@ -390,6 +396,7 @@ class _Family:
     def _dirty(self):
         self._cols, self._live, self._start_index = None, None, None
         self._dur_cols = {}
+        self._codes = {}
         self.bounds_dirty = True
 
     def columns(self) -> list[np.ndarray]:
@@ -406,6 +413,15 @@ class _Family:
                 cols.append(a)
             self._cols = cols
         return self._cols
+
+    def codes(self, i: int) -> tuple[np.ndarray, list]:
+        """Column ``i`` as integer codes and the distinct values (Python equality: 1 == 1.0)."""
+        cached = self._codes.get(i)
+        if cached is None:
+            ids: dict = {}
+            codes = np.fromiter((ids.setdefault(v, len(ids)) for v in self.values[i]), np.int64, len(self.values[i]))
+            cached = self._codes[i] = (codes, list(ids))
+        return cached
 
     def column(self, i: int, rows: np.ndarray, dur: bool) -> np.ndarray:
         if dur:
@@ -680,15 +696,16 @@ class FamilyEngine(NFAEngine):
                 k = _UNINDEXED
             self._fam_add_entry(inst, k, rows)
         elif node.slot_key is not None and self.index_instances:
-            col = node.fam.columns()[node.slot_key.slot][rows]
             if len(rows) == 1:
-                self._fam_add_entry(inst, col[0], rows)
-            else:
-                groups: dict = {}
-                for r, v in zip(rows.tolist(), col.tolist()):
-                    groups.setdefault(v, []).append(r)
-                for v, rs in groups.items():
-                    self._fam_add_entry(inst, v, np.asarray(rs, np.int64))
+                self._fam_add_entry(inst, node.fam.columns()[node.slot_key.slot][rows[0]], rows)
+            else:                                   # one entry per distinct constant (numpy grouping)
+                codes, values = node.fam.codes(node.slot_key.slot)
+                c = codes[rows]
+                order = np.argsort(c, kind="stable")
+                c = c[order]
+                cuts = np.flatnonzero(c[1:] != c[:-1]) + 1
+                for part, code in zip(np.split(rows[order], cuts), c[np.concatenate(([0], cuts))].tolist()):
+                    self._fam_add_entry(inst, values[code], part)
         else:
             self._fam_add_entry(inst, None, rows)
 
@@ -738,7 +755,6 @@ class FamilyEngine(NFAEngine):
                     return
         except AnalysisError:
             theta = node.theta                      # evaluated again per instance, as the oracle does
-        de = t1 - t0 + 1
         if not self.index_instances:
             buckets = list(node.buckets.values())
         elif node.event_key:
@@ -753,81 +769,122 @@ class FamilyEngine(NFAEngine):
         elif node.slot_key is not None:
             try:
                 v = node.slot_key.scalar(r, None, None, 1)
-                buckets = [] if v is None or _nan(v) else [node.buckets.get(v)]
+                keyed = None if v is None or _nan(v) else node.buckets.get(v)
             except (AnalysisError, TypeError):
+                keyed = None
                 buckets = list(node.buckets.values())
-            buckets.append(node.buckets.get(_UNINDEXED))
+            else:
+                buckets = [node.buckets.get(_UNINDEXED)]
+                if keyed:
+                    if not node.fold and not theta and not node.theta_vec_rest and not right_vecs:
+                        self._fam_consume_bucket(node, keyed, r, t0, t1)
+                    else:
+                        self._fam_entries(node, keyed, r, right_vecs, theta, node.theta_vec_rest, t0, t1)
         else:
             buckets = list(node.buckets.values())
-        fam = node.fam
         for bucket in buckets:
-            if not bucket:
+            if bucket:
+                self._fam_entries(node, bucket, r, right_vecs, theta, node.theta_vec, t0, t1)
+
+    def _fam_consume_bucket(self, node: _FNode, bucket: dict, r: dict, t0: int, t1: int) -> None:
+        """A NEXT whose θ is just the slot key's equality: every entry of the event's bucket takes its
+        first match now.  The outer selection's slotted conjuncts that read only the new event are
+        evaluated once over all the entries' rows; only entries with a surviving row go forward."""
+        s = self._s
+        taken = []
+        for eid, entry in list(bucket.items()):
+            inst = entry[0]
+            if inst.alive and eid in inst.entries and t0 > inst.t1:
+                taken.append(entry)
+                self._fam_drop_entry(inst, eid)
+        s["instances_visited"] += len(taken)
+        s["edges_evaluated"] += len(taken)
+        if not taken:
+            return
+        fam = node.fam
+        keys = r.keys()
+        r_only = [v for v in node.post_first_vecs if v.reads <= keys]
+        if r_only and len(taken) > 1:
+            sizes = np.fromiter((len(e[1]) for e in taken), np.int64, len(taken))
+            rows = np.concatenate([e[1] for e in taken])
+            ok = np.ones(len(rows), bool)
+            for v in r_only:
+                ok &= v.holds(fam, rows, r, None, None, 1)
+            alive = np.add.reduceat(ok, np.concatenate(([0], np.cumsum(sizes)[:-1]))) > 0
+            taken = [e for e, a in zip(taken, alive) if a]
+        for inst, rows in taken:
+            self._fam_forward(node, _combine(inst.left, r), inst.t0, t1, (t1, inst.key), rows)
+
+    def _fam_entries(self, node: _FNode, bucket: dict, r: dict, right_vecs, theta, theta_vec,
+                     t0: int, t1: int) -> None:
+        s = self._s
+        fam = node.fam
+        de = t1 - t0 + 1
+        for eid, entry in list(bucket.items()):
+            inst, rows = entry
+            if not inst.alive or eid not in inst.entries:
                 continue
-            for eid, entry in list(bucket.items()):
-                inst, rows = entry
-                if not inst.alive or eid not in inst.entries:
+            s["instances_visited"] += 1
+            if t0 <= inst.t1:                   # e2 must start after the instance's t1
+                continue
+            d = t1 - inst.t0 + 1
+            left, last = inst.left, inst.last
+            s["edges_evaluated"] += 1
+            if not all([f(r, left, last, d) for f in theta]):
+                continue                        # filter edge for every row
+            if right_vecs or theta_vec:
+                hold = np.ones(len(rows), bool)
+                for v, ev in right_vecs:
+                    hold &= v.holds(fam, rows, ev, None, None, de)
+                for v in theta_vec:
+                    hold &= v.holds(fam, rows, r, left, last, d)
+                if not hold.any():
                     continue
-                s["instances_visited"] += 1
-                if t0 <= inst.t1:                   # e2 must start after the instance's t1
-                    continue
-                d = t1 - inst.t0 + 1
-                left, last = inst.left, inst.last
-                s["edges_evaluated"] += 1
-                if not all([f(r, left, last, d) for f in theta]):
-                    continue                        # filter edge for every row
-                if right_vecs or node.theta_vec:
-                    hold = np.ones(len(rows), bool)
-                    for v, ev in right_vecs:
-                        hold &= v.holds(fam, rows, ev, None, None, de)
-                    for v in node.theta_vec:
-                        hold &= v.holds(fam, rows, r, left, last, d)
-                    if not hold.any():
-                        continue
-                    moving, staying = rows[hold], rows[~hold]
-                else:
-                    moving, staying = rows, _EMPTY
-                if not node.fold:                   # NEXT: the moving rows' first match
-                    if len(staying):
-                        entry[1] = staying
-                    else:
-                        self._fam_drop_entry(inst, eid)
-                    self._fam_forward(node, _combine(left, r), inst.t0, t1, (t1, inst.key), moving)
-                    continue
-                aggs = {n: f(r, left, last, d) for n, f in node.aggregates}
-                if node.rebind is None and not node.rebind_vec:
-                    cont = moving
-                else:
-                    s["edges_evaluated"] += 1
-                    if node.rebind is not None and not node.rebind(r, left, last, d):
-                        cont = _EMPTY
-                    elif node.rebind_vec:
-                        keep = np.ones(len(moving), bool)
-                        for v in node.rebind_vec:
-                            keep &= v.holds(fam, moving, r, left, last, d)
-                        cont = moving[keep]
-                    else:
-                        cont = moving
-                out = _combine(left, r)
-                if aggs:
-                    out.update(aggs)
-                self._fam_forward(node, out, inst.t0, t1, (t1, inst.key), moving)
-                new_last = {**last, **r, **aggs}
-                if not len(staying) and len(cont) == len(moving) and len(inst.entries) == 1:
-                    inst.last, inst.t1 = new_last, t1     # rebind edge: every row continues
-                    if node.key_reads_last and node.event_key and self.index_instances:
-                        self._fam_drop_entry(inst, eid)       # re-keyed on the new $ values
-                        inst.alive, inst.entries = True, {}
-                        self._fam_pending_inst.append((inst, rows, False))
-                    continue
+                moving, staying = rows[hold], rows[~hold]
+            else:
+                moving, staying = rows, _EMPTY
+            if not node.fold:                   # NEXT: the moving rows' first match
                 if len(staying):
                     entry[1] = staying
                 else:
                     self._fam_drop_entry(inst, eid)
-                if len(cont):                       # the continuing rows: a new instance, new bindings
-                    new = _Instance()
-                    new.node, new.left, new.last, new.t0, new.t1, new.key = node, left, new_last, inst.t0, t1, inst.key
-                    new.alive, new.entries = True, {}
-                    self._fam_pending_inst.append((new, cont, True))
+                self._fam_forward(node, _combine(left, r), inst.t0, t1, (t1, inst.key), moving)
+                continue
+            aggs = {n: f(r, left, last, d) for n, f in node.aggregates}
+            if node.rebind is None and not node.rebind_vec:
+                cont = moving
+            else:
+                s["edges_evaluated"] += 1
+                if node.rebind is not None and not node.rebind(r, left, last, d):
+                    cont = _EMPTY
+                elif node.rebind_vec:
+                    keep = np.ones(len(moving), bool)
+                    for v in node.rebind_vec:
+                        keep &= v.holds(fam, moving, r, left, last, d)
+                    cont = moving[keep]
+                else:
+                    cont = moving
+            out = _combine(left, r)
+            if aggs:
+                out.update(aggs)
+            self._fam_forward(node, out, inst.t0, t1, (t1, inst.key), moving)
+            new_last = {**last, **r, **aggs}
+            if not len(staying) and len(cont) == len(moving) and len(inst.entries) == 1:
+                inst.last, inst.t1 = new_last, t1     # rebind edge: every row continues
+                if node.key_reads_last and node.event_key and self.index_instances:
+                    self._fam_drop_entry(inst, eid)       # re-keyed on the new $ values
+                    inst.alive, inst.entries = True, {}
+                    self._fam_pending_inst.append((inst, rows, False))
+                continue
+            if len(staying):
+                entry[1] = staying
+            else:
+                self._fam_drop_entry(inst, eid)
+            if len(cont):                       # the continuing rows: a new instance, new bindings
+                new = _Instance()
+                new.node, new.left, new.last, new.t0, new.t1, new.key = node, left, new_last, inst.t0, t1, inst.key
+                new.alive, new.entries = True, {}
+                self._fam_pending_inst.append((new, cont, True))
 
     def _fam_forward(self, node: _FNode, out: dict, t0: int, t1: int, key, rows: np.ndarray) -> None:
         fam = node.fam
