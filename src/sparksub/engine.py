@@ -119,6 +119,7 @@ class EventQueryRecord:
     attributes: dict
     published: dict
     raw_spellings: tuple  # the names under which it reads event tables (as written)
+    reads_published: bool = False  # it reads a PUBLISHed stream (another query's, or its own internal ones)
 
 
 @dataclass
@@ -550,7 +551,8 @@ class Engine:
         compiled = compile_query(name, query, schemas={s: list(a) for s, a in env.items()},
                                  seconds_per_tick=self.event_seconds_per_tick)
         raw = tuple(sorted(s for s in reads if s not in publishers))
-        return EventQueryRecord(name, text, query, compiled, info, attributes, published, raw)
+        return EventQueryRecord(name, text, query, compiled, info, attributes, published, raw,
+                                bool(info.reads) or len(compiled.automata) > 1)
 
     def _event_rebuild(self, plan: evp.EventPlan, records: dict) -> tuple[dict, list]:
         """The classes of ``plan`` as they will run: unchanged classes as they are; a changed one's
@@ -692,6 +694,14 @@ class Engine:
                                              f"events must arrive in end-time order across streams)",
                                      f"events:{c.cls.id}"))
                 mine &= ~late
+            if c.tick is not None and any(self._event_queries[q].reads_published for q in c.cls.queries):
+                split = mine & (t1 == c.tick)
+                for i in np.flatnonzero(split):
+                    rejected.append((int(i), f"t1={int(t1[i])} continues tick {c.tick}, which an earlier publish "
+                                             f"call closed for event queries {list(c.cls.queries)}: one of them "
+                                             f"reads a PUBLISHed stream, whose events of one tick must come in one "
+                                             f"call (else a first match could differ)", f"events:{c.cls.id}"))
+                mine &= ~split
             idx = np.flatnonzero(mine)
             if not idx.size:
                 continue
@@ -813,10 +823,14 @@ class Engine:
                 c.replicas[rid] = new
 
     def _event_executors(self, c: EventClassState) -> dict:
-        """Every replica's executor as of now, in this (driver) process (cache + log replay)."""
+        """Every replica's executor as of now, in this (driver) process (cache + log replay); a replica
+        that cannot be rebuilt is left out (its tasks report the failure as ``error`` rows)."""
         out = {}
         for rid, replica in c.replicas.items():
-            executor = spark_events.materialize(replica)
+            try:
+                executor = spark_events.materialize(replica)
+            except Exception:  # noqa: BLE001 - stats / EXPLAIN show what can be shown
+                continue
             spark_events.remember(replica, len(replica.log), executor)
             out[rid] = executor
         return out
@@ -1190,8 +1204,10 @@ class Engine:
         others = [", ".join(x) for x in cls.components if x != comp]
         if others:
             lines.append(f"other components in the class: {'; '.join(f'[{o}]' for o in others)}")
-        for rid, replica in c.replicas.items():
-            lines.append(f"replica {rid}: {len(replica.log)} batches, {replica.logged_events()} events logged "
+        lines.append(f"replicas: events:{cls.id}#<partition>, each an executor rebuilt from a broadcast base "
+                     f"+ the batches logged since")
+        for p, replica in enumerate(c.replicas.values()):
+            lines.append(f"partition {p}: {len(replica.log)} batches ({replica.logged_events()} events) logged "
                          f"since its base")
         if self._event_resets.get(name):
             lines.append(f"partial matches reset {self._event_resets[name]} time(s) (moved to another class)")
@@ -2038,8 +2054,8 @@ def _event_index_lines(compiled, executors: dict, cls) -> list[str]:
         first = next(iter(executors.values()))
         st_ = _summed_stats(executors.values())
         lines.append(f"executor static index (class {cls.id}, all its queries): {_static_tables(first)}")
-        lines.append(f"prefix sharing: {st_.get('nodes', 0)} nodes for {st_.get('nodes_without_sharing', 0)} "
-                     f"without sharing, {st_.get('start_groups', 0)} start groups")
+        lines.append(f"prefix sharing (class {cls.id}): nodes {st_.get('nodes', 0)} (without sharing "
+                     f"{st_.get('nodes_without_sharing', 0)}), start groups {st_.get('start_groups', 0)}")
         lines.append("work so far (NFAEngine.stats() over the partitions): "
                      + ", ".join(f"{k.replace('_', ' ')} {st_.get(k, 0)}" for k in _WORK))
     return lines
