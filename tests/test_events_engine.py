@@ -127,7 +127,8 @@ def test_worked_queries_over_several_publishes_equal_the_oracle(spark):
 
 # ---- register / drop between publishes: untouched queries keep their partial matches ---------------------
 
-def test_register_and_drop_between_publishes_keep_partial_matches(spark):
+def test_register_and_drop_between_publishes_keep_partial_matches(spark, monkeypatch):
+    monkeypatch.setattr("sparksub.engine.EVENT_LOG_COMPACTION", 12)   # bases rebuilt from snapshots too
     events = random_stock(70, seed=11)       # numbered: the n-th event is at tick n
     timed = numbered(events)
     e = Engine(spark)
@@ -158,7 +159,66 @@ def test_register_and_drop_between_publishes_keep_partial_matches(spark):
     assert e.matches("new_u") == oracle({"new_u": q["new_u"]}, timed[45:])["new_u"]
     with pytest.raises(UnknownSubscription, match="gone"):
         e.matches("gone")
-    assert all(v["state_resets"] == 0 for k, v in e.stats().items() if k.startswith("events:"))
+    stats = {k: v for k, v in e.stats().items() if k.startswith("events:")}
+    assert all(v["state_resets"] == 0 and v["events_logged"] <= 25 for v in stats.values())
+
+
+# ---- the pure parts: plan, types, rows (event_partitions) --------------------------------------------------
+
+def test_event_partition_plan_keeps_classes_and_reports_moves():
+    from sparksub.operators.event_partitions import event_partition_plan, query_info
+    tables = {"stock": "Stock", "news": "News"}
+
+    def infos(queries):
+        published, out = set(), []
+        for name, text in queries.items():
+            out.append(query_info(name, text, tables, published))
+            published |= set(out[-1].publishes)
+        return out
+    q = {"a": "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH A",
+         "b": "SELECT * FROM Stock NEXT{$2.Price > $1.Price} Stock",
+         "c": "SELECT * FROM FILTER{Price > 1}(Stock)",
+         "d": "SELECT * FROM News NEXT{$1.Name = $2.Name} News",
+         "e": "SELECT * FROM Stock NEXT{} Stock"}
+    plan = event_partition_plan(infos(q), 2)
+    assert {n: plan.class_of[n] for n in q} == {"a": "Name@Stock", "b": "u0@Stock", "c": "u1@Stock",
+                                                 "d": "Name@News", "e": "u0@Stock"}   # at most 2 unkeyed groups
+    assert plan.classes["Name@Stock"].partitions == 2 and plan.classes["u0@Stock"].partitions == 1
+    # a reader of A with another key makes {a, f} unkeyed: the component moves, a's state restarts
+    q2 = {**q, "f": "SELECT * FROM A NEXT{$2.Price > $1.Price} Stock"}
+    moved = event_partition_plan(infos(q2), 3, plan)
+    assert moved.class_of["a"] == moved.class_of["f"] != "Name@Stock" and moved.reset == {"a"}
+    assert all(moved.class_of[n] == plan.class_of[n] for n in "bcde")     # the others stay
+    # a keyed reader joins a's class: nothing moves; dropping it again changes nothing else
+    q3 = {**q, "g": "SELECT * FROM A NEXT{$2.Name = $1.Name} Stock"}
+    joined = event_partition_plan(infos(q3), 3, plan)
+    assert joined.class_of["g"] == "Name@Stock" and not joined.reset
+    assert joined.classes["Name@Stock"].components == (("a", "g"),)
+    assert event_partition_plan(infos(q), 3, joined).class_of == plan.class_of
+    # a stateless reader that assigns the key breaks the key; one that does not keeps it
+    assert event_partition_plan(infos({**q, "h": "SELECT Price AS Name FROM A"}), 2).class_of["a"] == "u0@Stock"
+    assert event_partition_plan(infos({**q, "h": "SELECT Name FROM A"}), 2).class_of["a"] == "Name@Stock"
+
+
+def test_output_types_columns_and_match_rows():
+    import pyarrow as pa
+
+    from sparksub.operators.event_partitions import match_layout, matches_to_table, output_attributes
+    stock = {"Stock": {"Name": pa.string(), "Price": pa.float64(), "Volume": pa.int64()}}
+    ex4 = output_attributes(parse_event_query(ISSUE_EXAMPLES["ex4"]), stock)
+    assert list(ex4) == ["Name_1", "Price_1", "Volume_1", "cnt", "sumPrice", "Name", "Price", "Volume"]
+    assert (ex4["Price_1"], ex4["Volume_1"], ex4["cnt"]) == (pa.float64(), pa.int64(), pa.float64())
+    odd = output_attributes(parse_event_query("SELECT Name AS value, lower(Name) AS low, Price > 1 AS up, "
+                                              "Name + 'x' AS s, Volume * 2 AS v2 FROM Stock"), stock)
+    assert odd == {"value": pa.string(), "low": pa.string(), "up": pa.bool_(), "s": pa.string(), "v2": pa.float64()}
+    layout = match_layout({"ex4": ex4, "odd": odd, "clash": {"Price": pa.string()}}, list(stock["Stock"].items()))
+    types = {f.name: f.type for f in layout.attributes}
+    assert types["event_value"] == pa.string() and types["Price"] == pa.string()   # DOUBLE and STRING: STRING
+    assert layout.columns["odd"][0] == ("value", "event_value")
+    rows = matches_to_table([("odd", {"value": "IBM", "low": "ibm", "up": True, "s": "IBMx", "v2": "oops",
+                                      "t0": 1, "t1": 2})], layout, "events:u0@Stock#0").to_pylist()
+    assert rows[0]["event_value"] == "IBM" and rows[0]["v2"] is None and rows[0]["query"] == "odd"
+    assert rows[0]["reason"] == "attribute v2: value 'oops' does not fit double" and rows[0]["op"] == "match"
 
 
 # ---- PUBLISH chains, FILTER subscriptions and event queries in one DataFrame -----------------------------
