@@ -990,7 +990,7 @@ class NFAEngine:
         self._publisher: dict[str, str] = {}              # stream -> resolved query publishing it
         self._union_sides: dict[str, list] = {}           # UNION stream -> its two input queries
         self._union_buffer: dict[str, dict] = {}          # UNION stream -> side -> events of this tick
-        self._order: list[str] = []                       # resolved queries, producers first
+        self._readers: dict[str, set] = {}                # stream -> resolved queries reading it
         self._depth: dict[str, int] = {}                  # resolved query -> 1 + depth of what it reads
         self._dirty: set[str] = set()                     # resolved queries with matches this tick
         self._index: dict[str, _StaticIndex] = {}
@@ -1026,21 +1026,30 @@ class NFAEngine:
         producers = dict(self._publisher)
         for rq in resolved:
             producers.update({p: rq.name for p in rq.publishes if p not in producers or rq.union_side is None})
+        if any(s in producers for rq in resolved for s in rq.expr.streams()):   # else no cycle is possible
+            self._check_acyclic(producers, {**self._resolved, **{r.name: r for r in resolved}},
+                                [r.name for r in resolved])
+        for rq in resolved:
             if rq.union_side is not None:
                 self._union_sides.setdefault(rq.publishes[0], [None, None])[rq.union_side] = rq.name
-        self._check_acyclic(producers, {**self._resolved, **{r.name: r for r in resolved}})
         for rq in resolved:
             self._add(rq)
         self.queries[name] = compiled
         self._owned[name] = [rq.name for rq in resolved]
         self._publisher = producers
-        self._reorder()
-        self._recompute_bounds()
+        self._reorder([rq.name for rq in resolved])
+        self._recompute_bounds(resolved)
         return compiled
 
     @staticmethod
-    def _check_acyclic(producers, resolved) -> None:
+    def _check_acyclic(producers, resolved, new=None) -> None:
+        """No query reads (through published streams) what it publishes.  Only paths from the ``new``
+        queries are followed: the registered ones were acyclic before."""
         state: dict[str, int] = {}
+        publishers: dict[str, list] = {}
+        for r, rq in resolved.items():
+            for s in rq.publishes:
+                publishers.setdefault(s, []).append(r)
 
         def visit(qn):
             if state.get(qn) == 2:
@@ -1050,13 +1059,26 @@ class NFAEngine:
             state[qn] = 1
             for s in resolved[qn].expr.streams():
                 if s in producers:
-                    visit(producers[s])
+                    for p in publishers.get(s) or [producers[s]]:
+                        visit(p)            # (every input of a UNION publishes its stream)
             state[qn] = 2
-        for qn in resolved:
+        for qn in (resolved if new is None else new):
             visit(qn)
 
-    def _reorder(self) -> None:
-        depth: dict[str, int] = {}
+    def _reorder(self, new: list[str] | None = None) -> None:
+        """Depths (producers before consumers) for ``_close_tick``.  With ``new`` (queries just added)
+        only theirs are computed, unless one of them publishes a stream older queries read."""
+        if new is not None:
+            fresh = set(new)
+            published = {p for qn in new for p in self._resolved[qn].publishes}
+            if not any(q not in fresh for p in published for q in self._readers.get(p, ())):
+                depth = self._depth
+                for qn in new:
+                    depth.pop(qn, None)
+            else:
+                depth = {}
+        else:
+            depth = {}
 
         def d(qn):
             if qn not in depth:
@@ -1070,9 +1092,11 @@ class NFAEngine:
                 return d(self._publisher[s])
             depth[_UNION_FEED + s] = max(d(q) for q in sides) + 0.5
             return depth[_UNION_FEED + s]
-        self._order = sorted(self._resolved, key=d)
+        for qn in (self._resolved if new is None or depth is not self._depth else new):
+            d(qn)
         for s in self._union_sides:
-            producer(s)
+            if _UNION_FEED + s not in depth:
+                producer(s)
         self._depth = depth
 
     def _key(self, qname, ast):
@@ -1101,6 +1125,8 @@ class NFAEngine:
     def _add(self, rq: ResolvedQuery) -> None:
         chain = _decompose(rq.expr)
         self._resolved[rq.name] = rq
+        for st in rq.expr.streams():
+            self._readers.setdefault(st, set()).add(rq.name)
         self._pending_out.setdefault(rq.name, [])
         self._nodes_unshared += len(chain.steps)
         src = self._source(rq.name, chain.stream, chain.start_ops, chain.start_expr)
@@ -1135,28 +1161,37 @@ class NFAEngine:
         if rq.name not in prev.outputs:
             prev.outputs.append(rq.name)
 
-    def _recompute_bounds(self) -> None:
+    def _recompute_bounds(self, paths: list | None = None) -> None:
         """004 §3-style expiry (d): a node's bound is θ's DUR bound, else the loosest over its forward
-        groups of (the group's outer DUR bound, the tightest continuation)."""
+        groups of (the group's outer DUR bound, the tightest continuation).  ``paths`` (resolved queries
+        just added): only their nodes change — a node's bound depends on its successors, which are on
+        the same path or unchanged — so only those are recomputed, last node first."""
+        if paths is not None:
+            for rq in paths:
+                for step in reversed(_decompose(rq.expr).steps):
+                    n = self._nodes[self._key(rq.name, step.op)]
+                    n.bound = self._node_bound(n, lambda x: x.bound)
+            return
         done: dict[int, int | None] = {}
 
         def node_bound(n: _Node):
-            if id(n) in done:
-                return done[id(n)]
-            worst = -1
-            for g in n.groups.values():
-                conts = [node_bound(s) for s in g.successors] + ([None] if g.outputs else [])
-                cont = None if (None in conts or not conts) else max(conts)
-                b = _min_bound(g.upper, cont)
-                if b is None:
-                    worst = None
-                    break
-                worst = max(worst, b)
-            b = _min_bound(n.theta_bound, worst)
-            done[id(n)] = n.bound = b
-            return b
+            if id(n) not in done:
+                done[id(n)] = n.bound = self._node_bound(n, node_bound)
+            return done[id(n)]
         for n in self._nodes.values():
             node_bound(n)
+
+    @staticmethod
+    def _node_bound(n: _Node, successor_bound) -> int | None:
+        worst = -1
+        for g in n.groups.values():
+            conts = [successor_bound(s) for s in g.successors] + ([None] if g.outputs else [])
+            cont = None if (None in conts or not conts) else max(conts)
+            b = _min_bound(g.upper, cont)
+            if b is None:
+                return n.theta_bound
+            worst = max(worst, b)
+        return _min_bound(n.theta_bound, worst)
 
     def unregister(self, name: str) -> None:
         """Remove a query: its outputs, and the nodes, edges and instances no other query shares."""
@@ -1170,6 +1205,9 @@ class NFAEngine:
                     raise AnalysisError(f"cannot drop {name!r}: {sorted(readers)} read its stream {p!r}")
         for qn in owned:
             rq = self._resolved.pop(qn)
+            self._depth.pop(qn, None)
+            for st in rq.expr.streams():
+                self._readers.get(st, set()).discard(qn)
             for p in rq.publishes:
                 self._publisher.pop(p, None)
                 self._union_sides.pop(p, None)
