@@ -308,6 +308,9 @@ class _FNode:
         plain = [c for c in theta if not _has_slot(c.expr)]
         self.theta_static = [_holds_fn(c, fns, spt) for c in plain if _is_static(c.expr)]
         self.theta_dynamic = [_holds_fn(c, fns, spt) for c in plain if not _is_static(c.expr)]
+        # in a keyed bucket θ's key equalities hold already (non-NULL, hash-equal = Python-equal)
+        self.theta_unkeyed = [_holds_fn(c, fns, spt) for c in plain
+                              if not _is_static(c.expr) and not _equality_key(c)]
         self.theta = [_holds_fn(c, fns, spt) for c in plain]
         self.theta_vec = [_Vec(c.expr, fns, spt) for c in theta if _has_slot(c.expr)]
         rebind = getattr(op, "rebind", None)
@@ -336,6 +339,7 @@ class _FNode:
         self.theta_vec_rest = [v for v in self.theta_vec if v is not self.slot_key]
         first = self.post.steps[0] if self.post.steps and self.post.steps[0][0] == "select" else None
         self.post_first_vecs = [v for v in first[2] if not v.dur] if first else []
+        self.post_early = list(first[2]) if first else []
         self.buckets: dict[Any, dict[int, list]] = {}
         self.count = 0
         self.bound: int | None = None
@@ -665,8 +669,9 @@ class FamilyEngine(NFAEngine):
             return
         names = fam.names
         pending = self._fam_pending_out
+        event = {**out, "t0": t0, "t1": t1}     # one dict for the queries of one output (read-only)
         for r in rows.tolist():
-            pending.append((key, names[r], {**out, "t0": t0, "t1": t1}))
+            pending.append((key, names[r], event))
 
     def _fam_insert(self, inst: _Instance, rows: np.ndarray, fresh: bool = True) -> None:
         node = inst.node
@@ -758,14 +763,17 @@ class FamilyEngine(NFAEngine):
         if not self.index_instances:
             buckets = list(node.buckets.values())
         elif node.event_key:
+            keyed = None
             try:
                 k = tuple(f(r, None, None, 1) for f in node.event_key)
-                if any(x is None or _nan(x) for x in k):
-                    buckets = [node.buckets.get(_UNINDEXED)]
-                else:
-                    buckets = [node.buckets.get(k), node.buckets.get(_UNINDEXED)]
+                if not any(x is None or _nan(x) for x in k):
+                    keyed = node.buckets.get(k)
+                buckets = [node.buckets.get(_UNINDEXED)]
             except (AnalysisError, TypeError):
                 buckets = list(node.buckets.values())
+            if keyed:
+                self._fam_entries(node, keyed, r, right_vecs,
+                                  node.theta_unkeyed if theta is node.theta_dynamic else theta, node.theta_vec, t0, t1)
         elif node.slot_key is not None:
             try:
                 v = node.slot_key.scalar(r, None, None, 1)
@@ -813,7 +821,7 @@ class FamilyEngine(NFAEngine):
             alive = np.add.reduceat(ok, np.concatenate(([0], np.cumsum(sizes)[:-1]))) > 0
             taken = [e for e, a in zip(taken, alive) if a]
         for inst, rows in taken:
-            self._fam_forward(node, _combine(inst.left, r), inst.t0, t1, (t1, inst.key), rows)
+            self._fam_forward(node, inst.left, r, None, inst.t0, t1, (t1, inst.key), rows)
 
     def _fam_entries(self, node: _FNode, bucket: dict, r: dict, right_vecs, theta, theta_vec,
                      t0: int, t1: int) -> None:
@@ -848,7 +856,7 @@ class FamilyEngine(NFAEngine):
                     entry[1] = staying
                 else:
                     self._fam_drop_entry(inst, eid)
-                self._fam_forward(node, _combine(left, r), inst.t0, t1, (t1, inst.key), moving)
+                self._fam_forward(node, left, r, None, inst.t0, t1, (t1, inst.key), moving)
                 continue
             aggs = {n: f(r, left, last, d) for n, f in node.aggregates}
             if node.rebind is None and not node.rebind_vec:
@@ -864,17 +872,22 @@ class FamilyEngine(NFAEngine):
                     cont = moving[keep]
                 else:
                     cont = moving
-            out = _combine(left, r)
-            if aggs:
-                out.update(aggs)
-            self._fam_forward(node, out, inst.t0, t1, (t1, inst.key), moving)
+            self._fam_forward(node, left, r, aggs, inst.t0, t1, (t1, inst.key), moving)
+            if not len(cont) and not len(staying):
+                self._fam_drop_entry(inst, eid)   # the chain ends for every row
+                continue
             new_last = {**last, **r, **aggs}
             if not len(staying) and len(cont) == len(moving) and len(inst.entries) == 1:
                 inst.last, inst.t1 = new_last, t1     # rebind edge: every row continues
                 if node.key_reads_last and node.event_key and self.index_instances:
-                    self._fam_drop_entry(inst, eid)       # re-keyed on the new $ values
-                    inst.alive, inst.entries = True, {}
-                    self._fam_pending_inst.append((inst, rows, False))
+                    try:
+                        same = tuple(f(None, left, new_last, 1) for f in node.instance_key) == inst.entries[eid]
+                    except (AnalysisError, TypeError):
+                        same = False
+                    if not same:                        # re-keyed on the new $ values
+                        self._fam_drop_entry(inst, eid)
+                        inst.alive, inst.entries = True, {}
+                        self._fam_pending_inst.append((inst, rows, False))
                 continue
             if len(staying):
                 entry[1] = staying
@@ -886,13 +899,27 @@ class FamilyEngine(NFAEngine):
                 new.alive, new.entries = True, {}
                 self._fam_pending_inst.append((new, cont, True))
 
-    def _fam_forward(self, node: _FNode, out: dict, t0: int, t1: int, key, rows: np.ndarray) -> None:
+    def _fam_forward(self, node: _FNode, left: dict, r: dict, aggs, t0: int, t1: int, key,
+                     rows: np.ndarray) -> None:
+        """The forward edge: bindings combined (renamed), the outer selections, the next node.  The
+        outer FILTER's slotted DUR conjuncts, and those reading only the new event, are tried on the
+        rows first: most steps of a chain end there, before any binding is built."""
         fam = node.fam
         self._s["edges_evaluated"] += 1
+        d = t1 - t0 + 1
+        if node.post_early:
+            keys = r.keys()
+            for v in node.post_early:
+                if v.dur or (v.reads <= keys and not (aggs and not v.reads.isdisjoint(aggs))):
+                    rows = rows[v.holds(fam, rows, r, None, None, d)]
+                    if not len(rows):
+                        return
+        out = _combine(left, r)
+        if aggs:
+            out.update(aggs)
         out, vecs = node.post.run(out, t0, t1)
         if out is None:
             return
-        d = t1 - t0 + 1
         for v, ev in vecs:
             rows = rows[v.holds(fam, rows, ev, None, None, d)]
             if not len(rows):
