@@ -723,11 +723,14 @@ class Engine:
             replicas = {rid: c.replicas[rid] for rid, (c, _) in routed.items()}
             out = spark_events.run_event_queries(self.spark, replicas, pa.concat_tables(parts), streams, layout)
         failed = set()
+        raised: list = []
         found: list = []
         if out is not None and out.num_rows:
             ops = out.column("op").to_pylist()
             gids = out.column("group_id").to_pylist()
             failed = {g for o, g in zip(ops, gids) if o == "error"}
+            seqs_out = out.column("seq").to_pylist()
+            raised = [(g, q) for o, g, q in zip(ops, gids, seqs_out) if o == "rejected"]   # an executor raised
             rows = [r for r in out.to_pylist() if r["op"] == "match"]
             rows.sort(key=lambda r: (r["t1"], int(r["group_id"].rsplit("#", 1)[1])))   # stable
             for r in rows:
@@ -747,11 +750,15 @@ class Engine:
                 if rid in failed:
                     c.failures += 1      # its batch is not logged: the next task rebuilds from base + log
                     continue
+                skip = [q for g, q in raised if g == rid]
+                if skip:    # set aside: logged without them, so a replay never meets them
+                    sub = sub.filter(pc.invert(pc.is_in(sub.column("seq"), pa.array(skip, pa.int64()))))
                 c.replicas[rid].log.append((streams[rid], sub))
             for c in classes:
                 if c.cls.id in ticks:
                     c.tick = ticks[c.cls.id] if c.tick is None else max(c.tick, ticks[c.cls.id])
                 c.rejected += sum(1 for _, _, g in rejected if g == f"events:{c.cls.id}")
+                c.rejected += sum(1 for rid, _ in raised if rid.rsplit("#", 1)[0] == f"events:{c.cls.id}")
             self._compact_event_logs(classes)
         table = pa.concat_tables(pieces).combine_chunks() if pieces else (schema.empty_table() if classes else None)
         return table, commit
@@ -865,7 +872,10 @@ class Engine:
         per partition of each event class).  A malformed event (NULL t0/t1, t0 > t1, a t1 before the
         largest t1 of an earlier call) comes out as an ``op = 'rejected'`` row with its ``seq``, columns
         and ``reason``, and is set aside (FILTER subscriptions do not see it either); the others go on.
-        A replica whose executor fails yields an ``op = 'error'`` row; its batch is dropped for it alone.
+        An event on which an event query raises (an ill-typed comparison) is set aside for its class (none
+        of the class's queries sees it): a ``rejected`` row with ``group_id`` = the replica and the error as
+        ``reason``.  A replica whose executor fails altogether yields an ``op = 'error'`` row and its batch
+        is dropped for it alone.
         Event queries have one output form: their rows come out in either ``mode``.
         """
         schema = _schema_for(mode)

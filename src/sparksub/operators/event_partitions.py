@@ -85,7 +85,7 @@ __all__ = [
     "EventQueryInfo", "EventClass", "EventPlan", "query_info", "query_streams", "assigned_attributes",
     "event_components", "component_key", "event_partition_plan", "replica_id", "key_partition",
     "partitions_of", "output_attributes", "unify_types", "output_column", "MatchLayout", "match_layout",
-    "matches_to_table", "match_output_schema", "ReplicaBase", "feed_events", "events_table",
+    "matches_to_table", "match_output_schema", "ReplicaBase", "feed_events", "events_table", "rejected_events_table",
     "EVENT_COLUMN_PREFIX", "FIXED_COLUMNS", "DEFAULT_EXECUTOR",
 ]
 
@@ -579,10 +579,16 @@ def events_table(columns: Mapping[str, pa.Array], t0, t1, seq) -> pa.Table:
     return pa.table(data)
 
 
-def feed_events(executor, streams: Sequence[str], events: pa.Table) -> list:
+def feed_events(executor, streams: Sequence[str], events: pa.Table, errors: list | None = None) -> list:
     """Feed a batch (:func:`events_table` columns) to ``executor`` in (t1, seq) order, each event under
     every name in ``streams`` (the spellings its queries use for the table), then ``flush()``.  Returns
-    the matches (``nfa.Match``), in release order."""
+    the matches (``nfa.Match``), in release order.
+
+    ``errors``: a list that collects ``(position in the sorted batch, exception)`` for each event on which
+    the executor raised (e.g. an ill-typed comparison), and the batch goes on with the next event — what the
+    executor did for that event before it raised stays, so a caller that wants the event set aside whole
+    feeds the batch again without it from the state before (``spark_events`` does); without ``errors`` the
+    exception propagates.  An error in ``flush()`` always propagates."""
     if events.num_rows:
         events = events.sort_by([("t1", "ascending"), ("seq", "ascending")])
     names = [c for c in events.column_names if c.startswith(EVENT_COLUMN_PREFIX)]
@@ -593,7 +599,34 @@ def feed_events(executor, streams: Sequence[str], events: pa.Table) -> list:
     for i in range(events.num_rows):
         ev = {a: v[i] for a, v in zip(attrs, values)}
         ev["t0"], ev["t1"] = t0s[i], t1s[i]
-        for s in streams:
-            out.extend(executor.process(s, ev))
+        try:
+            for s in streams:
+                out.extend(executor.process(s, ev))
+        except Exception as err:  # noqa: BLE001 - the caller decides (errors=None: propagate)
+            if errors is None:
+                raise
+            errors.append((i, err))
     out.extend(executor.flush())
     return out
+
+
+def rejected_events_table(events: pa.Table, errors: Sequence, schema: pa.Schema, group_id: str | None = None) -> pa.Table:
+    """``op = 'rejected'`` rows (``schema``: :func:`match_output_schema`) for the events of ``events``
+    (sorted as :func:`feed_events` sorts them) at the positions in ``errors`` (``(position, exception)``):
+    their ``seq``, ``t0``/``t1``, columns (under :func:`output_column` names) and the exception as ``reason``."""
+    if events.num_rows:
+        events = events.sort_by([("t1", "ascending"), ("seq", "ascending")])
+    idx = pa.array([i for i, _ in errors], pa.int64())
+    picked = events.take(idx)
+    n = len(errors)
+    data = {f.name: pa.nulls(n, f.type) for f in schema}
+    data.update(op=pa.array(["rejected"] * n, pa.string()), group_id=pa.array([group_id] * n, pa.string()),
+                reason=pa.array([f"{type(e).__name__}: {e}" for _, e in errors], pa.string()))
+    for c in ("seq", "t0", "t1"):
+        data[c] = picked.column(c).cast(pa.int64())
+    for c in picked.column_names:
+        if c.startswith(EVENT_COLUMN_PREFIX):
+            col = output_column(c[len(EVENT_COLUMN_PREFIX):])
+            if col in data:
+                data[col] = picked.column(c).cast(schema.field(col).type)
+    return pa.table(data, schema=schema)

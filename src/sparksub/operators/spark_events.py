@@ -11,7 +11,10 @@ position), so a warm worker feeds only the new batch; a cold one (new executor, 
 recomputed partition) rebuilds from the base and replays the log with the matches discarded.  Either way
 the output is the same (the executor is deterministic).  A replica whose executor fails yields one
 ``op = 'error'`` row naming the failure instead of its matches — the other replicas' matches still come
-out (DESIGN §7) — and its batch is not logged: the next task rebuilds it from base + log.
+out (DESIGN §7) — and its batch is not logged: the next task rebuilds it from base + log.  An event on
+which the executor raises (an ill-typed comparison, say) is set aside for that replica: one ``op =
+'rejected'`` row with the error as ``reason``, and the batch is fed again without it; the driver logs the
+batch without it, so a replay never meets it.
 
 The job: the events, one row per (event, replica it reaches) with the replica id in ``replica``, are
 repartitioned by ``replica``, sorted by (replica, t1, seq) within each partition, and run by
@@ -26,7 +29,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparksub.operators.event_partitions import MatchLayout, ReplicaBase, feed_events, matches_to_table
+from sparksub.operators.event_partitions import (MatchLayout, ReplicaBase, feed_events, matches_to_table,
+                                                 rejected_events_table)
 
 __all__ = ["EventReplica", "new_base_id", "materialize", "remember", "run_event_queries", "event_plan_string",
            "OPERATOR_NAME"]
@@ -80,6 +84,31 @@ def remember(replica: EventReplica, position: int, executor) -> None:
     _CACHE[(replica.engine_uid, replica.replica_id)] = (replica.base_id, position, executor)
 
 
+def _feed(replica: EventReplica, streams: tuple, events: pa.Table, schema: pa.Schema):
+    """Feed a batch to the replica's executor: (executor, matches, rejected rows or None).  An event on
+    which the executor raises is set aside whole: the batch is fed again without it, from the replica's
+    state before the batch (rebuilt from base + log), until no event raises; the driver logs the batch
+    without those events, so a replay never meets them."""
+    executor = materialize(replica)
+    bad: dict[int, Exception] = {}
+    todo = events
+    while True:
+        errors: list = []
+        matches = feed_events(executor, streams, todo, errors)
+        if not errors:
+            break
+        order = todo.sort_by([("t1", "ascending"), ("seq", "ascending")]).column("seq").to_pylist()
+        bad.update({order[i]: err for i, err in errors})
+        todo = events.filter(pc.invert(pc.is_in(events.column("seq"), pa.array(list(bad), pa.int64()))))
+        executor = materialize(replica)              # (the cache entry is gone: base + log)
+    if not bad:
+        return executor, matches, None
+    picked = events.filter(pc.is_in(events.column("seq"), pa.array(list(bad), pa.int64())))
+    picked = picked.sort_by([("t1", "ascending"), ("seq", "ascending")])
+    errs = [(i, bad[q]) for i, q in enumerate(picked.column("seq").to_pylist())]
+    return executor, matches, rejected_events_table(picked, errs, schema, replica.replica_id)
+
+
 def _error_table(schema: pa.Schema, rid: str, err: Exception) -> pa.Table:
     row = {f.name: [None] for f in schema}
     row.update(group_id=[rid], op=["error"], reason=[f"{type(err).__name__}: {err}"])
@@ -99,9 +128,10 @@ def _operator(replicas: dict[str, EventReplica], streams: dict[str, tuple], layo
             replica = replicas[rid]
             events = pa.Table.from_batches(parts).drop_columns(["replica"])
             try:
-                executor = materialize(replica)
-                matches = feed_events(executor, streams[rid], events)
+                executor, matches, rejected = _feed(replica, streams[rid], events, schema)
                 out = matches_to_table(matches, layout, rid, schema)
+                if rejected is not None:
+                    out = pa.concat_tables([out, rejected])
             except Exception as err:  # noqa: BLE001 - reported as a row; the replica rebuilds next time
                 yield from _error_table(schema, rid, err).to_batches()
                 continue
