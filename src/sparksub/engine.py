@@ -872,6 +872,11 @@ class Engine:
         per partition of each event class).  A malformed event (NULL t0/t1, t0 > t1, a t1 before the
         largest t1 of an earlier call) comes out as an ``op = 'rejected'`` row with its ``seq``, columns
         and ``reason``, and is set aside (FILTER subscriptions do not see it either); the others go on.
+        Some events are set aside for one event class only (a ``rejected`` row with the class as
+        ``group_id``): in a class reading several streams, one older than what the class already processed
+        (a class needs its streams in end-time order); in a class one of whose queries reads a PUBLISHed
+        stream, one continuing the tick an earlier call ended with (its matches could differ from the
+        oracle's: publish a tick's events in one call).
         An event on which an event query raises (an ill-typed comparison) is set aside for its class (none
         of the class's queries sees it): a ``rejected`` row with ``group_id`` = the replica and the error as
         ``reason``.  A replica whose executor fails altogether yields an ``op = 'error'`` row and its batch

@@ -49,9 +49,12 @@ does not fit its column's type is written as NULL and the row's ``reason`` says 
 the class's queries (ASTs, in registration order), executor options and an ``NFAEngine.snapshot()`` (or
 none: empty) — plus the batches of events that reached it since, replayed with their matches discarded.
 A batch is fed in (t1, arrival) order and closed with ``flush()``, so a batch's matches are complete when
-it returns.  (An event whose ``t1`` equals the last ``t1`` of the previous batch is still exact — it cannot
-extend an instance made at that tick — but its matches of that tick are released after the earlier
-ones.)
+it returns.  A tick split across two batches (an event whose ``t1`` equals the last ``t1`` of the previous
+batch) is still exact, as multisets — events of one tick cannot extend each other's instances — unless a
+query of the executor reads a PUBLISHed stream (another query's, or the internal streams of non-left-deep
+queries and UNION): then that tick's published events arrive in two parts, out of the oracle's order, and
+a reader's first match can differ.  ``engine.publish`` therefore sets such events aside for such classes;
+a streaming job holds the last tick instead (``spark_event_stream``).
 
 >>> infos = [query_info("jump", "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock PUBLISH J", {"stock": "Stock"}),
 ...          query_info("again", "SELECT * FROM J NEXT{$2.Name = $1.Name} Stock", {"stock": "Stock"}, {"J"}),
