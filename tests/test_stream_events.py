@@ -320,3 +320,41 @@ def test_spec_errors():
         ses.event_query_stream(no_times, stream="Stock", queries={"s3": S3})
     with pytest.raises(AnalysisError, match="unknown stream 'Other'"):
         ses.event_stream_spec("Stock", COLUMNS, {"q": "SELECT * FROM Other NEXT{$1.Name = $2.Name} Other"})
+
+
+@pytest.mark.spark
+def test_engine_stream_goes_on_from_where_publish_left_the_queries(spark, tmp_path):
+    """``engine.stream`` on an event stream: the state store starts from the engine's executors (matches
+    begun by ``publish`` complete in the stream), and publish + stream together equal the oracle."""
+    from sparksub import Engine
+    engine = Engine(spark)
+    engine.event_partitions = 2
+    engine.sql("CREATE TABLE Stock (Name STRING, Price DOUBLE)")
+    queries = {"s3": S3, "fold": FOLD, "nokey": NOKEY}
+    for n, q in queries.items():
+        engine.register_event_query(n, q)
+    files = stock_files(11, files=3, per_file=14)
+    first = sorted(files[0], key=lambda e: e["t1"])
+    engine.publish("Stock", first)
+    got = collections.Counter((q, _attrs(m), m["t0"], m["t1"]) for q in queries for m in engine.matches(q))
+    inp, ck, outp = tmp_path / "in", tmp_path / "ck", tmp_path / "out"
+    os.makedirs(inp)
+    src = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(inp))
+    df = engine.stream("Stock", src)
+    q = df.writeStream.format("parquet").option("path", str(outp)).option("checkpointLocation", str(ck)).start()
+    try:
+        for f, evs in enumerate(files[1:]):
+            (tmp_path / f".f{f}").write_text("".join(json.dumps(e) + "\n" for e in evs))
+            os.rename(tmp_path / f".f{f}", inp / f"part-{f:02d}.json")
+            q.processAllAvailable()
+    finally:
+        q.stop()
+    layout = engine._event_layout(engine._table("Stock").definition, list(queries))
+    rows = [r.asDict() for r in spark.read.parquet(str(outp)).collect()]
+    got += collections.Counter((r["query"], _attrs({a: r[c] for a, c in layout.columns[r["query"]]}), r["t0"], r["t1"])
+                               for r in rows if r["op"] == ses.MATCH)
+    want = oracle(queries, first + [e for f in files[1:] for e in f])
+    assert got == want
+    switch = max(e["t1"] for e in first)
+    began_before = [k for k in want if k[2] <= switch < k[3]]
+    assert began_before, "a match must span the switch from publish to stream"

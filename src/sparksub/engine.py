@@ -1014,13 +1014,16 @@ class Engine:
         with self._lock:
             state = self._table(table)
             groups = self._groups_on(state)
-            if not groups:
-                raise SparksubError(f"no subscriptions on table {table!r}: a stream serves the "
-                                    f"subscriptions registered when it starts")
+            event_classes = self._event_classes_on(state.definition) if state.definition.key is None else []
+            if not groups and not event_classes:
+                raise SparksubError(f"no subscriptions or event queries on table {table!r}: a stream serves "
+                                    f"those registered when it starts")
             joins = [e for e in groups if isinstance(e.physical, _JOIN_NODES)]
             filters = [e for e in groups if isinstance(e.physical, ir.FilterGroupScan)]
             ranges = [e for e in groups if e not in filters and e not in joins]
             outs = []
+            if event_classes:
+                outs.append(self._stream_events(state, event_classes, streaming_df))
             streamed_joins = [e for e in joins if mode == "unicast" or isinstance(e.physical, ir.SelectJoinGroupScan)]
             if streamed_joins:
                 outs.append(self._stream_joins(state, streamed_joins, streaming_df, mode))
@@ -1048,6 +1051,24 @@ class Engine:
             for more in outs[1:]:
                 out = out.unionByName(more, allowMissingColumns=True)
             return out
+
+    def _stream_events(self, state: TableState, classes: list, streaming_df):
+        """Event queries over a stream (``operators/spark_event_stream.py``): the streaming DataFrame needs
+        integer ``t0``/``t1`` columns (no global arrival order exists across micro-batches); ``_seq``, if
+        present, orders events of equal ``t1``.  Each partition's executor lives in the state store
+        (restart-safe); a new checkpoint starts from the engine's executors as they are now.  The
+        stream's events do not flow back into the engine (``matches`` does not see them)."""
+        from sparksub.operators import spark_event_stream as ses
+        tdef = state.definition
+        members = [q for c in classes for q in c.cls.queries]
+        spec = ses.event_stream_spec(
+            tdef.name, {c: _arrow_type(t) for c, t in tdef.columns if c not in ("t0", "t1")},
+            {q: self._event_queries[q].query for q in members},
+            seconds_per_tick=self.event_seconds_per_tick, executor=self.event_executor,
+            plan=self._event_plan, layout=self._event_layout(tdef, members),
+            spellings={c.cls.id: self._event_spellings(c.cls, tdef) for c in classes},
+            initial={rid: ex.snapshot() for c in classes for rid, ex in self._event_executors(c).items()})
+        return ses.run_event_stream(streaming_df, spec, order="_seq" if "_seq" in streaming_df.columns else None)
 
     def _stream_filters(self, state: TableState, entries: list, streaming_df):
         """FILTER groups on a stream: stateless, so each micro-batch is matched like a ``publish``
