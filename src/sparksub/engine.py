@@ -1228,6 +1228,15 @@ class Engine:
                  "", "== Automaton ==", rec.compiled.describe(), "", "== Indexes =="]
         executors = self._event_executors(c)
         lines += _event_index_lines(rec.compiled, executors, cls)
+        family = next((ex.family_of(name) for ex in executors.values() if hasattr(ex, "family_of")), None)
+        if family is not None:   # nfa_families: the queries of one template run as one automaton
+            lines += [f"query family (nfa_families): {family['queries']} queries of one template run as one "
+                      f"automaton, constants as {family['slots']} parameter columns; this query is row "
+                      f"{family['row']} with {family['parameters']}",
+                      f"template: {family['template']}",
+                      f"family start index: {family['start_index']}",
+                      "family instance index: " + "; ".join(f"n{k} {t}" for k, t in
+                                                            enumerate(family['instance_index'], 1))]
         lines += ["", "== Partitioning =="]
         if cls.key is not None:
             lines.append(f"hash-partitioned by {cls.key} into {cls.partitions} partitions: event class {cls.id} "

@@ -95,7 +95,7 @@ __all__ = [
 #: Event columns inside a task batch carry this prefix (``replica``, ``seq``, ``t0``, ``t1`` are ours).
 EVENT_COLUMN_PREFIX = "ev__"
 #: The executor a replica runs unless told otherwise (``module:Class``, NFAEngine's API).
-DEFAULT_EXECUTOR = "sparksub.operators.nfa:NFAEngine"
+DEFAULT_EXECUTOR = "sparksub.operators.nfa_families:FamilyEngine"   # NFAEngine + query families
 #: The fixed columns of a publish's output (FILTER rows' and match rows'); attributes named like one of
 #: them become ``event_<name>``.
 FIXED_COLUMNS = ("subscription_id", "op", "value", "seq", "group_id", "reason", "query", "t0", "t1")

@@ -64,6 +64,7 @@ import heapq
 import math
 import operator
 import pickle
+import re
 from bisect import bisect_left
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping
@@ -1134,7 +1135,7 @@ def _template_text(t: StreamExpr) -> str:
         if isinstance(e, _Slot):
             return Attr(f"_p{e.index + 1}")
         if isinstance(e, _DurSlot):
-            return Compare(e.op, Attr("DUR_ticks"), Attr(f"_p{e.index + 1}"))
+            return Compare(e.op, Attr("DUR"), Attr(f"_p{e.index + 1}" + (f"_{e.unit}" if e.unit else "")))
         vals = {}
         for f in fields(e):
             v = getattr(e, f.name)
@@ -1145,6 +1146,7 @@ def _template_text(t: StreamExpr) -> str:
             vals[f.name] = v
         return type(e)(**vals)
     try:
-        return unparse_cel(fill(t)).replace("_p", ":p")
+        text = re.sub(r"(\$\d?\.)?_p(\d+)", r":p\2", unparse_cel(fill(t)))
+        return re.sub(r":p(\d+)_([A-Za-z]+)", r":p\1 \2", text)            # DUR >= :p1 MIN
     except Exception:                       # noqa: BLE001 — a description only
         return repr(t)
