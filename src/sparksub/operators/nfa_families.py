@@ -708,10 +708,11 @@ class FamilyEngine(NFAEngine):
                 codes, values = node.fam.codes(node.slot_key.slot)
                 c = codes[rows]
                 order = np.argsort(c, kind="stable")
-                c = c[order]
-                cuts = np.flatnonzero(c[1:] != c[:-1]) + 1
-                for part, code in zip(np.split(rows[order], cuts), c[np.concatenate(([0], cuts))].tolist()):
-                    self._fam_add_entry(inst, values[code], part)
+                c, ordered = c[order], rows[order]
+                starts = [0, *(np.flatnonzero(c[1:] != c[:-1]) + 1).tolist()]
+                ends = starts[1:] + [len(c)]
+                for a, b, code in zip(starts, ends, c[starts].tolist()):
+                    self._fam_add_entry(inst, values[code], ordered[a:b])
         else:
             self._fam_add_entry(inst, None, rows)
 
@@ -786,7 +787,7 @@ class FamilyEngine(NFAEngine):
                 buckets = [node.buckets.get(_UNINDEXED)]
                 if keyed:
                     if not node.fold and not theta and not node.theta_vec_rest and not right_vecs:
-                        self._fam_consume_bucket(node, keyed, r, t0, t1)
+                        self._fam_consume_bucket(node, v, keyed, r, t0, t1)
                     else:
                         self._fam_entries(node, keyed, r, right_vecs, theta, node.theta_vec_rest, t0, t1)
         else:
@@ -795,17 +796,29 @@ class FamilyEngine(NFAEngine):
             if bucket:
                 self._fam_entries(node, bucket, r, right_vecs, theta, node.theta_vec, t0, t1)
 
-    def _fam_consume_bucket(self, node: _FNode, bucket: dict, r: dict, t0: int, t1: int) -> None:
+    def _fam_consume_bucket(self, node: _FNode, v, bucket: dict, r: dict, t0: int, t1: int) -> None:
         """A NEXT whose θ is just the slot key's equality: every entry of the event's bucket takes its
         first match now.  The outer selection's slotted conjuncts that read only the new event are
         evaluated once over all the entries' rows; only entries with a surviving row go forward."""
         s = self._s
-        taken = []
-        for eid, entry in list(bucket.items()):
+        taken, keep = [], {}
+        for eid, entry in bucket.items():          # the whole bucket at once (_fam_drop_entry inlined)
             inst = entry[0]
-            if inst.alive and eid in inst.entries and t0 > inst.t1:
+            entries = inst.entries
+            if eid not in entries:
+                continue
+            if t0 > inst.t1:
                 taken.append(entry)
-                self._fam_drop_entry(inst, eid)
+                del entries[eid]
+                if not entries:
+                    inst.alive = False
+            else:
+                keep[eid] = entry
+        node.count -= len(bucket) - len(keep)
+        if keep:
+            node.buckets[v] = keep
+        else:
+            del node.buckets[v]
         s["instances_visited"] += len(taken)
         s["edges_evaluated"] += len(taken)
         if not taken:
@@ -817,8 +830,8 @@ class FamilyEngine(NFAEngine):
             sizes = np.fromiter((len(e[1]) for e in taken), np.int64, len(taken))
             rows = np.concatenate([e[1] for e in taken])
             ok = np.ones(len(rows), bool)
-            for v in r_only:
-                ok &= v.holds(fam, rows, r, None, None, 1)
+            for vec in r_only:
+                ok &= vec.holds(fam, rows, r, None, None, 1)
             alive = np.add.reduceat(ok, np.concatenate(([0], np.cumsum(sizes)[:-1]))) > 0
             taken = [e for e, a in zip(taken, alive) if a]
         for inst, rows in taken:
