@@ -45,7 +45,8 @@ Deviations from ``NFAEngine``: a query registered while events flow does not joi
 progress (its rows are not in them); slot values of one column are compared as numpy values (numbers as
 int64 when every value is an int, else float64; an integer constant beyond 2**53 among floats loses
 precision); a comparison of a string with a numeric slot (or the reverse) is FALSE for ``=``, TRUE for
-``!=`` and an ``AnalysisError`` otherwise, as the oracle's — but only for the rows actually visited.
+``!=`` and an ``AnalysisError`` otherwise, as the oracle's — but only for the rows actually visited;
+the queries of one family matched by one output share its event dict (treat ``Match.event`` as read-only).
 
 >>> eng = FamilyEngine()
 >>> for i, (name, r) in enumerate([("IBM", 1.05), ("IBM", 1.5), ("MSFT", 1.01)]):
