@@ -399,3 +399,12 @@ def test_three_tables_are_not_a_join_class():
 def test_bad_join_subscriptions(sql, error, needle):
     with pytest.raises(error, match=needle):
         jplan(sql)
+
+
+def test_an_event_query_body_ends_at_its_statement():
+    from sparksub.grammar import statements as st
+    stmts = st.parse_statements("CREATE EVENT QUERY a AS SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock;\n"
+                                "DROP EVENT QUERY IF EXISTS b")
+    assert [type(s).__name__ for s in stmts] == ["CreateEventQuery", "DropEventQuery"]
+    assert stmts[0].args["expression"].this == "SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock"
+    assert stmts[1].this.name == "b" and stmts[1].args.get("exists")

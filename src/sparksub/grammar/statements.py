@@ -111,10 +111,12 @@ class SparksubSpark(Spark):
                 self._expect_text("AS")
                 # The event-algebra text has its own grammar (grammar/*.lark): keep it verbatim.
                 body_start = self._curr.start if self._curr else len(self.sql)
-                while self._curr:
+                body_end = body_start
+                while self._curr:                 # to this statement's last token, not the script's end
+                    body_end = self._curr.end + 1
                     self._advance()
                 return self.expression(CreateEventQuery(this=name, expression=exp.Literal.string(
-                    self.sql[body_start:].strip())))
+                    self.sql[body_start:body_end].strip())))
             if self._match_text_seq("DROP", "EVENT", "QUERY"):
                 exists = self._match_text_seq("IF", "EXISTS")
                 return self.expression(DropEventQuery(this=self._parse_name("event query"), exists=exists))
