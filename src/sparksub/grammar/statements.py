@@ -8,7 +8,7 @@ are parsed by sqlglot itself and no SQL is parsed by hand:
     DROP SUBSCRIPTION [IF EXISTS] name
     SHOW SUBSCRIPTIONS
     EXPLAIN SUBSCRIPTION name | <select>
-    CREATE EVENT QUERY name AS <text>      -- recognised; the EVENT class is a later issue
+    CREATE EVENT QUERY name AS <text>      -- CEL or the algebra (grammar/events.py), up to the statement's end
     DROP EVENT QUERY [IF EXISTS] name
 
 >>> stmt = parse_statement("CREATE SUBSCRIPTION alice AS SELECT MIN(per) FROM stock WHERE risk BETWEEN 20 AND 60")
