@@ -1322,14 +1322,18 @@ class NFAEngine:
         return results
 
     def _expire(self, now: int) -> None:
-        heap = self._expiry
+        self._expire_heap(self._expiry, now, self._remove)
+
+    def _expire_heap(self, heap: list, now: int, remove) -> None:
+        """Pop the instances whose deadline passed: ``remove`` those still bound to expire (a node's
+        bound may have loosened since: then the instance goes back with its new deadline)."""
         while heap and heap[0][0] < now:
             _, _, inst = heapq.heappop(heap)
             if not inst.alive:
                 continue
             b = inst.node.bound
             if b is not None and now > inst.t0 + b - 1:
-                self._remove(inst)
+                remove(inst)
                 self._s["instances_expired"] += 1
             elif b is not None:
                 heapq.heappush(heap, (inst.t0 + b - 1, inst.serial, inst))

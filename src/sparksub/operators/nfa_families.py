@@ -63,18 +63,16 @@ from __future__ import annotations
 
 import heapq
 import math
-import operator
 import pickle
 import re
-from bisect import bisect_left
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
 from sparksub.errors import AnalysisError
 from sparksub.grammar.event_ast import (
-    And, Attr, BinOp, Compare, Const, Dur, Expr, Iteration, Node, Project, Rename, Scope, Select,
+    And, Attr, BinOp, Compare, Const, Dur, Expr, Iteration, Node, Scope, Select,
     Sequence, StreamExpr, unparse_cel,
 )
 from sparksub.operators.nfa import (
@@ -166,15 +164,21 @@ class _Templater:
         return self.conjunct(p)
 
     def query(self, q: StreamExpr) -> StreamExpr:
-        values = {}
-        for f in fields(q):
-            v = getattr(q, f.name)
-            if isinstance(v, StreamExpr):
-                v = self.query(v)
-            elif f.name in ("predicate", "theta", "rebind") and isinstance(q, (Select, Sequence, Iteration)):
-                v = self.predicate(v)
-            values[f.name] = v
-        return type(q)(**values)
+        return _map_predicates(q, self.predicate)
+
+
+def _map_predicates(q: StreamExpr, fn) -> StreamExpr:
+    """``q`` rebuilt with ``fn`` applied to every predicate (FILTER predicates, θ, rebind conditions):
+    the only places slots go."""
+    values = {}
+    for f in fields(q):
+        v = getattr(q, f.name)
+        if isinstance(v, StreamExpr):
+            v = _map_predicates(v, fn)
+        elif f.name in ("predicate", "theta", "rebind") and isinstance(q, (Select, Sequence, Iteration)):
+            v = None if v is None else fn(v)
+        values[f.name] = v
+    return type(q)(**values)
 
 
 def template_of(q: StreamExpr) -> tuple[StreamExpr, list, list[str]]:
@@ -591,17 +595,6 @@ class FamilyEngine(NFAEngine):
             return
         live = fam.live()
 
-        def concrete(q):
-            values = {}
-            for f in fields(q):
-                v = getattr(q, f.name)
-                if isinstance(v, StreamExpr):
-                    v = concrete(v)
-                elif isinstance(v, Expr):
-                    v = _fill(v)
-                values[f.name] = v
-            return type(q)(**values)
-
         def _fill(e):
             if isinstance(e, _DurSlot):
                 vals = np.asarray(fam.values[e.index], np.float64)[live]
@@ -609,7 +602,7 @@ class FamilyEngine(NFAEngine):
             if isinstance(e, And):
                 return And(tuple(_fill(x) for x in e.items))
             return e if not _has_slot(e) else Const(0)
-        chain = _decompose(concrete(fam.template))
+        chain = _decompose(_map_predicates(fam.template, _fill))
         bounds = _chain_bounds(chain, self.spt) if self.expire else [None] * len(fam.nodes)
         for n, b in zip(fam.nodes, bounds):
             n.bound = b
@@ -943,17 +936,7 @@ class FamilyEngine(NFAEngine):
 
     def _expire(self, now: int) -> None:
         super()._expire(now)
-        heap = self._fam_expiry
-        while heap and heap[0][0] < now:
-            _, _, inst = heapq.heappop(heap)
-            if not inst.alive:
-                continue
-            b = inst.node.bound
-            if b is not None and now > inst.t0 + b - 1:
-                self._fam_kill(inst)
-                self._s["instances_expired"] += 1
-            elif b is not None:
-                heapq.heappush(heap, (inst.t0 + b - 1, inst.serial, inst))
+        self._expire_heap(self._fam_expiry, now, self._fam_kill)
 
     def _close_tick(self) -> None:
         super()._close_tick()
@@ -1134,17 +1117,6 @@ def _node_index_text(n: _FNode) -> str:
 
 def _template_text(t: StreamExpr) -> str:
     """The template with slots as ``:p1, :p2 …`` (best effort: CEL with placeholders)."""
-    def fill(q):
-        values = {}
-        for f in fields(q):
-            v = getattr(q, f.name)
-            if isinstance(v, StreamExpr):
-                v = fill(v)
-            elif isinstance(v, Expr) and _has_slot(v):
-                v = _placeholder(v)
-            values[f.name] = v
-        return type(q)(**values)
-
     def _placeholder(e):
         if isinstance(e, _Slot):
             return Attr(f"_p{e.index + 1}")
@@ -1160,7 +1132,7 @@ def _template_text(t: StreamExpr) -> str:
             vals[f.name] = v
         return type(e)(**vals)
     try:
-        text = re.sub(r"(\$\d?\.)?_p(\d+)", r":p\2", unparse_cel(fill(t)))
+        text = re.sub(r"(\$\d?\.)?_p(\d+)", r":p\2", unparse_cel(_map_predicates(t, _placeholder)))
         return re.sub(r":p(\d+)_([A-Za-z]+)", r":p\1 \2", text)            # DUR >= :p1 MIN
     except Exception:                       # noqa: BLE001 — a description only
         return repr(t)
