@@ -2,9 +2,10 @@
 """Event-query benchmark (issue 6, 004 §4): indexed NFA vs its switched-off optimisations vs a naive NFA
 vs Spark SQL, on a stock stream with the S2/S3/S4-like query families of 004 Table 1, in one run::
 
-    python bench/events.py            # full run: 100 -> 100,000 queries, 20 s per cell (~40 min, 2 cores)
+    python bench/events.py            # full run: 100 -> 100,000 queries, 20 s per cell (~30 min, 2 cores)
     python bench/events.py --quick    # 100 -> 10,000 queries, 6 s per cell (~5 min)
     python bench/events.py --no-spark # skip the Spark SQL baseline (no JVM)
+    python bench/events.py --no-breakdown  # skip the grouped NFA's per-family cells at the largest size
     python bench/events.py --out DIR  # write events.md / events.png elsewhere (default docs/benchmarks/)
 
 Writes ``docs/benchmarks/events.md`` (targets table first) and ``docs/benchmarks/events.png``.
@@ -27,9 +28,9 @@ from the same Zipf popularity as the events; every query has its own constants):
 * S4-like: ``SELECT * FROM FILTER{DUR >= d}(FILTER{Name = 'A'}(Stock) FOLD{$2.Name = $.Name, $2.Price >
   $.Price,} Stock)``, d = U(15, 25) × A's mean gap in ticks (1 / its popularity).
 
-The distributions are tuned so that matches stay moderate (≈ 2 per event at 100,000 queries; the report
-gives the measured figure per family).  Query sets are nested: the n-query set is the first n of one
-100,000-query list.
+The distributions are tuned so that matches stay moderate (≈ 3 per event at 100,000 queries, most of
+them S2; the report gives the measured figure per family).  Query sets are nested: the n-query set is the
+first n of one 100,000-query list.
 
 **Executors** (``EXECUTORS``: name -> factory; add one with one line): ``NFAEngine()`` with every
 optimisation ("indexed NFA"), with one switched off ("no instance index", "no state merging", "no static
@@ -50,15 +51,22 @@ younger, cheaper state: fewer instances alive), which flatters them.  An executo
 ``MIN_EVENTS`` timed events at a size is skipped at the larger sizes (reason printed).  Work per event from
 ``stats()`` over the timed phase; instances alive and bytes per instance at the end.
 
-**Registration.** ``NFAEngine.register`` re-checks acyclicity, re-sorts and recomputes the expiry bounds
-of *every* registered query on each call (O(n) per call, O(n²) in all: 2,000 queries take ~2 min, 100,000
-would take days).  The cells therefore register through ``bulk_register``: the same ``register`` calls with
-those three whole-engine passes deferred and run once at the end (they are whole-state recomputations, so
-the final state is the same).  A separate small table times plain one-by-one ``register`` to show the
-growth.  ``--plain-register`` makes the cells use plain ``register`` too.
+**Registration.** Every cell registers its queries with plain ``register()``, one at a time (one code path
+for every executor).  ``NFAEngine.register`` is incremental (depths, expiry bounds and the cycle check touch
+only the new query's paths), so the cost per query does not grow with the number registered; the report
+gives queries/s per executor and size, and the rate over the second half of the queries beside it as the
+check.
 
-**Checks.** Every executor that ran a size is compared on the events all of them processed: matches per
-family and per query (t1 below the common prefix) must be equal, else the differing queries are listed.
+**Per-family breakdown** (``--no-breakdown`` skips it).  At the largest size the grouped NFA's cell is run
+again with only one family's queries (those among the first n), each in its own child: events/CPU-s,
+matches/event and work per family alone, and their per-query matches against the all-families cell.  One
+more all-families run wraps ``_fam_emit`` (its output branch) and ``_close_tick`` on the engine object
+(the bench's wrappers, src untouched) and times them with ``perf_counter``: the share of the timed phase
+spent building matches (the wrappers' cost included; that run's events/CPU-s is reported beside it).
+
+**Checks.** At each size every executor is compared with the one that processed the most events (the
+reference), on the events both processed: matches per query (t1 below that prefix) must be equal, else the
+differing queries are listed with the first differing t1.
 30 queries (per family the 10 with the most matches in the first 4,000 events in the cells) over those
 4,000 events are also run through the reference interpreter (``cayuga_reference.evaluate_queries``) and
 compared with ``NFAEngine().run``'s output event for event, with 4 looser S4-like queries (d = 3-6 mean gaps
@@ -115,8 +123,13 @@ MIN_EVENTS = 30                             # fewer timed events at a size: skip
 CHECKPOINT = 16                             # events between clock readings
 
 
+# imported here, in the parent, so that every forked cell runs the same code even if the files change
+_NFA_FAMILIES = (importlib.import_module("sparksub.operators.nfa_families")
+                 if importlib.util.find_spec("sparksub.operators.nfa_families") else None)
+
+
 def _family_engine():
-    return importlib.import_module("sparksub.operators.nfa_families").FamilyEngine()
+    return _NFA_FAMILIES.FamilyEngine()
 
 
 EXECUTORS = {
@@ -126,7 +139,7 @@ EXECUTORS = {
     "no static index": lambda: NFAEngine(index_static=False),
     "naive NFA": lambda: NFAEngine(index_static=False, index_instances=False, share_prefixes=False, expire=False),
 }
-if importlib.util.find_spec("sparksub.operators.nfa_families"):
+if _NFA_FAMILIES is not None:
     EXECUTORS["grouped NFA"] = _family_engine
 OURS = [n for n in ("grouped NFA", "indexed NFA") if n in EXECUTORS]     # the candidates for the targets
 BASELINES = ("no instance index", "naive NFA")                          # "the unindexed NFA" of the issue
@@ -196,33 +209,6 @@ def family(qname: str) -> str:
     return qname[:2]
 
 
-# ------------------------------------------------------------------------------------------- registration
-_DEFERRED = ("_check_acyclic", "_reorder", "_recompute_bounds")
-
-
-def bulk_register(eng, asts: dict) -> str:
-    """``register`` every query; for an NFAEngine, with its three whole-engine passes (acyclicity check,
-    topological order, expiry bounds — each O(registered queries) per call) deferred and run once at the
-    end, which leaves the same state as running them after every call.  Returns how it registered."""
-    if not all(callable(getattr(eng, n, None)) for n in _DEFERRED):
-        for k, a in asts.items():
-            eng.register(k, a)
-        return "plain"
-    eng._check_acyclic = lambda *a: None
-    eng._reorder = lambda: None
-    eng._recompute_bounds = lambda: None
-    try:
-        for k, a in asts.items():
-            eng.register(k, a)
-    finally:
-        for n in _DEFERRED:
-            eng.__dict__.pop(n, None)
-    eng._check_acyclic(eng._publisher, eng._resolved)
-    eng._reorder()
-    eng._recompute_bounds()
-    return "bulk"
-
-
 # ------------------------------------------------------------------------------------------------ one cell
 def _rss_mb() -> float:
     try:
@@ -239,20 +225,53 @@ def _stat(st: dict, key: str):
     return v if isinstance(v, (int, float)) else None
 
 
-def run_cell(make, asts: dict, events: list, budget: float, plain: bool) -> dict:
-    """Register, warm up, time; returns figures and the matches as (query, t1) arrays."""
+def _instrument(eng) -> dict | None:
+    """Time the grouped NFA's match building on this engine object (not in src): the output branch of
+    ``_fam_emit`` (the output event dict and one pending entry per query) and ``_close_tick`` (grouping
+    the tick's outputs by query, sorting, ``Match`` objects).  perf_counter seconds accumulate in the
+    returned dict; None when the engine lacks those methods."""
+    emit0, close0 = getattr(eng, "_fam_emit", None), getattr(eng, "_close_tick", None)
+    if not (callable(emit0) and callable(close0)):
+        return None
+    acc = {"emit": 0.0, "release": 0.0, "emit_calls": 0}
+    clock = time.perf_counter
+
+    def emit(fam, k, *a, **kw):
+        if k < len(fam.nodes):                      # a forward edge: an instance, not an output
+            return emit0(fam, k, *a, **kw)
+        t = clock()
+        try:
+            return emit0(fam, k, *a, **kw)
+        finally:
+            acc["emit"] += clock() - t
+            acc["emit_calls"] += 1
+
+    def close(*a, **kw):
+        t = clock()
+        try:
+            return close0(*a, **kw)
+        finally:
+            acc["release"] += clock() - t
+    eng._fam_emit, eng._close_tick = emit, close
+    return acc
+
+
+def run_cell(make, asts: dict, events: list, budget: float, instrument: bool = False) -> dict:
+    """Register (plain ``register()``, one query at a time), warm up, time; returns figures and the
+    matches as (query, t1) arrays."""
     gc.collect()
     rss0 = _rss_mb()
     eng = make()
+    half = len(asts) // 2
+    reg_half = None
     t = time.perf_counter()
-    if plain:
-        for k, a in asts.items():
-            eng.register(k, a)
-        how = "plain"
-    else:
-        how = bulk_register(eng, asts)
+    for j, (k, a) in enumerate(asts.items()):
+        if j == half:
+            reg_half = time.perf_counter() - t
+        eng.register(k, a)
     reg_s = time.perf_counter() - t
     rss_reg = _rss_mb()
+    acc = _instrument(eng) if instrument else None
     proc = eng.process
     mq: list = []
     mt: list = []
@@ -270,6 +289,8 @@ def run_cell(make, asts: dict, events: list, budget: float, plain: bool) -> dict
             break
     warm = i
     st0 = eng.stats()
+    if acc is not None:
+        acc.update(emit=0.0, release=0.0, emit_calls=0)
     # timed phase
     marks = []
     c0 = time.process_time()
@@ -288,6 +309,7 @@ def run_cell(make, asts: dict, events: list, budget: float, plain: bool) -> dict
     te = time.perf_counter()
     ce = time.process_time()
     cpu = ce - c0
+    match_time = dict(acc) if acc is not None else None
     if marks[-1][0] != i:
         marks.append((i, te, ce))
     for m in eng.flush():
@@ -311,7 +333,8 @@ def run_cell(make, asts: dict, events: list, budget: float, plain: bool) -> dict
     for key in ("instances_visited", "edges_evaluated", "guards_checked", "nodes_visited", "instances_created"):
         a, b = _stat(st0, key), _stat(st1, key)
         per[key] = (b - a) / timed if (a is not None and b is not None and timed) else None
-    return {"register_s": reg_s, "register": how, "warm": warm, "events": i, "timed": timed, "wall": wall,
+    return {"register_s": reg_s, "register_half_s": reg_half, "match_time": match_time,
+            "warm": warm, "events": i, "timed": timed, "wall": wall,
             "cpu": cpu, "eps_wall": statistics.median(rates) if rates else (timed / wall if wall else None),
             "eps": statistics.median(rates_cpu) if rates_cpu else (timed / cpu if cpu > 0 else None),
             "eps_mean": timed / wall if wall else None, "eps_cpu_mean": timed / cpu if cpu > 0 else None,
@@ -322,11 +345,12 @@ def run_cell(make, asts: dict, events: list, budget: float, plain: bool) -> dict
             "mq": mq, "mt": np.array(mt, dtype=np.int64)}
 
 
-def _child(conn, name, n, budget, plain):
+def _child(conn, name, n, budget, fam, instrument):
     try:
         make = EXECUTORS[name]
-        asts = {k: _ASTS[k] for k in _NAMES[:n]}
-        r = run_cell(make, asts, _EVENTS, budget, plain)
+        asts = {k: _ASTS[k] for k in _NAMES[:n] if fam is None or family(k) == fam}
+        r = run_cell(make, asts, _EVENTS, budget, instrument)
+        r["queries"] = len(asts)
         qindex = {q: j for j, q in enumerate(_NAMES)}
         r["mq"] = np.array([qindex[q] for q in r["mq"]], dtype=np.int64)
         conn.send(("ok", r))
@@ -343,10 +367,11 @@ _NAMES: list = []
 _EVENTS: list = []
 
 
-def run_in_child(name, n, budget, plain, timeout) -> dict:
+def run_in_child(name, n, budget, timeout, fam=None, instrument=False) -> dict:
+    """One cell in a forked child: the first n queries (only family ``fam``'s among them if given)."""
     ctx = mp.get_context("fork")
     a, b = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_child, args=(b, name, n, budget, plain))
+    p = ctx.Process(target=_child, args=(b, name, n, budget, fam, instrument))
     p.start()
     b.close()
     out = None
@@ -369,25 +394,49 @@ def run_in_child(name, n, budget, plain, timeout) -> dict:
     return r
 
 
-# --------------------------------------------------------------------------------------- plain register
-def plain_register_probe(asts: dict, names: list, sizes) -> list:
-    rows = []
-    for n in sizes:
-        gc.collect()
-        eng = NFAEngine()
-        t = time.perf_counter()
-        marks = {}
-        for j, k in enumerate(names[:n]):
-            eng.register(k, asts[k])
-            if (j + 1) in (n // 2, n):
-                marks[j + 1] = time.perf_counter() - t
-        total = marks[n]
-        last_half = total - marks[n // 2]
-        rows.append({"n": n, "s": total, "qps": n / total, "qps_last_half": (n - n // 2) / last_half})
-        log(f"  plain register() of {n:,}: {total:.1f} s ({n / total:,.0f} queries/s; "
-            f"last half {(n - n // 2) / last_half:,.0f}/s)")
-        del eng
-    return rows
+# ---------------------------------------------------------------------------------- per-family breakdown
+def family_breakdown(name: str, n: int, cells: dict, budget: float, timeout: float) -> dict | None:
+    """At size n, executor ``name`` (the grouped NFA) on each family's queries alone (those among the
+    first n), plus one run of all of them with the match building timed (``_instrument``)."""
+    together = cells.get(n, {}).get(name, {})
+    if "eps" not in together:
+        log(f"per-family breakdown skipped: {name} did not run at {n:,}")
+        return None
+    log(f"per-family breakdown ({name}, {n:,} queries) ...")
+    out = {"executor": name, "n": n, "families": {}, "instrumented": None}
+    for f in FAMILIES:
+        r = run_in_child(name, n, budget, timeout, fam=f)
+        if "eps" in r:
+            qi = np.array([j for j, q in enumerate(_NAMES[:n]) if family(q) == f], dtype=np.int64)
+            r["compare"] = compare_subset(together, r, qi)
+            log(f"  {f} alone: {r['queries']:,} queries, {r['eps']:,.0f} ev/CPU-s (wall {r['eps_wall'] or 0:,.0f}/s), "
+                f"timed {r['timed']:,}; {len(r['mq']):,} matches; register {r['queries'] / r['register_s']:,.0f} q/s; "
+                f"vs all families: {r['compare']['verdict']}")
+        else:
+            log(f"  {f} alone: {_why(r)}")
+        out["families"][f] = r
+    r = run_in_child(name, n, budget, timeout, instrument=True)
+    if "eps" in r and r.get("match_time"):
+        mt = r["match_time"]
+        log(f"  all families, match building timed: {r['eps']:,.0f} ev/CPU-s; emit {mt['emit'] / r['wall']:.1%}, "
+            f"release {mt['release'] / r['wall']:.1%} of the timed phase's wall time")
+    else:
+        log(f"  instrumented run: {_why(r) if 'eps' not in r else 'engine has no _fam_emit/_close_tick'}")
+    out["instrumented"] = r
+    return out
+
+
+def compare_subset(ref: dict, c: dict, qi: np.ndarray) -> dict:
+    """Matches per query of the queries ``qi`` (global indexes) in cell ``c`` vs in cell ``ref``, with t1
+    below the events both processed."""
+    u = min(ref["events"], c["events"])
+    sel_a = np.isin(ref["mq"], qi) & (ref["mt"] < u)
+    a = Counter(ref["mq"][sel_a].tolist())
+    b = Counter(c["mq"][c["mt"] < u].tolist())
+    bad = sorted(q for q in set(a) | set(b) if a.get(q, 0) != b.get(q, 0))
+    diffs = [(_NAMES[q], a.get(q, 0), b.get(q, 0), _first_diff(ref, c, q, u)) for q in bad[:10]]
+    return {"events": u, "matches": sum(b.values()), "diffs": diffs, "n_bad": len(bad),
+            "verdict": (f"equal on {u:,} events" if not bad else f"{len(bad)} queries DIFFER on {u:,} events")}
 
 
 # ---------------------------------------------------------------------------------------------- oracle
@@ -575,16 +624,25 @@ def plot(cells: dict, sizes, spark: list, path: Path) -> None:
 
 
 def git_state() -> str:
+    """HEAD of the checkout, and whether the executor modules actually imported (which may come from
+    elsewhere, e.g. an export of a commit on PYTHONPATH) are HEAD's files."""
     import subprocess
     repo = Path(__file__).resolve().parent.parent
+    mods = [sys.modules[m] for m in ("sparksub.operators.nfa", "sparksub.operators.nfa_families") if m in sys.modules]
+
+    def git(*a):
+        return subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True, timeout=10).stdout.strip()
     try:
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "src/sparksub/operators/nfa.py",
-                                "src/sparksub/operators/nfa_families.py"], capture_output=True, text=True,
-                               timeout=10).stdout.split()
-        mod = [d for d in dirty if d.endswith(".py")]
-        return f"commit {head}" + (f" with uncommitted changes in {', '.join(Path(m).name for m in mod)}" if mod else "")
+        head = git("rev-parse", "--short", "HEAD")
+        changed = []
+        for m in mods:
+            rel = "src/" + m.__name__.replace(".", "/") + ".py"
+            if git("hash-object", m.__file__) != git("rev-parse", f"HEAD:{rel}"):
+                changed.append(Path(m.__file__).name)
+        src = Path(mods[0].__file__).resolve().parents[2] if mods else None
+        where = "" if src is None or src == repo / "src" else f" (package imported from {src})"
+        return f"commit {head}" + (f" with uncommitted changes in {', '.join(changed)}" if changed
+                                   else ": executor modules identical to HEAD's") + where
     except (OSError, subprocess.SubprocessError):
         return "git state unknown"
 
@@ -631,9 +689,9 @@ def _why(c: dict) -> str:
     return c.get("skipped") or (c.get("error", "").splitlines() or ["not run"])[0]
 
 
-def report(info, args, sizes, cells, cons, probe, oracle, spark, parse, targets, elapsed, path: Path) -> None:
+def report(info, args, sizes, cells, cons, breakdown, oracle, spark, parse, targets, elapsed, path: Path) -> None:
     cmd = "python bench/events.py" + (" --quick" if args.quick else "") + (" --no-spark" if args.no_spark else "") \
-        + (" --plain-register" if args.plain_register else "")
+        + (" --no-breakdown" if args.no_breakdown else "")
     L = ["# Event queries benchmark: indexed NFA vs switched-off optimisations vs naive NFA vs Spark SQL (004 §4)\n",
          f"Generated by `{cmd}` on {info['date']} ({elapsed / 60:.1f} min). Issue 6, \"Benchmark\"; DESIGN §8. "
          "Script: `bench/events.py` (its docstring has every parameter).\n",
@@ -697,7 +755,7 @@ def report(info, args, sizes, cells, cons, probe, oracle, spark, parse, targets,
                          f"{min(rates):,.0f}–{max(rates):,.0f}" if rates else "",
                          f"{c['eps_wall']:,.0f}" if c.get("eps_wall") else "n/a",
                          f"{c['timed']:,} ({c['warm']:,})",
-                         f"{n / c['register_s']:,.0f}" + (" (plain)" if c["register"] == "plain" else ""),
+                         f"{n / c['register_s']:,.0f}",
                          fmt_num(pe.get("instances_visited")), fmt_num(pe.get("edges_evaluated")),
                          fmt_num(pe.get("guards_checked")),
                          f"{c['alive']:,}" if c.get("alive") is not None else "n/a",
@@ -770,21 +828,100 @@ def report(info, args, sizes, cells, cons, probe, oracle, spark, parse, targets,
         for n, name, e in errs:
             L.append(f"* {n:,} queries, {name}:\n\n```\n{e}\n```\n")
 
+    # ---- per-family breakdown
+    if breakdown:
+        bn, bname = breakdown["n"], breakdown["executor"]
+        together = cells[bn][bname]
+        L.append(f"## Per-family breakdown: {bname} at {bn:,} queries\n")
+        L.append(f"The same cell ({bname}, the first {bn:,} queries, same events, warm-up and budget) with only one "
+                 "family's queries registered (those among the first n), each in its own child; \"all\" is the "
+                 "main table's cell. Matches/event are the run's own, over its events; \"same matches\" compares "
+                 "the family's per-query counts with the all-families cell on the events both processed.\n")
+        rows = []
+        us_sum = 0.0
+        for f in FAMILIES:
+            r = breakdown["families"].get(f, {})
+            if "eps" not in r:
+                rows.append([f, "", f"not measured: {_why(r)}"] + [""] * 8)
+                us_sum = None
+                continue
+            if us_sum is not None:
+                us_sum += 1e6 / r["eps"]
+            pe = r["per_event"]
+            cmp_ = r["compare"]
+            rows.append([f, f"{r['queries']:,}", f"**{r['eps']:,.0f}**", f"{1e6 / r['eps']:,.1f}",
+                         f"{r['timed']:,}", f"{len(r['mq']) / r['events']:.3f}",
+                         fmt_num(pe.get("instances_visited")), fmt_num(pe.get("edges_evaluated")),
+                         f"{r['alive']:,}" if r.get("alive") is not None else "n/a",
+                         f"{r['queries'] / r['register_s']:,.0f}",
+                         f"✓ {cmp_['verdict']}" if not cmp_["n_bad"] else f"**✗ {cmp_['verdict']}**"])
+        pe = together["per_event"]
+        rows.append(["all", f"{bn:,}", f"**{together['eps']:,.0f}**", f"{1e6 / together['eps']:,.1f}",
+                     f"{together['timed']:,}", f"{len(together['mq']) / together['events']:.3f}",
+                     fmt_num(pe.get("instances_visited")), fmt_num(pe.get("edges_evaluated")),
+                     f"{together['alive']:,}" if together.get("alive") is not None else "n/a",
+                     f"{bn / together['register_s']:,.0f}", "(reference)"])
+        L.append(md_table(["family", "queries", "events/CPU-s alone", "CPU-µs/event", "timed events",
+                           "matches/event", "instances visited/event", "edges evaluated/event",
+                           "instances alive (end)", "register queries/s", "same matches"], rows) + "\n")
+        if us_sum:
+            ratio = us_sum / (1e6 / together['eps'])
+            L.append(f"Sum of the three families' CPU-µs/event alone: {us_sum:,.1f}, against "
+                     f"{1e6 / together['eps']:,.1f} with all of them registered together ({ratio:.2f}×). Above 1, "
+                     "the sum counts the per-event fixed cost (`process()`, tick close, expiry) three times; below "
+                     "1, the families slow each other down when together (larger state, caches), or the runs timed "
+                     "different stretches of the stream (a faster run gets further into it).\n")
+        for f in FAMILIES:
+            r = breakdown["families"].get(f, {})
+            if r.get("compare", {}).get("n_bad"):
+                L.append(f"* **{f} alone vs all families** (query, all-families count, alone count, first differing "
+                         "t1): " + "; ".join(f"{q} {a} vs {b} (t1 {t})" for q, a, b, t in r["compare"]["diffs"]))
+        ins = breakdown.get("instrumented") or {}
+        mt = ins.get("match_time")
+        if "eps" in ins and mt:
+            w = ins["wall"]
+            L.append(f"**Share of time building matches** (all {bn:,} queries, one more run of the same cell with "
+                     "`_fam_emit` and `_close_tick` wrapped on the engine object by the bench — src untouched — "
+                     "and timed with `perf_counter`, as a share of the timed phase's wall time): output branch "
+                     "of `_fam_emit` (the output event dict, one pending entry per matched query) "
+                     f"**{mt['emit'] / w:.1%}**"
+                     f" ({mt['emit_calls'] / ins['timed']:.2f} calls/event); `_close_tick` (grouping the tick's "
+                     f"outputs by query, sort, `Match` objects) **{mt['release'] / w:.1%}**; together "
+                     f"**{(mt['emit'] + mt['release']) / w:.1%}**, at {len(ins['mq']) / ins['events']:.3f} "
+                     f"matches/event. The wrappers' own cost is in these figures: that run made "
+                     f"{ins['eps']:,.0f} events/CPU-s against {together['eps']:,.0f} unwrapped.\n")
+        elif ins:
+            why = _why(ins) if "eps" not in ins else "the engine has no `_fam_emit`/`_close_tick` to wrap"
+            L.append(f"Share of time building matches: not measured ({why}).\n")
+
     # ---- registration
     L.append("## Registration\n")
-    L.append("`NFAEngine.register` runs whole-engine passes on each call (`_check_acyclic`, `_reorder`, "
-             "`_recompute_bounds` at the time of writing: each goes over every registered query or node), so "
-             "registering n queries one by one costs O(n²); the table measures it on the code of this run. "
-             "Plain one-by-one `register()` (indexed NFA, ASTs "
-             "already parsed):\n")
-    if probe:
-        L.append(md_table(["queries", "seconds", "queries/s", "queries/s over the last half"],
-                          [[f"{p['n']:,}", f"{p['s']:.1f}", f"{p['qps']:,.0f}", f"{p['qps_last_half']:,.0f}"]
-                           for p in probe]) + "\n")
-    L.append("The cells register with `bulk_register` (bench/events.py): the same `register()` calls with those "
-             "three whole-engine passes deferred and run once after the last one — the same final state. The "
-             "\"register queries/s\" column above is that (\"plain\" where an executor lacks the passes). Without "
-             "it the 100,000-query cells could not be built (extrapolating the table: days).\n")
+    L.append("Every cell registers its queries with plain `register()`, one query at a time (ASTs already "
+             "parsed; parsing is timed apart above). `NFAEngine.register` is incremental: the depths, the expiry "
+             "bounds and the cycle check touch only the new query's paths, so its cost does not grow with the "
+             "number of queries registered. queries/s = n / seconds for all n; \"last half\" = the rate over "
+             "queries n/2+1..n (equal to the whole rate when registration is O(1) per query).\n")
+    rr, hdr = [], ["executor"]
+    for n in sizes:
+        hdr += [f"{n:,}: queries/s (last half)"]
+    for name in EXECUTORS:
+        row = [name]
+        for n in sizes:
+            c = cells.get(n, {}).get(name, {})
+            if "register_s" not in c:
+                row.append("—")
+                continue
+            h = c.get("register_half_s")
+            last = (n - n // 2) / (c["register_s"] - h) if h is not None and c["register_s"] > h else None
+            row.append(f"{n / c['register_s']:,.0f} ({last:,.0f}) in {c['register_s']:,.1f} s" if last
+                       else f"{n / c['register_s']:,.0f} in {c['register_s']:,.1f} s")
+        rr.append(row)
+    L.append(md_table(hdr, rr) + "\n")
+    top = max(sizes)
+    qs = [f"{name} {top / c['register_s']:,.0f}" for name in EXECUTORS
+          if "register_s" in (c := cells.get(top, {}).get(name, {}))]
+    if qs:
+        L.append(f"At {top:,} queries: " + ", ".join(qs) + " queries/s.\n")
 
     # ---- Spark
     if spark:
@@ -825,7 +962,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-spark", action="store_true")
-    ap.add_argument("--plain-register", action="store_true", help="register one by one with plain register()")
+    ap.add_argument("--no-breakdown", action="store_true",
+                    help="skip the per-family cells of the grouped NFA at the largest size")
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     ap.add_argument("--budget", type=float, default=None, help="timed seconds per cell")
     ap.add_argument("--events", type=int, default=None, help="events in the stream")
@@ -855,10 +993,6 @@ def main(argv=None) -> int:
     log(f"parsed {parse['n']:,} queries in {parse['s']:.1f} s ({parse['qps']:,.0f}/s)")
     _ASTS, _NAMES, _EVENTS = asts, list(texts), events
 
-    log("plain register() probe ...")
-    probe = plain_register_probe(asts, _NAMES, [k for k in ([100, 500] if quick else [100, 1_000, 2_000])
-                                                 if k <= len(_NAMES)])
-
     cells: dict = {}
     cons: dict = {}
     stop: dict[str, str] = {}
@@ -872,8 +1006,7 @@ def main(argv=None) -> int:
                 cells[n][name] = {"skipped": stop[name]}
                 log(f"  {n:>7,} {name:18s} skipped: {stop[name]}")
                 continue
-            r = run_in_child(name, n, args.budget, args.plain_register,
-                             timeout=reg_timeout + 4 * args.budget + 120)
+            r = run_in_child(name, n, args.budget, timeout=reg_timeout + 4 * args.budget + 120)
             cells[n][name] = r
             if "eps" in r:
                 log(f"  {n:>7,} {name:18s} {r['eps']:>9,.1f} ev/CPU-s (wall {r['eps_wall'] or 0:,.0f}/s) "
@@ -892,6 +1025,10 @@ def main(argv=None) -> int:
             log(f"  consistency at {n:,} against {c['reference']} ({c['events']:,} events): "
                 + ("all equal" if not c["diffs"] else f"DIFFER: {c['diffs']}")
                 + f"; its matches {dict(c['families'])}")
+
+    breakdown = None
+    if not args.no_breakdown and OURS and OURS[0] in only:
+        breakdown = family_breakdown(OURS[0], max(sizes), cells, args.budget, reg_timeout + 4 * args.budget + 120)
 
     log("oracle check (cayuga_reference) ...")
     hits = Counter()
@@ -921,7 +1058,8 @@ def main(argv=None) -> int:
         log(f"{verdict(ok)}  {name}: {val}")
     args.out.mkdir(parents=True, exist_ok=True)
     plot(cells, sizes, spark, args.out / "events.png")
-    report(info, args, sizes, cells, cons, probe, oracle, spark, parse, targets, elapsed, args.out / "events.md")
+    report(info, args, sizes, cells, cons, breakdown, oracle, spark, parse, targets, elapsed,
+           args.out / "events.md")
     log(f"load average at end {info['load_end']}; total {elapsed / 60:.1f} min; wrote {args.out / 'events.md'}, "
         f"{args.out / 'events.png'}")
     return 0
