@@ -2048,24 +2048,10 @@ def _static_access(conjuncts) -> str:
 
 def _static_tables(executor) -> str:
     """The executor's static index, per stream: its access tables and how many guards each holds."""
-    index = getattr(executor, "_index", None)
-    if not isinstance(index, dict):
+    describe = getattr(executor, "static_index", None)
+    if describe is None:
         return "(not exposed by this executor)"
-    parts = []
-    for stream in sorted(index):
-        ix = index[stream]
-        items = []
-        for attr, table in sorted(getattr(ix, "eq", {}).items()):
-            n = sum(len(g) for g in table.values())
-            if n:
-                items.append(f"hash on {attr} ({n})")
-        for (attr, op, _), (_, gs) in sorted(getattr(ix, "ranges", {}).items(), key=str):
-            if gs:
-                items.append(f"sorted bounds on {attr} {op} ({len(gs)})")
-        if getattr(ix, "always", None):
-            items.append(f"every event ({len(ix.always)})")
-        parts.append(f"{stream}: {', '.join(items) or 'empty'}")
-    return "; ".join(parts) or "(empty)"
+    return "; ".join(f"{stream}: {', '.join(items) or 'empty'}" for stream, items in describe().items()) or "(empty)"
 
 
 def _event_index_lines(compiled, executors: dict, cls) -> list[str]:

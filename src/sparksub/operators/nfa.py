@@ -1644,6 +1644,20 @@ class NFAEngine:
     def instances(self) -> int:
         return sum(n.count for n in self._nodes.values())
 
+    def static_index(self) -> dict[str, list[str]]:
+        """Per input stream, the static index's access tables and how many guards each holds (EXPLAIN)."""
+        out = {}
+        for stream in sorted(self._index):
+            ix = self._index[stream]
+            items = [f"hash on {attr} ({n})" for attr, table in sorted(ix.eq.items())
+                     if (n := sum(len(g) for g in table.values()))]
+            items += [f"sorted bounds on {attr} {op} ({len(gs)})"
+                      for (attr, op, _), (_, gs) in sorted(ix.ranges.items(), key=str) if gs]
+            if ix.always:
+                items.append(f"every event ({len(ix.always)})")
+            out[stream] = items
+        return out
+
     def stats(self) -> dict:
         """Work counters (see the module docstring) and the state held."""
         live = [i for n in self._nodes.values() for b in n.buckets.values() for i in b.values()]
