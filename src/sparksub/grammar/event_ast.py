@@ -63,7 +63,7 @@ __all__ = [
     "Dur", "Item", "StreamExpr", "Stream", "Select", "Project", "Aggregate", "Rename", "Union",
     "Sequence", "Iteration", "Publish", "ARITH_OPS", "COMPARE_OPS", "DUR_UNITS", "UNIT_SECONDS",
     "stream", "attr", "left", "right", "last", "lit", "neg", "and_", "or_", "not_", "call", "contains",
-    "dur", "item", "unparse_cel", "unparse_algebra", "unparse_expr", "attributes_read",
+    "dur", "item", "unparse_cel", "unparse_algebra", "unparse_expr", "attributes_read", "rebuild",
 ]
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -371,15 +371,20 @@ def _plain_to_right(e):
         return Item(_plain_to_right(e.expr), e.name)
     if isinstance(e, Const | Dur):
         return e
+    return rebuild(e, _plain_to_right)
+
+
+def rebuild(node: Node, fn) -> Node:
+    """``node`` with ``fn`` applied to each direct sub-node (fields and tuples of fields), rebuilt."""
     values = {}
-    for f in fields(e):
-        v = getattr(e, f.name)
+    for f in fields(node):
+        v = getattr(node, f.name)
         if isinstance(v, Node):
-            v = _plain_to_right(v)
+            v = fn(v)
         elif isinstance(v, tuple):
-            v = tuple(_plain_to_right(x) if isinstance(x, Node) else x for x in v)
+            v = tuple(fn(x) if isinstance(x, Node) else x for x in v)
         values[f.name] = v
-    return type(e)(**values)
+    return type(node)(**values)
 
 
 class StreamExpr(Node):

@@ -82,7 +82,7 @@ from sparksub.grammar.event_ast import (
     Rename, Scope, Select, Sequence as SeqOp, Stream, StreamExpr, Union,
 )
 from sparksub.operators.cayuga_reference import combine_attributes
-from sparksub.operators.nfa import partition_key
+from sparksub.operators.nfa import assigned_attributes, partition_key
 
 __all__ = [
     "EventQueryInfo", "EventClass", "EventPlan", "query_info", "query_streams", "assigned_attributes",
@@ -123,23 +123,6 @@ def query_streams(query: StreamExpr) -> tuple[set[str], tuple[str, ...]]:
     and reads itself is internal and not among the first."""
     publishes = tuple(dict.fromkeys(n.name for n in query.walk() if isinstance(n, Publish)))
     return query.streams() - set(publishes), publishes
-
-
-def assigned_attributes(query: StreamExpr) -> frozenset:
-    """Attributes some operator of ``query`` assigns a new value (a projection item ``x AS A`` other than
-    ``A`` itself, an aggregate term, either side of a renaming, a FOLD aggregate) — as ``partition_key``
-    counts them."""
-    out: set[str] = set()
-    for n in query.walk():
-        if isinstance(n, Project):
-            out.update(i.name for i in n.items if i.expr != Attr(i.name))
-        elif isinstance(n, Aggregate):
-            out.update(i.name for i in n.items)
-        elif isinstance(n, Rename):
-            out.update(a for pair in n.mapping for a in pair)
-        elif isinstance(n, Iteration):
-            out.update(i.name for i in n.aggregates)
-    return frozenset(out)
 
 
 def query_info(name: str, query: StreamExpr | str, tables: Mapping[str, str],

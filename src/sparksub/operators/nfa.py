@@ -103,15 +103,16 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from sparksub.errors import AnalysisError, UnsupportedSubscription
 from sparksub.grammar.event_ast import (
-    UNIT_SECONDS, Aggregate, And, Attr, BinOp, Call, Compare, Const, Dur, Expr, Iteration, Neg, Node,
-    Not, Or, Project, Publish, Rename, Scope, Select, Sequence, Stream, StreamExpr, Union, unparse_expr,
+    UNIT_SECONDS, Aggregate, And, Attr, BinOp, Call, Compare, Const, Dur, Expr, Iteration, Neg,
+    Not, Or, Project, Publish, Rename, Scope, Select, Sequence, Stream, StreamExpr, Union, rebuild,
+    unparse_expr,
 )
 from sparksub.operators.cayuga_reference import (
     _ARITH, _COMPARE, FUNCTIONS, ReferenceInterpreter, _like, combine_attributes,
 )
 
 __all__ = ["compile_query", "resolve_query", "CompiledQuery", "Automaton", "AutomatonNode",
-           "AutomatonEdge", "NFAEngine", "Match", "EVENT_SHAPES", "partition_key"]
+           "AutomatonEdge", "NFAEngine", "Match", "EVENT_SHAPES", "partition_key", "assigned_attributes"]
 
 #: The shapes the compiler accepts (named in UnsupportedSubscription errors).
 EVENT_SHAPES = ("left-deep NEXT/FOLD chains over stateless FILTER/SELECT/RENAME pipelines",
@@ -263,15 +264,7 @@ def _map_attrs(e, fn):
         return fn(e)
     if isinstance(e, (Const, Dur)):
         return e
-    values = {}
-    for f in fields(e):
-        v = getattr(e, f.name)
-        if isinstance(v, Node):
-            v = _map_attrs(v, fn)
-        elif isinstance(v, tuple):
-            v = tuple(_map_attrs(x, fn) if isinstance(x, Node) else x for x in v)
-        values[f.name] = v
-    return type(e)(**values)
+    return rebuild(e, lambda x: _map_attrs(x, fn))
 
 
 def _to_plain(e: Expr) -> Expr:
@@ -661,6 +654,22 @@ def compile_query(name: str, query: StreamExpr | str, *, schemas: Mapping[str, I
     return CompiledQuery(name, query, tuple(automata))
 
 
+def assigned_attributes(query: StreamExpr) -> frozenset:
+    """Attributes some operator of ``query`` assigns a new value (a projection item ``x AS A`` other than
+    ``A`` itself, an aggregate term, either side of a renaming, a FOLD aggregate)."""
+    out: set[str] = set()
+    for n in query.walk():
+        if isinstance(n, Project):
+            out.update(i.name for i in n.items if i.expr != Attr(i.name))
+        elif isinstance(n, Aggregate):
+            out.update(i.name for i in n.items)
+        elif isinstance(n, Rename):
+            out.update(a for pair in n.mapping for a in pair)
+        elif isinstance(n, Iteration):
+            out.update(i.name for i in n.aggregates)
+    return frozenset(out)
+
+
 def partition_key(query: StreamExpr | str, *, publish_right_inputs: bool = True) -> str | None:
     """The attribute ``A`` by whose value the query's events can be partitioned (DESIGN §6: "the
     parameter key for event queries with an equality parameter"), or None.
@@ -683,15 +692,8 @@ def partition_key(query: StreamExpr | str, *, publish_right_inputs: bool = True)
     keys: set[str] | None = None
     assigned: set[str] = set()
     for rq in resolve_query("q", query, publish_right_inputs=publish_right_inputs):
+        assigned |= assigned_attributes(rq.expr)
         for n in rq.expr.walk():
-            if isinstance(n, Project):
-                assigned.update(i.name for i in n.items if i.expr != Attr(i.name))
-            elif isinstance(n, Aggregate):
-                assigned.update(i.name for i in n.items)
-            elif isinstance(n, Rename):
-                assigned.update(a for pair in n.mapping for a in pair)
-            elif isinstance(n, Iteration):
-                assigned.update(i.name for i in n.aggregates)
             if isinstance(n, (Sequence, Iteration)):
                 mine = set()
                 for c in _conjuncts(n.theta):

@@ -72,8 +72,8 @@ import numpy as np
 
 from sparksub.errors import AnalysisError
 from sparksub.grammar.event_ast import (
-    And, Attr, BinOp, Compare, Const, Dur, Expr, Iteration, Node, Scope, Select,
-    Sequence, StreamExpr, unparse_cel,
+    And, Attr, BinOp, Compare, Const, Dur, Expr, Iteration, Scope, Select, Sequence, StreamExpr,
+    rebuild, unparse_cel,
 )
 from sparksub.operators.nfa import (
     NFAEngine, _chain_bounds, _combine, _compile_expr, _Conjunct, _conjuncts, _decompose, _dur_ticks,
@@ -1122,15 +1122,7 @@ def _template_text(t: StreamExpr) -> str:
             return Attr(f"_p{e.index + 1}")
         if isinstance(e, _DurSlot):
             return Compare(e.op, Attr("DUR"), Attr(f"_p{e.index + 1}" + (f"_{e.unit}" if e.unit else "")))
-        vals = {}
-        for f in fields(e):
-            v = getattr(e, f.name)
-            if isinstance(v, Node):
-                v = _placeholder(v)
-            elif isinstance(v, tuple):
-                v = tuple(_placeholder(x) if isinstance(x, Node) else x for x in v)
-            vals[f.name] = v
-        return type(e)(**vals)
+        return rebuild(e, _placeholder)
     try:
         text = re.sub(r"(\$\d?\.)?_p(\d+)", r":p\2", unparse_cel(_map_predicates(t, _placeholder)))
         return re.sub(r":p(\d+)_([A-Za-z]+)", r":p\1 \2", text)            # DUR >= :p1 MIN
