@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pyarrow as pa
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from sparksub.operators.filter_group import EVENT_PREFIX
 from sparksub.operators.join_groups import (BAND_JOIN, SELECT_JOIN, JoinGroupSnapshot, JoinSubscribers,
@@ -191,6 +191,7 @@ def test_reformulated_messages_deliver_the_unicast_rows(data):
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.floats(-50, 50), min_size=1, max_size=30), st.lists(st.floats(-50, 50), max_size=30),
        st.integers(1, 4), band_st)
+@example(s_values=[8.712050654529108e-57], r_values=[1.0], parts=2, band=(-1.0, -1.0))  # s - r rounds into the band
 def test_band_partitions_find_every_pair_once(s_values, r_values, parts, band):
     """BAND_JOIN partitioning: every pair (r, s) in the band meets in exactly one partition (s's)."""
     cuts = band_cuts(np.array(s_values), parts)

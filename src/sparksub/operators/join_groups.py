@@ -151,6 +151,12 @@ def band_partitions(side: int, b: float, cuts: np.ndarray, reach: tuple[float, f
     pair with it."""
     if side == L:  # the left table, R of 003 §4.3
         lo, hi = b + reach[0], b + reach[1]
+        # the pair test ``lo <= s - r <= hi`` is decided in floating point: widen by a few ulps of the
+        # operands so that rounding never puts a pair's s outside r's partitions (s = 1e-57, r = 1, band -1)
+        finite = [abs(x) for x in (b, lo, hi) if math.isfinite(x)]
+        if finite:
+            slack = 4 * float(np.spacing(max(finite)))
+            lo, hi = lo - slack, hi + slack
         first = bisect_right(cuts.tolist(), lo) if lo == lo else 0
         last = bisect_right(cuts.tolist(), hi) if hi == hi else len(cuts)
         return range(first, last + 1)
