@@ -1202,23 +1202,31 @@ class NFAEngine:
         owned = set(self._owned[name])
         for qn in owned:
             for p in self._resolved[qn].publishes:
-                readers = [r for r, rq in self._resolved.items() if r not in owned and p in rq.expr.streams()]
+                readers = [r for r in self._readers.get(p, ()) if r not in owned]
                 if readers:
                     raise AnalysisError(f"cannot drop {name!r}: {sorted(readers)} read its stream {p!r}")
+        paths = []
         for qn in owned:
             rq = self._resolved.pop(qn)
+            paths.append([self._key(qn, step.op) for step in _decompose(rq.expr).steps])
             self._depth.pop(qn, None)
             for st in rq.expr.streams():
                 self._readers.get(st, set()).discard(qn)
             for p in rq.publishes:
                 self._publisher.pop(p, None)
                 self._union_sides.pop(p, None)
+                self._depth.pop(_UNION_FEED + p, None)
             self._pending_out.pop(qn, None)
             self._dirty.discard(qn)
             self._nodes_unshared -= self._drop_path(rq)
         del self.queries[name], self._owned[name]
-        self._reorder()
-        self._recompute_bounds()
+        # Nothing left reads what the dropped queries published (checked above), so no other depth
+        # changes; only the nodes left on the dropped paths can get tighter expiry bounds.
+        for keys in paths:
+            for k in reversed(keys):
+                n = self._nodes.get(k)
+                if n is not None:
+                    n.bound = self._node_bound(n, lambda x: x.bound)
 
     def _drop_path(self, rq: ResolvedQuery) -> int:
         """Detach ``rq`` from its path of groups and nodes, pruning what nothing else uses."""
