@@ -65,6 +65,7 @@ import heapq
 import math
 import pickle
 import re
+import sys
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -1046,14 +1047,17 @@ class FamilyEngine(NFAEngine):
         self._fam_serial = state["serial"]
 
 
+_DICT_SLOTS = 112      # bytes: an entry's two dict slots (its bucket and the instance's map), about
+
+
 def _inst_size(inst: _Instance) -> int:
-    import sys
+    """Bytes an instance holds: itself, its bindings, and per entry the entry, its rows, two dict slots."""
     n = sys.getsizeof(inst) + sys.getsizeof(inst.left) + sys.getsizeof(inst.entries)
     if inst.last is not None:
         n += sys.getsizeof(inst.last)
     for eid, k in inst.entries.items():
         entry = inst.node.buckets[k][eid]
-        n += sys.getsizeof(entry) + entry[1].nbytes + 112
+        n += sys.getsizeof(entry) + entry[1].nbytes + _DICT_SLOTS
     return n
 
 
