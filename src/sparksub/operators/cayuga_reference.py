@@ -227,13 +227,7 @@ class ReferenceInterpreter:
             missing = [o for o in mapping if o not in a]
             if missing and self.strict:
                 raise AnalysisError(f"RENAME: unknown attribute(s) {missing}; the event has {sorted(a)}")
-            renamed = {}
-            for k, v in a.items():
-                n = mapping.get(k, k)
-                if n in renamed:
-                    raise AnalysisError(f"RENAME: two attributes named {n!r} after renaming")
-                renamed[n] = v
-            out.append(_event(renamed, e["t0"], e["t1"]))
+            out.append(_event(rename_attributes(a, mapping), e["t0"], e["t1"]))
         return out
 
     def _eval_Union(self, q: Union) -> list[dict]:                         # 004 §2.2 ∪ (a bag)
@@ -360,6 +354,17 @@ class ReferenceInterpreter:
             return fn(*args)
         except (TypeError, ValueError, OverflowError) as exc:
             raise AnalysisError(f"cannot apply {getattr(fn, '__name__', fn)} to {args!r}: {exc}") from None
+
+
+def rename_attributes(attrs: Mapping, mapping: Mapping) -> dict:
+    """004 §2.2 ρ on one event's attributes; two attributes renamed alike are an ``AnalysisError``."""
+    renamed = {}
+    for k, v in attrs.items():
+        n = mapping.get(k, k)
+        if n in renamed:
+            raise AnalysisError(f"RENAME: two attributes named {n!r} after renaming")
+        renamed[n] = v
+    return renamed
 
 
 def evaluate(q: StreamExpr, streams: Mapping[str, Iterable[Mapping]], **options) -> list[dict]:

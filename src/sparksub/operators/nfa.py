@@ -108,7 +108,7 @@ from sparksub.grammar.event_ast import (
     unparse_expr,
 )
 from sparksub.operators.cayuga_reference import (
-    _ARITH, _COMPARE, FUNCTIONS, ReferenceInterpreter, _like, combine_attributes,
+    _ARITH, _COMPARE, FUNCTIONS, ReferenceInterpreter, _like, combine_attributes, rename_attributes,
 )
 
 __all__ = ["compile_query", "resolve_query", "CompiledQuery", "Automaton", "AutomatonNode",
@@ -762,13 +762,7 @@ class _Ops:
             elif kind == "Aggregate":
                 attrs = {**attrs, **{n: f(attrs, None, None, d) for n, f in x}}
             else:
-                renamed = {}
-                for k, v in attrs.items():
-                    n = x.get(k, k)
-                    if n in renamed:
-                        raise AnalysisError(f"RENAME: two attributes named {n!r} after renaming")
-                    renamed[n] = v
-                attrs = renamed
+                attrs = rename_attributes(attrs, x)
         return attrs
 
 
