@@ -7,8 +7,10 @@ applies, so a bad statement or batch leaves everything as it was (DESIGN §7).
 """
 from __future__ import annotations
 
+import os
 import pickle
 import re
+import warnings
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -18,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sparksub.errors import (AnalysisError, BadUpdate, DuplicateSubscription, InvalidSubscription, ParseError,
+from sparksub.errors import (AnalysisError, BadUpdate, CatalystUnavailable, DuplicateSubscription, InvalidSubscription, ParseError,
                              SparksubError, UnknownSubscription, UnsupportedSubscription)
 from sparksub.grammar import statements as st
 from sparksub.grammar.event_ast import StreamExpr
@@ -45,12 +47,46 @@ LOG_COMPACTION_ROWS = 200_000
 FILTER_SHARD_SIZE = 250_000
 #: Events logged per event-query replica before its base is rebuilt from a snapshot of its executor.
 EVENT_LOG_COMPACTION = 20_000
+#: why spark_session() built its session without the Catalyst extension (None: it did not)
+_catalyst_build_error: str | None = None
+#: Engine(catalyst='auto') says once per process that the extension is off, and why
+_catalyst_warned = False
 
 
-def spark_session(master: str = "local[*]", app_name: str = "sparksub", **conf):
-    """A SparkSession configured for sparksub (Arrow on, UI off, RocksDB state store)."""
+def catalyst_mode(value=None):
+    """``Engine(catalyst=...)``'s value: True, False or ``'auto'``; None reads ``$SPARKSUB_CATALYST``
+    (``on``/``off``/``auto``; default ``auto``)."""
+    if value is None:
+        value = os.environ.get("SPARKSUB_CATALYST", "auto")
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v in ("1", "on", "true", "yes"):
+            return True
+        if v in ("0", "off", "false", "no"):
+            return False
+        if v == "auto":
+            return "auto"
+        raise ValueError(f"catalyst must be True, False or 'auto', not {value!r}")
+    return bool(value)
+
+
+def spark_session(master: str = "local[*]", app_name: str = "sparksub", catalyst=None, **conf):
+    """A SparkSession configured for sparksub (Arrow on, UI off, RocksDB state store) and, unless
+    ``catalyst`` is False, with the Catalyst extension (``sparksub.jvm``; built with javac on first use).
+    ``catalyst='auto'`` goes on without the extension when it cannot be built (``Engine`` says why)."""
     from pyspark.sql import SparkSession
 
+    global _catalyst_build_error
+    mode = catalyst_mode(catalyst)
+    if mode is not False:
+        from sparksub import jvm
+        try:
+            conf = {**jvm.extension_conf(existing_jars=conf.get("spark.jars", "")), **{
+                k: v for k, v in conf.items() if k != "spark.jars"}}
+        except CatalystUnavailable as err:
+            if mode is True:
+                raise
+            _catalyst_build_error = str(err)
     builder = SparkSession.builder.master(master).appName(app_name)
     defaults = {
         "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
@@ -134,10 +170,22 @@ class EventClassState:
 
 
 class Engine:
-    """The sparksub engine. ``Engine()`` makes a local SparkSession on first use; ``Engine(spark)`` uses yours."""
+    """The sparksub engine. ``Engine()`` makes a local SparkSession on first use; ``Engine(spark)`` uses yours.
 
-    def __init__(self, spark=None):
+    ``catalyst``: True, False or ``'auto'`` (default: ``$SPARKSUB_CATALYST``, else ``'auto'``).  With the
+    Catalyst extension (``sparksub.jvm``) our statements run through ``spark.sql`` as well, Spark's own
+    EXPLAIN names our operators (``SubscriptionGroup``), and the optimizer rewrites the plain-SQL range
+    join of a parameter table.  ``'auto'`` uses it when the session has it and otherwise says once, as
+    a warning, why not; True raises ``CatalystUnavailable`` instead; False never uses it.
+    """
+
+    def __init__(self, spark=None, catalyst=None):
         self._spark = spark
+        self._catalyst_mode = catalyst_mode(catalyst)
+        #: whether the Catalyst extension is in use (None until the SparkSession is known)
+        self.catalyst: bool | None = None
+        #: why it is not (None when it is)
+        self.catalyst_reason: str | None = None
         self.uid = uuid.uuid4().hex
         self.catalog = Catalog()
         self._tables: dict[str, TableState] = {}
@@ -165,13 +213,46 @@ class Engine:
         self._matches: dict[str, list] = {}
         self._event_resets: dict[str, int] = {}
         self._lock = threading.RLock()
+        if spark is not None:
+            self._resolve_catalyst()
 
     # ---- Spark ------------------------------------------------------------------------------------
     @property
     def spark(self):
         if self._spark is None:
-            self._spark = spark_session()
+            self._spark = spark_session(catalyst=self._catalyst_mode)
+        if self.catalyst is None:
+            self._resolve_catalyst()
         return self._spark
+
+    def _resolve_catalyst(self) -> None:
+        """Decide, once the session is known, whether the extension is in use; attach this engine to it."""
+        global _catalyst_warned
+        from sparksub.jvm import bridge
+        if self._catalyst_mode is False:
+            self.catalyst, self.catalyst_reason = False, "catalyst=False"
+            return
+        if bridge.loaded(self._spark):
+            bridge.attach(self._spark, self)
+            self.catalyst, self.catalyst_reason = True, None
+            return
+        from sparksub.jvm import EXTENSION_CLASS
+        reason = _catalyst_build_error or (
+            "this SparkSession was built without the extension; build yours with "
+            f".config('spark.jars', str(sparksub.jvm.jar_path())).config('spark.sql.extensions', "
+            f"'{EXTENSION_CLASS}') (or let sparksub.Engine() make the session)")
+        self.catalyst, self.catalyst_reason = False, f"the Catalyst extension is off: {reason}"
+        if self._catalyst_mode is True:
+            raise CatalystUnavailable(self.catalyst_reason)
+        if not _catalyst_warned:
+            _catalyst_warned = True
+            warnings.warn(f"sparksub: {self.catalyst_reason}; running on the pure-Python path", stacklevel=3)
+
+    def attach(self) -> None:
+        """Make this engine the one ``spark.sql`` hands our statements to (the last engine made is)."""
+        from sparksub.jvm import bridge
+        if self.spark is not None and self.catalyst:
+            bridge.attach(self._spark, self)
 
     # ---- statements --------------------------------------------------------------------------------
     def sql(self, text: str):

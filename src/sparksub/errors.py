@@ -27,6 +27,11 @@ class AnalysisError(SparksubError):
     """Well-formed text that names an unknown table or column, or mistypes one."""
 
 
+class CatalystUnavailable(SparksubError):
+    """The Catalyst extension cannot be used here (no javac, no Spark jars, a session built without it);
+    the message says why and what to do.  ``Engine(catalyst='auto')`` falls back to the pure-Python path."""
+
+
 class UnsupportedSubscription(SparksubError):
     """A subscription whose shape is outside every supported class."""
 
