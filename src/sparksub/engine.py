@@ -23,6 +23,7 @@ from sqlglot import exp
 from sparksub.errors import (AnalysisError, BadUpdate, CatalystUnavailable, DuplicateSubscription, InvalidSubscription, ParseError,
                              SparksubError, UnknownSubscription, UnsupportedSubscription)
 from sparksub.grammar import statements as st
+from sparksub.jvm.bridge import subscription_group
 from sparksub.grammar.event_ast import StreamExpr
 from sparksub.planner import ir
 from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES, Catalog, TableDef
@@ -247,6 +248,33 @@ class Engine:
         if not _catalyst_warned:
             _catalyst_warned = True
             warnings.warn(f"sparksub: {self.catalyst_reason}; running on the pure-Python path", stacklevel=3)
+
+    def _describe(self, groups, mode: str, explained=None) -> str | None:
+        """The ``SubscriptionGroup`` node's text for Spark's EXPLAIN (None when the extension is off):
+        per group its class, template, size, algorithm and mode.  ``groups``: (physical, entry or None)
+        pairs; ``explained``: the physical node of the subscription EXPLAIN SUBSCRIPTION is about."""
+        if not self.catalyst:
+            return None
+        parts = []
+        for physical, entry in groups:
+            templates = entry.templates if entry is not None and entry.templates else [str(physical)]
+            more = f" (+{len(templates) - 1} more)" if len(templates) > 1 else ""
+            size = len(entry.points) if entry is not None else 0
+            parts.append(f"{physical.klass} group {entry.group_id if entry else '(new)'}: template {templates[0]}"
+                         f"{more}, {size} subscriptions, algorithm {_ALGORITHM.get(physical.klass, '?')}, "
+                         f"mode {mode}")
+        if explained is not None:
+            parts.append(f"explained: {explained}")
+        return "; ".join(parts)
+
+    def _describe_events(self, classes, mode: str) -> str | None:
+        """``_describe`` for event classes."""
+        if not self.catalyst:
+            return None
+        return "; ".join(
+            f"EVENT class {c.cls.id}: {len(c.cls.queries)} queries ({', '.join(c.cls.queries)}), key "
+            f"{c.cls.key or '(none)'}, {c.cls.partitions} partitions, algorithm {_ALGORITHM['EVENT']}, mode {mode}"
+            for c in classes)
 
     def attach(self) -> None:
         """Make this engine the one ``spark.sql`` hands our statements to (the last engine made is)."""
@@ -802,7 +830,9 @@ class Engine:
         out = None
         if parts:
             replicas = {rid: c.replicas[rid] for rid, (c, _) in routed.items()}
-            out = spark_events.run_event_queries(self.spark, replicas, pa.concat_tables(parts), streams, layout)
+            classes = list({id(c): c for c, _ in routed.values()}.values())
+            out = spark_events.run_event_queries(self.spark, replicas, pa.concat_tables(parts), streams, layout,
+                                                 self._describe_events(classes, "batch"))
         failed = set()
         raised: list = []
         found: list = []
@@ -1015,7 +1045,8 @@ class Engine:
             if groups:
                 combined = pa.concat_tables(parts, promote_options="default")
                 df, failed_parts = spark_groups.run_groups(self.spark, replicas, combined, mode, schema,
-                                                           _operator_name(e.physical for e in groups))
+                                                           _operator_name(e.physical for e in groups),
+                                                           self._describe([(e.physical, e) for e in groups], mode))
                 failed = {owner[rid] for rid in failed_parts}
                 if self._net_join_rows:
                     df = _net_join_notifications(df)
@@ -1103,13 +1134,17 @@ class Engine:
             filters = [e for e in groups if isinstance(e.physical, ir.FilterGroupScan)]
             ranges = [e for e in groups if e not in filters and e not in joins]
             outs = []
+            node = subscription_group
             if event_classes:
-                outs.append(self._stream_events(state, event_classes, streaming_df))
+                outs.append(node(self._stream_events(state, event_classes, streaming_df),
+                                 self._describe_events(event_classes, "stream")))
             streamed_joins = [e for e in joins if mode == "unicast" or isinstance(e.physical, ir.SelectJoinGroupScan)]
             if streamed_joins:
-                outs.append(self._stream_joins(state, streamed_joins, streaming_df, mode))
+                outs.append(node(self._stream_joins(state, streamed_joins, streaming_df, mode),
+                                 self._describe([(e.physical, e) for e in streamed_joins], f"stream {mode}")))
             if filters and mode == "unicast":
-                outs.append(self._stream_filters(state, filters, streaming_df))
+                outs.append(node(self._stream_filters(state, filters, streaming_df),
+                                 self._describe([(e.physical, e) for e in filters], "stream unicast")))
             if ranges:
                 specs = {}
                 for e in ranges:
@@ -1122,9 +1157,10 @@ class Engine:
                     wide = _with_range_class_columns(with_reason(schema), mode,
                                                      any(isinstance(e.physical, _BOX_NODES) for e in ranges))
                     schema = wide.remove(wide.get_field_index("reason"))  # run_stream appends it
-                outs.append(spark_stream.run_stream(self.spark, streaming_df, state.definition, specs, mode,
-                                                    schema, self.uid,
-                                                    _operator_name(e.physical for e in ranges) + "_stream"))
+                outs.append(node(spark_stream.run_stream(self.spark, streaming_df, state.definition, specs, mode,
+                                                         schema, self.uid,
+                                                         _operator_name(e.physical for e in ranges) + "_stream"),
+                                 self._describe([(e.physical, e) for e in ranges], f"stream {mode}")))
             if not outs:
                 raise SparksubError(f"stream(): the FILTER / BAND_JOIN subscriptions on {table!r} have no "
                                     f"{mode!r} form; use mode='unicast'")
@@ -1259,10 +1295,10 @@ class Engine:
             if isinstance(planned.physical, _JOIN_NODES):
                 group = (self._join_view(entry) if entry is not None and len(entry.points)
                          else join_groups.JoinGroupDescription(planned.klass))
-                return explain_text(target, planned, entry, group, spark_plan)
+                return explain_text(target, planned, entry, group, spark_plan, bool(self.catalyst))
             state = self._tables[planned.physical.table.lower()]
             group = self._materialized(state, entry) if entry is not None and len(entry.points) else None
-            return explain_text(target, planned, entry, group, spark_plan)
+            return explain_text(target, planned, entry, group, spark_plan, bool(self.catalyst))
 
     def stats(self) -> dict:
         """Per group id, the operator's counters.  Event classes (``events:<class>``): the queries, key,
@@ -1289,6 +1325,7 @@ class Engine:
             return out
 
     def _explain_event(self, name: str, format: str) -> str:
+        from sparksub.planner.explain import SPARK_PLAN_TITLE
         rec = self._event_queries[name]
         if format == "dot":
             return rec.compiled.to_dot()
@@ -1337,7 +1374,7 @@ class Engine:
                          f"since its base")
         if self._event_resets.get(name):
             lines.append(f"partial matches reset {self._event_resets[name]} time(s) (moved to another class)")
-        lines += ["", "== Spark physical plan ==", self._event_spark_plan(c).rstrip()]
+        lines += ["", SPARK_PLAN_TITLE[bool(self.catalyst)], self._event_spark_plan(c).rstrip()]
         return "\n".join(lines)
 
     def _event_spark_plan(self, c: EventClassState) -> str:
@@ -1353,7 +1390,8 @@ class Engine:
         spell = self._event_spellings(cls, tdef)
         try:
             return spark_events.event_plan_string(self.spark, dict(c.replicas), sample, {r: spell for r in rids},
-                                                  self._event_layout(tdef, cls.queries))
+                                                  self._event_layout(tdef, cls.queries),
+                                                  self._describe_events([c], "batch"))
         except Exception as err:  # EXPLAIN must not fail because Spark is unavailable
             return f"(Spark plan unavailable: {err})"
 
@@ -1789,7 +1827,8 @@ class Engine:
             try:
                 return spark_groups.plan_string(self.spark, {f"{gid}#0": replica}, sample, "unicast",
                                                 _with_join_columns(_schema_for("unicast"), "unicast"),
-                                                _operator_name([physical]))
+                                                _operator_name([physical]),
+                                                self._describe([(physical, entry)], "unicast", physical))
             except Exception as err:  # EXPLAIN must not fail because Spark is unavailable
                 return f"(Spark plan unavailable: {err})"
         state = self._tables[physical.table.lower()]
@@ -1807,7 +1846,8 @@ class Engine:
         replica = spark_groups.GroupReplica(self.uid, gid, "explain", b"")
         try:
             return spark_groups.plan_string(self.spark, {gid: replica}, sample, "unicast", schema,
-                                            _operator_name([physical]))
+                                            _operator_name([physical]),
+                                            self._describe([(physical, entry)], "unicast", physical))
         except Exception as err:  # EXPLAIN must not fail because Spark is unavailable
             return f"(Spark plan unavailable: {err})"
 
@@ -1898,6 +1938,20 @@ def _schema_for(mode: str) -> pa.Schema:
 
 
 _BOX_NODES = (ir.BoxMinGroupScan, ir.BoxTopkGroupScan)
+#: what each class's group operator runs: the ``SubscriptionGroup`` node says it in Spark's EXPLAIN
+_ALGORITHM = {
+    "RANGE_MIN": "A2B-tree + update classification, Mar/Hull/EMar (000 §2-3)",
+    "RANGE_MAX": "A2B-tree + update classification, Mar/Hull/EMar (000 §2-3)",
+    "RANGE_TOPK": "influence regions + Paint-Batch (002)",
+    "RANGE_DISTINCT": "Mar over duplicates (000 §4)",
+    "RANGE_AGG": "relaxed range deltas with exact sums (000 §4)",
+    "BOX_MIN": "4-d box messages, 2x2-d stabbing index", "BOX_MAX": "4-d box messages, 2x2-d stabbing index",
+    "BOX_TOPK": "4-d box messages, 2x2-d stabbing index",
+    "FILTER": "two-phase matching, clusters, multi-attribute hashing (001)",
+    "SELECT_JOIN": "SJ-SSI on hotspots, SJ-SelectFirst/JoinFirst routed per tuple (003 ch. 4)",
+    "BAND_JOIN": "BJ-SSI over a dynamic stabbing partition (003 ch. 4)",
+    "EVENT": "automata with prefix sharing, static + instance indexes, query families (004)",
+}
 _JOIN_NODES = (ir.SelectJoinGroupScan, ir.BandJoinGroupScan)
 _TOPK_NODES = (ir.RangeTopkGroupScan, ir.BoxTopkGroupScan)
 #: groups whose notifications carry the item columns (and, reformulated, RANGE_MESSAGE_SCHEMA's)

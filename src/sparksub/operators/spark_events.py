@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparksub.jvm.bridge import subscription_group
 from sparksub.operators.event_partitions import (MatchLayout, ReplicaBase, feed_events, matches_to_table,
                                                  rejected_events_table)
 
@@ -141,28 +142,29 @@ def _operator(replicas: dict[str, EventReplica], streams: dict[str, tuple], layo
     return event_query_nfa
 
 
-def _plan(spark, replicas, batch: pa.Table, streams, layout, schema):
+def _plan(spark, replicas, batch: pa.Table, streams, layout, schema, describe: str | None = None):
     # One chunk: pyspark 4.3's createDataFrame(pa.Table) drops the chunk that follows an empty one.
     df = spark.createDataFrame(batch.combine_chunks())
     n = max(len(set(batch.column("replica").to_pylist())) if batch.num_rows else 1, 1)
     df = df.repartition(n, "replica").sortWithinPartitions("replica", "t1", "seq")
-    return df.mapInArrow(_operator(replicas, streams, layout, schema), _ddl(schema))
+    return subscription_group(df.mapInArrow(_operator(replicas, streams, layout, schema), _ddl(schema)), describe)
 
 
 def run_event_queries(spark, replicas: dict[str, EventReplica], batch: pa.Table, streams: dict[str, tuple],
-                      layout: MatchLayout) -> pa.Table:
+                      layout: MatchLayout, describe: str | None = None) -> pa.Table:
     """Run ``batch`` (``event_partitions.events_table`` columns plus ``replica``) through the replicas it
     names, in Spark; returns the output rows (``layout.schema()``: match rows and ``error`` rows),
     collected: each replica's rows in release order, replicas one after another.  ``streams``: replica
-    id -> the stream names to feed its events under."""
+    id -> the stream names to feed its events under; ``describe``: the ``SubscriptionGroup`` node's text
+    (the Catalyst extension; None: no node)."""
     schema = layout.schema()
-    return _plan(spark, replicas, batch, streams, layout, schema).toArrow().cast(schema)
+    return _plan(spark, replicas, batch, streams, layout, schema, describe).toArrow().cast(schema)
 
 
 def event_plan_string(spark, replicas: dict[str, EventReplica], batch: pa.Table, streams: dict[str, tuple],
-                      layout: MatchLayout) -> str:
+                      layout: MatchLayout, describe: str | None = None) -> str:
     """Spark's physical plan of the job (not executed)."""
-    df = _plan(spark, replicas, batch, streams, layout, layout.schema())
+    df = _plan(spark, replicas, batch, streams, layout, layout.schema(), describe)
     return df._jdf.queryExecution().executedPlan().treeString()
 
 

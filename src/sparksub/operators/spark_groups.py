@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
+from sparksub.jvm.bridge import subscription_group
 from sparksub.operators.range_min_group import GroupSnapshot, RangeMinGroup
 
 __all__ = ["GroupReplica", "materialize", "remember", "run_groups", "plan_string"]
@@ -120,30 +121,32 @@ class _SetUnion(AccumulatorParam):
 
 
 def run_groups(spark, replicas: dict[str, GroupReplica], batch: pa.Table, mode: str, schema: pa.Schema,
-               name: str = "range_min_group"):
+               name: str = "range_min_group", describe: str | None = None):
     """Run ``batch`` (columns group_id, key, x, y, op, seq) through each group's operator in Spark.
 
     Returns ``(DataFrame, failed group ids)``; the DataFrame is checkpointed locally, so the operator
     runs exactly once per call. ``schema`` must end with the nullable ``reason`` column.
     """
     failures = spark.sparkContext.accumulator(set(), _SetUnion())
-    out = _plan(spark, replicas, batch, mode, schema, failures, name).localCheckpoint(eager=True)
+    out = _plan(spark, replicas, batch, mode, schema, failures, name, describe).localCheckpoint(eager=True)
     return out, set(failures.value)
 
 
 def plan_string(spark, replicas: dict[str, GroupReplica], batch: pa.Table, mode: str, schema: pa.Schema,
-                name: str = "range_min_group") -> str:
+                name: str = "range_min_group", describe: str | None = None) -> str:
     """Spark's physical plan for running ``batch`` through the groups (not executed)."""
-    return _plan(spark, replicas, batch, mode, schema, None, name)._jdf.queryExecution().executedPlan().treeString()
+    df = _plan(spark, replicas, batch, mode, schema, None, name, describe)
+    return df._jdf.queryExecution().executedPlan().treeString()
 
 
 def _plan(spark, replicas, batch: pa.Table, mode: str, schema: pa.Schema, failures=None,
-          name: str = "range_min_group"):
+          name: str = "range_min_group", describe: str | None = None):
     # One partition per group, rows in seq order within it. One chunk: pyspark 4.3's
     # createDataFrame(pa.Table) drops the chunk that follows an empty one.
     df = spark.createDataFrame(batch.combine_chunks())
     df = df.repartition(max(len(replicas), 1), "group_id").sortWithinPartitions("group_id", "seq")
-    return df.mapInArrow(_operator(replicas, mode, schema, failures, name), _ddl(schema))
+    return subscription_group(df.mapInArrow(_operator(replicas, mode, schema, failures, name), _ddl(schema)),
+                              describe)
 
 
 def stream_groups(events, replicas: dict[str, GroupReplica], mode: str, schema: pa.Schema,

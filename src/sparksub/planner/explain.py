@@ -1,13 +1,20 @@
 """EXPLAIN SUBSCRIPTION: our plan (class, template, group, rule trace, algorithm, indexes, message
-format, reformulated predicate, live statistics) and the Spark physical plan the group runs in."""
+format, reformulated predicate, live statistics) and the Spark physical plan the group runs in.
+
+With the Catalyst extension the physical plan is one: Spark's, in which a ``SubscriptionGroupExec`` node
+names our operator (class, template, size, algorithm, mode, and the subscription explained)."""
 from __future__ import annotations
 
 from sparksub.planner.classifier import Planned
 
-__all__ = ["explain_text"]
+__all__ = ["explain_text", "SPARK_PLAN_TITLE"]
+
+#: the Spark plan's heading, without and with the Catalyst extension
+SPARK_PLAN_TITLE = {False: "== Spark physical plan ==",
+                    True: "== Physical plan (Spark; SubscriptionGroupExec is our operator) =="}
 
 
-def explain_text(target: str, planned: Planned, entry, group, spark_plan: str) -> str:
+def explain_text(target: str, planned: Planned, entry, group, spark_plan: str, catalyst: bool = False) -> str:
     lines = [f"== Subscription: {target} ==",
              f"SQL: {planned.sql}",
              f"Class: {planned.klass}",
@@ -17,7 +24,8 @@ def explain_text(target: str, planned: Planned, entry, group, spark_plan: str) -
              "", "== Logical plan ==", str(planned.logical),
              "", "== Rule trace ==" if planned.trace else "== Rule trace == (no rule changed the plan)"]
     lines += [str(t) for t in planned.trace]
-    lines += ["", "== Physical plan ==", str(planned.physical)]
+    if not catalyst:  # with it, the SubscriptionGroupExec node in Spark's plan carries this line
+        lines += ["", "== Physical plan ==", str(planned.physical)]
     if group is not None:
         lines += ["", "== Operator =="]
         lines += [f"{k}: {v}" for k, v in group.explain().items()]
@@ -25,5 +33,5 @@ def explain_text(target: str, planned: Planned, entry, group, spark_plan: str) -
         lines += ["", "== Operator ==", "algorithm: update classification + Mar/Hull/EMar (000 §2-3)",
                   "message format: <NEW_MIN, INNER_L, INNER_R, OUTER_L, OUTER_R>",
                   "reformulated predicate: (OUTER_L < x1 <= INNER_L) AND (INNER_R <= x2 < OUTER_R)"]
-    lines += ["", "== Spark physical plan ==", spark_plan.rstrip()]
+    lines += ["", SPARK_PLAN_TITLE[catalyst], spark_plan.rstrip()]
     return "\n".join(lines)
