@@ -25,7 +25,16 @@ from sparksub.operators.cayuga_reference import evaluate_queries
 from sparksub.operators.event_partitions import key_partition
 
 pytestmark = pytest.mark.spark
-SNAPSHOTS = Path(__file__).parent / "fixtures" / "explain"
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def snapshot_dir() -> Path:
+    """``explain/`` on the pure-Python path; ``explain_catalyst/`` with the Catalyst extension, whose EXPLAIN
+    shows one physical plan (Spark's, with our SubscriptionGroupExec node)."""
+    from pyspark.sql import SparkSession
+
+    from sparksub.jvm import bridge
+    return FIXTURES / ("explain_catalyst" if bridge.loaded(SparkSession.getActiveSession()) else "explain")
 
 
 def ev(name, price, t, volume=100):
@@ -420,9 +429,10 @@ def normalise(text: str) -> str:
 
 
 def check(name: str, text: str) -> None:
-    path = SNAPSHOTS / f"{name}.txt"
+    path = snapshot_dir() / f"{name}.txt"
     text = normalise(text).rstrip() + "\n"
     if os.environ.get("SPARKSUB_UPDATE_SNAPSHOTS") or not path.exists():
+        path.parent.mkdir(exist_ok=True)
         path.write_text(text)
     assert text == path.read_text()
 

@@ -12,7 +12,16 @@ import pytest
 from sparksub import Engine
 
 pytestmark = pytest.mark.spark
-SNAPSHOTS = Path(__file__).parent / "fixtures" / "explain"
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def snapshot_dir() -> Path:
+    """``explain/`` on the pure-Python path; ``explain_catalyst/`` with the Catalyst extension, whose EXPLAIN
+    shows one physical plan (Spark's, with our SubscriptionGroupExec node)."""
+    from pyspark.sql import SparkSession
+
+    from sparksub.jvm import bridge
+    return FIXTURES / ("explain_catalyst" if bridge.loaded(SparkSession.getActiveSession()) else "explain")
 
 
 def normalise(text: str) -> str:
@@ -21,9 +30,10 @@ def normalise(text: str) -> str:
 
 
 def check(name: str, text: str) -> None:
-    path = SNAPSHOTS / f"{name}.txt"
+    path = snapshot_dir() / f"{name}.txt"
     text = normalise(text).rstrip() + "\n"
     if os.environ.get("SPARKSUB_UPDATE_SNAPSHOTS") or not path.exists():
+        path.parent.mkdir(exist_ok=True)
         path.write_text(text)
     assert text == path.read_text()
 

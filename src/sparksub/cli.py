@@ -315,6 +315,21 @@ def calibrate_router(args) -> int:
     return 0
 
 
+def build_jvm(args) -> int:
+    # no Spark session either: javac against the installed pyspark's jars
+    from sparksub.errors import CatalystUnavailable
+    from sparksub.jvm import EXTENSION_CLASS, build
+    try:
+        jar = build.jar_path(cache=args.cache)
+    except CatalystUnavailable as err:
+        print(f"sparksub build-jvm: the Catalyst extension cannot be built: {err}", file=sys.stderr)
+        return 1
+    took = "cached" if build.last_build_seconds is None else f"built in {build.last_build_seconds:.1f} s"
+    print(f"{jar} ({took})\nfor a SparkSession of your own, add:\n"
+          f"  .config(\"spark.jars\", \"{jar}\")\n  .config(\"spark.sql.extensions\", \"{EXTENSION_CLASS}\")")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sparksub", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -344,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--out", help="JSON file (default: $SPARKSUB_ROUTER_COEFFICIENTS or "
                                  "~/.cache/sparksub/router_coefficients.json)")
     c.set_defaults(fn=calibrate_router)
+    b = sub.add_parser("build-jvm", help="build the Catalyst extension jar now (else it is built on first use)")
+    b.add_argument("--cache", help="cache directory (default: $SPARKSUB_JVM_CACHE or ~/.cache/sparksub/jvm)")
+    b.set_defaults(fn=build_jvm)
     args = parser.parse_args(argv)
     return args.fn(args)
 
