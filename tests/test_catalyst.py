@@ -35,8 +35,10 @@ def normalise(text: str) -> str:
     text = re.sub(r"#\d+L?", "#N", text)
     text = re.sub(r"plan_id=\d+", "plan_id=N", text)
     text = re.sub(r"\[id=\d+\]", "[id=N]", text)
-    text = re.sub(r"file:[^\s,\]]+", "file:PATH", text)
-    return re.sub(r"\bsubscription_group_\w+|MicroBatchScan\[[^\]]*\]", lambda m: m.group(0).split("[")[0], text)
+    text = re.sub(r"RDD\[\d+\] at \w+ at [^,]+", "RDD[N]", text)  # Spark's RDD ids and call sites
+    text = re.sub(r"@[0-9a-f]{6,}\b", "@H", text)          # Java identity hash codes
+    text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "UUID", text)
+    return re.sub(r"FileSource\[[^\]]*\]", "FileSource[PATH]", text)
 
 
 def check_snapshot(name: str, text: str) -> None:
