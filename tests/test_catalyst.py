@@ -163,6 +163,10 @@ def test_explain_snapshots_batch_and_streaming(on, tmp_path):
     e.subscribe_many("SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
                      {"id": ["m1", "m2", "m3"], "lo": [0, 15, 25], "hi": [20, 35, 45]})
     check_snapshot("range_min_group", e.explain("m2"))
+    notes = e.publish("stock", [{"symbol": "c", "risk": 17.0, "per": 2.0}])
+    batch_plan = on._jvm.PythonSQLUtils.explainString(notes._jdf.queryExecution(), "formatted")
+    assert "SubscriptionGroupExec" in batch_plan and "publish to stock (ran once, checkpointed)" in batch_plan
+    assert sorted((r.subscription_id, r.value) for r in notes.collect()) == [("m1", 2.0), ("m2", 2.0)]
     schema = StructType([StructField("symbol", StringType()), StructField("risk", DoubleType()),
                          StructField("per", DoubleType())])
     (tmp_path / "in").mkdir()
@@ -181,7 +185,7 @@ def test_explain_snapshots_batch_and_streaming(on, tmp_path):
         q.stop()
     assert "SubscriptionGroupExec" in running
     got = sorted((r.subscription_id, r.value) for r in on.sql("SELECT * FROM catalyst_stream_plan").collect())
-    assert got == [("m1", 1.0), ("m2", 1.0)]
+    assert got == [("m1", 1.0), ("m2", 1.0)]  # the stream starts from the engine's rows (17 -> 2.0 included)
 
 
 def test_catalyst_false_puts_no_node(on):

@@ -41,7 +41,26 @@ SCRIPT = textwrap.dedent("""
                           ("stock", {"symbol": "t2", "risk": 20., "per": 9.})):
         joins.append(sorted((r.subscription_id, r.op, r.left_key, r.right_key)
                             for r in e.publish(table, [update]).collect() if r.subscription_id == "big"))
-    print("RESULT " + json.dumps({"notes": out, "joins": joins,
+    # the Catalyst extension (shipped to the executors by spark.jars): a statement through spark.sql, our
+    # node in Spark's plan, and the range-join rewrite equal to Spark's own plan
+    from sparksub.jvm import bridge
+    catalyst = {"loaded": bridge.loaded(spark)}
+    if catalyst["loaded"]:
+        spark.sql("CREATE SUBSCRIPTION viasql AS SELECT MIN(per) FROM stock WHERE risk BETWEEN 10 AND 45")
+        e.sql("CREATE SUBSCRIPTION direct AS SELECT MIN(per) FROM stock WHERE risk BETWEEN 10 AND 45")
+        catalyst["node"] = "SubscriptionGroupExec" in spark.sql("EXPLAIN SUBSCRIPTION viasql").collect()[0].plan
+        catalyst["results"] = [e.result("viasql"), e.result("direct")]
+        e.table("stock").createOrReplaceTempView("t")
+        spark.createDataFrame([(1, 10.0, 45.0), (2, 0.0, 200.0), (3, 500.0, 600.0), (1, 60.0, 80.0)],
+                              "id INT, lo DOUBLE, hi DOUBLE").createOrReplaceTempView("q")
+        sql = "SELECT q.id, MIN(t.per), COUNT(*) FROM q JOIN t ON t.risk BETWEEN q.lo AND q.hi GROUP BY q.id"
+        answers = []
+        for on in ("true", "false"):
+            spark.conf.set("spark.sparksub.rangeJoinRewrite", on)
+            before = bridge.rewrites(spark)
+            answers.append([sorted(map(list, spark.sql(sql).collect())), bridge.rewrites(spark) - before])
+        catalyst["rewrite"] = answers
+    print("RESULT " + json.dumps({"notes": out, "joins": joins, "catalyst": catalyst,
                                   "executors": spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()}))
 """)
 
@@ -63,3 +82,9 @@ def test_publish_on_a_local_cluster(tmp_path):
     ]
     # stock's catalog order puts it first: it is the join's left (R) table; t2's PER 3 <= 8 until it moves to 9
     assert result["joins"] == [[["big", "insert", "t2", "1"]], [], [["big", "delete", "t2", "1"]]]
+    catalyst = result["catalyst"]
+    if os.environ.get("SPARKSUB_CATALYST", "auto").lower() not in ("0", "off", "false", "no"):
+        assert catalyst["loaded"] and catalyst["node"]
+        assert catalyst["results"][0] == catalyst["results"][1]
+        (ours, fired), (sparks, fired_off) = catalyst["rewrite"]
+        assert fired >= 1 and fired_off == 0 and ours == sparks and len(ours) == 2

@@ -1088,6 +1088,14 @@ class Engine:
                 e.version += 1
                 if mode == "reformulated" and e.subscribers is not None:
                     e.subscribers_version = e.version
+            if self.catalyst and df is not None:
+                # The operators ran once, above, and their output was checkpointed (lineage cut): the node
+                # on top keeps saying in df.explain() which groups produced these rows.
+                events = self._event_classes_on(state.definition) if times is not None else []
+                what = [d for d in (self._describe([(e.physical, e) for e in groups], mode),
+                                    self._describe_events(events, "batch")) if d]
+                df = subscription_group(df, f"publish to {state.definition.name} (ran once, checkpointed): "
+                                            + ("; ".join(what) or "no groups"))
             return df
 
     def stream(self, table: str, streaming_df, mode: str = "unicast"):
