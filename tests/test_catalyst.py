@@ -338,3 +338,29 @@ def test_session_without_the_extension(spark, monkeypatch):
     assert [r.value for r in e.publish("stock", [{"symbol": "a", "risk": 30.0, "per": 2.0}]).collect()] == [2.0]
     with pytest.raises(ValueError, match="catalyst must be"):
         Engine(spark, catalyst="sometimes")
+
+
+USER_SESSION = """
+import sys
+from pyspark.sql import SparkSession
+import sparksub, sparksub.jvm
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.jars", str(sparksub.jvm.jar_path()))
+         .config("spark.sql.extensions", "sparksub.SparksubExtensions").getOrCreate())
+engine = sparksub.Engine(spark, catalyst=True)
+spark.sql("CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)")
+spark.sql("CREATE SUBSCRIPTION alice AS SELECT MIN(per) FROM stock WHERE risk BETWEEN 20 AND 60")
+rows = engine.publish("stock", [{"symbol": "a", "risk": 30.0, "per": 2.0}]).collect()
+print("RESULT", engine.catalyst, [(r.subscription_id, r.value) for r in rows],
+      [r.subscriptions for r in spark.sql("SHOW SUBSCRIPTIONS").collect()])
+"""
+
+
+def test_a_session_the_user_built_with_the_two_settings(on, tmp_path):
+    import subprocess
+    import sys
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    proc = subprocess.run([sys.executable, "-c", USER_SESSION], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=tmp_path)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line == "RESULT True [('alice', 2.0)] [1]", proc.stderr[-3000:]
