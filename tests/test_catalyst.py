@@ -237,6 +237,15 @@ REWRITTEN = [
     # the band formulation: the bounds are expressions over the parameter row
     "SELECT q.id, MIN(t.y), COUNT(*) FROM rq q JOIN rt t ON t.ix BETWEEN q.c - q.w AND q.c + q.w GROUP BY q.id",
     "SELECT q.k2, MAX(t.n) FROM rq q JOIN rt t ON t.x >= q.lo AND q.hi >= t.x GROUP BY q.k2",
+    # the DISTINCT analogue (and DISTINCT of the keys alone: the keys that join anything)
+    "SELECT DISTINCT q.id, t.n FROM rq q JOIN rt t ON t.x BETWEEN q.lo AND q.hi",
+    "SELECT q.k2, t.y FROM rq q JOIN rt t ON t.x > q.lo AND t.x <= q.hi GROUP BY q.k2, t.y",
+    "SELECT DISTINCT q.id FROM rq q JOIN rt t ON t.ix BETWEEN q.c - q.w AND q.c + q.w",
+    # the top-k analogue (ROW_NUMBER among ties is arbitrary: only the ordering column and rn are compared)
+    "SELECT id, y, rn FROM (SELECT q.id, t.y, ROW_NUMBER() OVER (PARTITION BY q.id ORDER BY t.y) AS rn "
+    "FROM rq q JOIN rt t ON t.x BETWEEN q.lo AND q.hi) WHERE rn <= 2",
+    "SELECT * FROM (SELECT q.k2, t.n, ROW_NUMBER() OVER (PARTITION BY q.k2 ORDER BY t.n DESC) AS rn "
+    "FROM rq q JOIN rt t ON t.x >= q.lo AND t.x < q.hi) WHERE rn < 4",
 ]
 
 NOT_REWRITTEN = [
@@ -250,7 +259,18 @@ NOT_REWRITTEN = [
     "SELECT MIN(t.y) FROM rq q JOIN rt t ON t.x BETWEEN q.lo AND q.hi",
     "SELECT q.id, MIN(t.y) FROM rq q JOIN rt t ON q.lo BETWEEN t.x AND t.y GROUP BY q.id",
     "SELECT q.id, MIN(q.hi) FROM rq q JOIN rt t ON t.x BETWEEN q.lo AND q.hi GROUP BY q.id",
+    "SELECT DISTINCT q.id, t.y, t.n FROM rq q JOIN rt t ON t.x BETWEEN q.lo AND q.hi",
+    "SELECT * FROM (SELECT q.id, t.y, RANK() OVER (PARTITION BY q.id ORDER BY t.y) AS rn "
+    "FROM rq q JOIN rt t ON t.x BETWEEN q.lo AND q.hi) WHERE rn <= 2",
+    "SELECT * FROM (SELECT q.id, t.y, ROW_NUMBER() OVER (PARTITION BY q.id ORDER BY t.y) AS rn "
+    "FROM rq q JOIN rt t ON t.x BETWEEN q.lo AND q.hi) WHERE rn <= 101",
+    "SELECT * FROM (SELECT q.id, q.lo, t.y, ROW_NUMBER() OVER (PARTITION BY q.id ORDER BY t.y) AS rn "
+    "FROM rq q JOIN rt t ON t.x BETWEEN q.lo AND q.hi) WHERE rn <= 2",
 ]
+
+#: a top-k whose ordering column has no ties in the data below: the payload columns are determined too
+TOPK_WITH_PAYLOAD = ("SELECT * FROM (SELECT q.id, t.x, t.n, t.y, ROW_NUMBER() OVER (PARTITION BY q.id ORDER BY "
+                     "t.n DESC NULLS FIRST) AS rn FROM rq q JOIN rt t ON t.x BETWEEN q.lo AND q.hi) WHERE rn <= 2")
 
 _grid = st.one_of(st.none(), st.sampled_from([0.0, 1.0, 1.5, 2.0, 3.0, 5.0, float("nan")]))
 _int = st.one_of(st.none(), st.integers(-3, 6))
@@ -259,7 +279,7 @@ _params = st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 4)), st.sampled
 _data = st.lists(st.tuples(_grid, _grid, _int, _int), max_size=14)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(params=_params, data=_data, which=st.integers(0, len(REWRITTEN) - 1))
 @example(params=[], data=[], which=0)
 @example(params=[(1, "a", 1.0, 3.0, 1, 1), (1, "a", 2.0, 5.0, 1, 1), (2, None, 3.0, 1.0, None, 0)],
@@ -284,6 +304,10 @@ def test_rewrite_fires_only_on_its_shapes(on):
         assert fired >= 1, sql
         assert "SubscriptionGroupExec" in df._jdf.queryExecution().executedPlan().toString()
         _assert_rows_equal(got, want, sql)
+    got, fired, _ = _answer(on, TOPK_WITH_PAYLOAD, rewrite=True)
+    want, _, _ = _answer(on, TOPK_WITH_PAYLOAD, rewrite=False)
+    assert fired >= 1 and got == want == [(1, 1.0, 3, 2.0, 1), (1, 2.5, 1, 1.0, 2), (2, 1.0, 3, 2.0, 1),
+                                          (2, 8.0, 2, 0.5, 2)]
     for sql in NOT_REWRITTEN:
         got, fired, df = _answer(on, sql, rewrite=True)
         assert fired == 0, sql

@@ -70,7 +70,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["range_join_aggregate", "AGGREGATES"]
+__all__ = ["range_join_aggregate", "AGGREGATES", "joined_slices", "factorise", "sparse_table", "sparse_query",
+           "number_column", "column_values"]
 
 AGGREGATES = ("min", "max", "count_star", "count", "sum")
 _I64_MAX = np.iinfo(np.int64).max
@@ -98,21 +99,9 @@ def range_join_aggregate(params: pa.Table, data: pa.Table, keys: list[str], aggr
     out_fields = [params.schema.field(k) for k in keys] + [
         pa.field(f"__a{i}", ys[i].type if a in ("min", "max") else pa.int64()) for i, a in enumerate(aggregates)]
 
-    # -- the index: data rows with non-NULL x, sorted by x (NaN last) --------------------------------------
-    x = _number_column(data, "__x")
-    x_int = pa.types.is_integer(x.type)
-    xv, x_null = _values(x)
-    keep = np.flatnonzero(~x_null)
-    order = keep[np.argsort(xv[keep], kind="stable")]
-    xs = xv[order]
-
-    # -- one slice [a, b) of the index per parameter row ---------------------------------------------------
-    a, lo_null = _search(xs, x_int, _number_column(params, "__lo"), "right" if lo_strict else "left")
-    b, hi_null = _search(xs, x_int, _number_column(params, "__hi"), "left" if hi_strict else "right")
-    rows = np.flatnonzero(~lo_null & ~hi_null & (b > a))
+    order, rows, a, b = joined_slices(params, data, lo_strict, hi_strict)
     if len(rows) == 0:
         return pa.Table.from_arrays([pa.array([], f.type) for f in out_fields], schema=pa.schema(out_fields))
-    a, b = a[rows], b[rows]
 
     # -- group the joined parameter rows by key --------------------------------------------------------------
     key_table = params.select(keys).take(pa.array(rows))
@@ -146,6 +135,22 @@ def range_join_aggregate(params: pa.Table, data: pa.Table, keys: list[str], aggr
         value = op.reduceat(_sparse_query(table, op, a, b), starts)
         out.append(pa.array(value, mask=empty).cast(y.type))
     return pa.Table.from_arrays(out, schema=pa.schema(out_fields))
+
+
+def joined_slices(params: pa.Table, data: pa.Table, lo_strict: bool, hi_strict: bool):
+    """The index and every parameter row's slice of it: ``(order, rows, a, b)`` -- ``order`` the data rows
+    with a non-NULL ``__x`` sorted by it (NaN last), ``rows`` the parameter rows that join something, and
+    for each of them the slice ``order[a:b]`` (b > a) of the data rows it joins."""
+    x = _number_column(data, "__x")
+    x_int = pa.types.is_integer(x.type)
+    xv, x_null = _values(x)
+    keep = np.flatnonzero(~x_null)
+    order = keep[np.argsort(xv[keep], kind="stable")]
+    xs = xv[order]
+    a, lo_null = _search(xs, x_int, _number_column(params, "__lo"), "right" if lo_strict else "left")
+    b, hi_null = _search(xs, x_int, _number_column(params, "__hi"), "left" if hi_strict else "right")
+    rows = np.flatnonzero(~lo_null & ~hi_null & (b > a))
+    return order, rows, a[rows], b[rows]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -264,3 +269,8 @@ def _codes(col: pa.Array) -> tuple[np.ndarray, int]:
     card = len(enc.dictionary) + 1
     codes = pc.fill_null(enc.indices.cast(pa.int64()), card - 1).to_numpy(zero_copy_only=False)
     return codes.astype(np.int64, copy=False), card
+
+
+# the helpers the other range-join operators share (operators/range_join_enumerate.py)
+factorise, sparse_table, sparse_query, number_column, column_values = (
+    _factorise, _sparse_table, _sparse_query, _number_column, _values)

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from sparksub.operators.range_join_aggregate import AGGREGATES, range_join_aggregate
 
-__all__ = ["range_join_aggregate_df", "PART"]
+__all__ = ["range_join_aggregate_df", "range_join_topk_df", "range_join_distinct_df", "PART"]
 
 #: The part column (never a key: the core's inputs have it dropped).
 PART = "__rja_part"
@@ -42,9 +42,7 @@ def range_join_aggregate_df(params_df, data_df, keys: list[str], aggregates: lis
     ``count_star`` is fine).  ``result_types``: the Spark SQL type of each ``__a{i}`` (e.g. ``"double"``,
     ``"bigint"``).  ``name`` names the Python function in EXPLAIN.  Semantics: the core's module docstring
     (a float SUM raises ``ValueError`` here already, at plan time)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import to_arrow_type
-    from pyspark.sql.types import DataType, DoubleType, FloatType
+    from pyspark.sql.types import DoubleType, FloatType
 
     keys, aggregates, result_types = list(keys), list(aggregates), list(result_types)
     if not keys:
@@ -64,6 +62,51 @@ def range_join_aggregate_df(params_df, data_df, keys: list[str], aggregates: lis
         if a == "sum" and isinstance(y_types.get(f"__y{i}"), (FloatType, DoubleType)):
             raise ValueError("sum over floating point is not exact; not rewritten")
 
+    ddl = _ddl([(k, fields[k].dataType.simpleString()) for k in keys]
+               + [(f"__a{i}", t) for i, t in enumerate(result_types)])
+    return _cogrouped(params_df, data_df, keys, ["__x", *y_cols], partitions, ddl, name,
+                      lambda left, right: range_join_aggregate(left, right, keys, aggregates, lo_strict, hi_strict))
+
+
+def range_join_topk_df(params_df, data_df, keys: list[str], k: int, descending: bool, nulls_first: bool,
+                       lo_strict: bool, hi_strict: bool, payload: list[str], partitions: int | None = None,
+                       name: str = "range_join_topk"):
+    """The DataFrame of ``range_join_enumerate.range_join_topk`` (``ROW_NUMBER() OVER (PARTITION BY keys
+    ORDER BY __y) <= k`` over the range join), lazily: the key columns, ``payload`` (columns of
+    ``data_df``), ``__rn`` int.  Partitioned as ``range_join_aggregate_df``."""
+    from sparksub.operators.range_join_enumerate import range_join_topk
+
+    fields = {f.name: f for f in params_df.schema.fields}
+    dfields = {f.name: f for f in data_df.schema.fields}
+    ddl = _ddl([(c, fields[c].dataType.simpleString()) for c in keys]
+               + [(c, dfields[c].dataType.simpleString()) for c in payload] + [("__rn", "int")])
+    return _cogrouped(params_df, data_df, keys, ["__x", "__y", *payload], partitions, ddl, name,
+                      lambda left, right: range_join_topk(left, right, keys, k, descending, nulls_first,
+                                                          lo_strict, hi_strict, payload))
+
+
+def range_join_distinct_df(params_df, data_df, keys: list[str], lo_strict: bool, hi_strict: bool,
+                           partitions: int | None = None, name: str = "range_join_distinct"):
+    """The DataFrame of ``range_join_enumerate.range_join_distinct`` (``SELECT DISTINCT keys, __y`` of the
+    range join), lazily.  Partitioned as ``range_join_aggregate_df``."""
+    from sparksub.operators.range_join_enumerate import range_join_distinct
+
+    fields = {f.name: f for f in params_df.schema.fields}
+    ddl = _ddl([(c, fields[c].dataType.simpleString()) for c in keys]
+               + [("__y", data_df.schema["__y"].dataType.simpleString())])
+    return _cogrouped(params_df, data_df, keys, ["__x", "__y"], partitions, ddl, name,
+                      lambda left, right: range_join_distinct(left, right, keys, lo_strict, hi_strict))
+
+
+def _cogrouped(params_df, data_df, keys: list[str], data_columns: list[str], partitions, ddl: str, name: str,
+               core):
+    """``core(params part, data)`` per part: the parameter rows hashed by key into P parts, the data rows
+    replicated to every part (``FlatMapCoGroupsInArrow <name>``); ``ddl`` is the output's schema."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.sql.types import DataType, DoubleType, FloatType
+
+    fields = {f.name: f for f in params_df.schema.fields}
     spark = params_df.sparkSession
     parts = int(partitions or spark.conf.get("spark.sql.shuffle.partitions"))
     if parts < 1:
@@ -79,10 +122,8 @@ def range_join_aggregate_df(params_df, data_df, keys: list[str], aggregates: lis
     params = (params_df.where(F.col("__lo").isNotNull() & F.col("__hi").isNotNull())
               .select(*[F.col(_quote(c)) for c in keys + ["__lo", "__hi"]], part_of_key.alias(PART)))
     data = (data_df.where(F.col("__x").isNotNull())
-            .select("__x", *y_cols, F.explode(F.sequence(F.lit(0), F.lit(parts - 1))).alias(PART)))
-
-    ddl = _ddl([(k, fields[k].dataType.simpleString()) for k in keys]
-               + [(f"__a{i}", t) for i, t in enumerate(result_types)])
+            .select(*[F.col(_quote(c)) for c in data_columns],
+                    F.explode(F.sequence(F.lit(0), F.lit(parts - 1))).alias(PART)))
     # The Arrow schema the Python worker enforces (without casting): the same type conversion, including the
     # large-string convention of the session.
     large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
@@ -93,8 +134,7 @@ def range_join_aggregate_df(params_df, data_df, keys: list[str], aggregates: lis
         left, right = left.drop_columns([PART]), right.drop_columns([PART])
         if left.num_rows == 0 or right.num_rows == 0:  # a part with only one side joins nothing
             return schema.empty_table()
-        out = range_join_aggregate(left, right, keys, aggregates, lo_strict, hi_strict)
-        return out.rename_columns(schema.names).cast(schema)
+        return core(left, right).rename_columns(schema.names).cast(schema)
 
     fn.__name__ = fn.__qualname__ = name
     return params.groupBy(PART).cogroup(data.groupBy(PART)).applyInArrow(fn, ddl)
