@@ -17,9 +17,10 @@ public interface Bridge {
 
   /**
    * Builds our group operator for a range join recognised by {@link RangeJoinRule}: {@code params}
-   * has columns __k0.., __lo, __hi; {@code data} has __x, __y0..; {@code spec} is "key=value" lines.
-   * Returns a plan whose output is __k0.., __a0.. (wrapped in a {@link SubscriptionGroup}), or null
-   * to keep Spark's own plan.
+   * has columns __k0.., __lo, __hi; {@code data} has __x and what the shape reads (__y0.. for
+   * aggregates, __y for DISTINCT, __y and __d0.. for top-k); {@code spec} is "key=value" lines (kind
+   * first). Returns a plan whose output is __k0.. then __a0.. / __y / __d0.., __rn (wrapped in a
+   * {@link SubscriptionGroup}), or null to keep Spark's own plan.
    */
   LogicalPlan rewrite(String spec, LogicalPlan params, LogicalPlan data);
 }

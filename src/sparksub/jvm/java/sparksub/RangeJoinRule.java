@@ -58,8 +58,9 @@ import scala.runtime.AbstractPartialFunction;
  * and top-k analogue ({@code ... WHERE rn <= k} over {@code ROW_NUMBER() OVER (PARTITION BY q.k.. ORDER BY
  * t.y)} of the join's rows, k <= 100).
  * Spark plans it as a nested-loop join (|q| x |t| comparisons); the Python side answers every row of
- * q at once from an index on t (operators/range_join_aggregate.py). Only this shape fires: anything
- * else, or a Python side that declines (returns null) or fails, leaves Spark's plan as it was.
+ * q at once from an index on t (operators/range_join_aggregate.py, range_join_enumerate.py). Only these
+ * shapes fire: anything else, or a Python side that declines (returns null) or fails, leaves Spark's plan
+ * as it was.
  * {@code spark.sparksub.rangeJoinRewrite=false} turns the rule off.
  */
 public class RangeJoinRule extends Rule<LogicalPlan> {
