@@ -60,7 +60,11 @@ def subscription_group(df, description: str | None):
     spark = df.sparkSession
     jvm = spark._jvm
     node = jvm.sparksub.SubscriptionGroup(description, df._jdf.queryExecution().logical())
-    return DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, node), spark)
+    out = DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, node), spark)
+    for name, value in vars(df).items():  # what our wrappers hang on their DataFrames (sparksub_stream_id)
+        if name.startswith("sparksub_"):
+            setattr(out, name, value)
+    return out
 
 
 class StatementBridge:
