@@ -56,6 +56,7 @@ def range_join_topk(params: pa.Table, data: pa.Table, keys: list[str], k: int, d
     """Per key, its first ``k`` joined data rows in ``ORDER BY __y`` order (``descending``, ``nulls_first``)
     with their ``ROW_NUMBER`` 1..k: the key columns, the ``payload`` columns of ``data``, ``__rn`` (int32)."""
     keys, payload = list(keys), list(payload)
+    _need_keys(keys)
     if k < 1:
         raise ValueError(f"k must be >= 1, not {k}")
     fields = ([params.schema.field(c) for c in keys] + [data.schema.field(c) for c in payload]
@@ -118,6 +119,7 @@ def range_join_distinct(params: pa.Table, data: pa.Table, keys: list[str], lo_st
     """Per key, the distinct ``__y`` values of its joined data rows: the key columns and ``__y`` (any
     type), normalised as GROUP BY outputs them."""
     keys = list(keys)
+    _need_keys(keys)
     fields = [params.schema.field(c) for c in keys] + [data.schema.field("__y")]
     order, rows, a, b = joined_slices(params, data, lo_strict, hi_strict)
     if len(rows) == 0:
@@ -153,6 +155,11 @@ def range_join_distinct(params: pa.Table, data: pa.Table, keys: list[str], lo_st
     pair = np.unique(np.stack([gid[row_of], code[pos_of]], axis=1), axis=0, return_index=True)[1]
     columns = [c.take(pa.array(row_of[pair])) for c in key_cols] + [y_out.take(pa.array(pos_of[pair]))]
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def _need_keys(keys: list[str]) -> None:
+    if not keys:  # the Catalyst rule only fires with PARTITION BY / GROUP BY columns of the parameter side
+        raise ValueError("a range join per key needs at least one key column")
 
 
 def _minimum(table: np.ndarray, l: np.ndarray, h: np.ndarray, empty: int) -> np.ndarray:
