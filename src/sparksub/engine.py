@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import warnings
 import threading
 import uuid
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,11 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sparksub.errors import (AnalysisError, BadUpdate, CatalystUnavailable, DuplicateSubscription, InvalidSubscription, ParseError,
-                             SparksubError, UnknownSubscription, UnsupportedSubscription)
+from sparksub.errors import (AnalysisError, BadUpdate, CatalystUnavailable, DuplicateSubscription,
+                             InvalidSubscription, ParseError, SparksubError, UnknownSubscription,
+                             UnsupportedSubscription)
 from sparksub.grammar import statements as st
-from sparksub.jvm.bridge import subscription_group
 from sparksub.grammar.event_ast import StreamExpr
+from sparksub.jvm.bridge import subscription_group
 from sparksub.planner import ir
 from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES, Catalog, TableDef
 from sparksub.planner.classifier import (SUPPORTED_CLASSES, Planned, bind_band_join, bind_box, bind_filter_columns,
