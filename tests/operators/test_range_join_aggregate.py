@@ -18,6 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from range_join_oracle import chunked, column, is_nan as _is_nan, joins, shown_key
+
 from sparksub.operators.range_join_aggregate import range_join_aggregate
 
 AGGS = ["min", "max", "count_star", "count", "sum"]
@@ -30,44 +32,10 @@ STRINGS = ["a", "b", "c", ""]
 # ------------------------------------------------------------------------------------------------------------
 # oracle
 # ------------------------------------------------------------------------------------------------------------
-def _is_nan(v) -> bool:
-    return isinstance(v, float) and math.isnan(v)
-
-
-def spark_cmp(u, v) -> int:
-    """Spark's three-way comparison of two non-NULL numbers (SQLOrderingUtil.compareDoubles after promotion)."""
-    if isinstance(u, int) and isinstance(v, int):
-        return (u > v) - (u < v)
-    u, v = float(u), float(v)
-    if u == v or (math.isnan(u) and math.isnan(v)):
-        return 0
-    if math.isnan(u):
-        return 1
-    if math.isnan(v):
-        return -1
-    return -1 if u < v else 1
-
-
-def joins(x, lo, hi, lo_strict: bool, hi_strict: bool) -> bool:
-    if x is None or lo is None or hi is None:
-        return False
-    c_lo, c_hi = spark_cmp(x, lo), spark_cmp(x, hi)
-    return (c_lo > 0 if lo_strict else c_lo >= 0) and (c_hi < 0 if hi_strict else c_hi <= 0)
-
-
 def group_key(v):
     """Hashable grouping identity of one key value."""
     if _is_nan(v):
         return ("NaN",)
-    if isinstance(v, float):
-        return v + 0.0
-    return v
-
-
-def shown_key(v):
-    """The value Spark returns for a group's key."""
-    if _is_nan(v):
-        return NAN
     if isinstance(v, float):
         return v + 0.0
     return v
@@ -123,18 +91,6 @@ def assert_same(result: pa.Table, expected: list[tuple], keys: list[str]) -> Non
 NUMBER_TYPES = {"int64": (pa.int64(), INTS), "float64": (pa.float64(), FLOATS)}
 KEY_TYPES = {"int64": (pa.int64(), INTS[:6]), "int32": (pa.int32(), [-1, 0, 1, 2]), "float64": (pa.float64(), FLOATS),
              "string": (pa.string(), STRINGS)}
-
-
-def column(draw, grid, n: int, null_p: float) -> list:
-    return [None if draw(st.floats(0, 1)) < null_p else draw(st.sampled_from(grid)) for _ in range(n)]
-
-
-def chunked(table: pa.Table, draw) -> pa.Table:
-    """Sometimes split a table into several chunks (the Spark side hands over several record batches)."""
-    if table.num_rows < 2 or not draw(st.booleans()):
-        return table
-    cut = draw(st.integers(1, table.num_rows - 1))
-    return pa.concat_tables([table.slice(0, cut), table.slice(cut)])
 
 
 @st.composite

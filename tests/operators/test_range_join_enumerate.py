@@ -37,6 +37,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from range_join_oracle import chunked, column, is_nan as _is_nan, joins, shown_key as shown
+
 from sparksub.operators.range_join_enumerate import range_join_distinct, range_join_topk
 
 NAN = math.nan
@@ -60,31 +62,6 @@ PAYLOAD = ["__id", "s", "i", "f", "__y", "__x"]
 # ------------------------------------------------------------------------------------------------------------
 # oracle
 # ------------------------------------------------------------------------------------------------------------
-def _is_nan(v) -> bool:
-    return isinstance(v, float) and math.isnan(v)
-
-
-def spark_cmp(u, v) -> int:
-    """Spark's three-way comparison of two non-NULL numbers after promotion (int pairs exactly)."""
-    if isinstance(u, int) and isinstance(v, int):
-        return (u > v) - (u < v)
-    u, v = float(u), float(v)
-    if u == v or (math.isnan(u) and math.isnan(v)):
-        return 0
-    if math.isnan(u):
-        return 1
-    if math.isnan(v):
-        return -1
-    return -1 if u < v else 1
-
-
-def joins(x, lo, hi, lo_strict: bool, hi_strict: bool) -> bool:
-    if x is None or lo is None or hi is None:
-        return False
-    c_lo, c_hi = spark_cmp(x, lo), spark_cmp(x, hi)
-    return (c_lo > 0 if lo_strict else c_lo >= 0) and (c_hi < 0 if hi_strict else c_hi <= 0)
-
-
 def norm(v):
     """PARTITION BY / GROUP BY / ORDER BY-equality identity: NULL a value, one NaN, -0.0 == 0.0."""
     if v is None:
@@ -104,15 +81,6 @@ def exact(v):
         return ("NaN",)
     if isinstance(v, float):
         return ("F", v, math.copysign(1.0, v))
-    return v
-
-
-def shown(v):
-    """The value GROUP BY / DISTINCT outputs."""
-    if _is_nan(v):
-        return NAN
-    if isinstance(v, float):
-        return v + 0.0
     return v
 
 
@@ -219,16 +187,6 @@ def check_distinct(params: pa.Table, data: pa.Table, keys, lo_strict, hi_strict)
 # ------------------------------------------------------------------------------------------------------------
 # strategies
 # ------------------------------------------------------------------------------------------------------------
-def column(draw, grid, n: int, null_p: float) -> list:
-    return [None if draw(st.floats(0, 1)) < null_p else draw(st.sampled_from(grid)) for _ in range(n)]
-
-
-def chunked(table: pa.Table, draw) -> pa.Table:
-    """Sometimes split a table into several chunks (the Spark side hands over several record batches)."""
-    if table.num_rows < 2 or not draw(st.booleans()):
-        return table
-    cut = draw(st.integers(1, table.num_rows - 1))
-    return pa.concat_tables([table.slice(0, cut), table.slice(cut)])
 
 
 def draw_params(draw, n_p: int, null_p: float) -> tuple[pa.Table, list[str]]:
