@@ -3,9 +3,13 @@ second session in one process would be slower still)."""
 from __future__ import annotations
 
 import os
+import re
 import sys
+from pathlib import Path
 
 import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +24,35 @@ def spark():
 def engine(spark):
     from sparksub import Engine
     return Engine(spark)
+
+
+def normalise_plan(text: str) -> str:
+    """What changes from run to run in an EXPLAIN, replaced by placeholders: expression, plan and RDD ids,
+    call sites, Java identity hash codes, UUIDs, temporary paths."""
+    text = re.sub(r"#\d+L?", "#N", text)
+    text = re.sub(r"plan_id=\d+", "plan_id=N", text)
+    text = re.sub(r"RDD\[\d+\] at \w+ at [^,]+", "RDD[N]", text)
+    text = re.sub(r"@[0-9a-f]{6,}\b", "@H", text)
+    text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "UUID", text)
+    return re.sub(r"FileSource\[[^\]]*\]", "FileSource[PATH]", text)
+
+
+@pytest.fixture
+def explain_snapshot(spark):
+    """``check(name, text)``: an EXPLAIN, normalised (``normalise_plan``), must equal
+    ``fixtures/explain/<name>.txt`` -- or ``fixtures/explain_catalyst/<name>.txt`` when the session has the
+    Catalyst extension, whose EXPLAIN shows one physical plan (Spark's, with our SubscriptionGroupExec).
+    A missing file is written; ``SPARKSUB_UPDATE_SNAPSHOTS=1`` rewrites them all (review the diff)."""
+    from sparksub.jvm import bridge
+    folder = FIXTURES / ("explain_catalyst" if bridge.loaded(spark) else "explain")
+
+    def check(name: str, text: str) -> None:
+        path = folder / f"{name}.txt"
+        text = normalise_plan(text).rstrip() + "\n"
+        if os.environ.get("SPARKSUB_UPDATE_SNAPSHOTS") or not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text)
+        assert text == path.read_text()
+
+    check.normalise = normalise_plan
+    return check

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import warnings
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -20,7 +18,6 @@ from sparksub.errors import CatalystUnavailable
 from sparksub.jvm import EXTENSION_CLASS, bridge, build
 
 pytestmark = pytest.mark.spark
-SNAPSHOTS = Path(__file__).parent / "fixtures" / "explain_catalyst"
 RULE_CONF = "spark.sparksub.rangeJoinRewrite"
 
 
@@ -31,23 +28,6 @@ def on(spark):
     return spark
 
 
-def normalise(text: str) -> str:
-    text = re.sub(r"#\d+L?", "#N", text)
-    text = re.sub(r"plan_id=\d+", "plan_id=N", text)
-    text = re.sub(r"\[id=\d+\]", "[id=N]", text)
-    text = re.sub(r"RDD\[\d+\] at \w+ at [^,]+", "RDD[N]", text)  # Spark's RDD ids and call sites
-    text = re.sub(r"@[0-9a-f]{6,}\b", "@H", text)          # Java identity hash codes
-    text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "UUID", text)
-    return re.sub(r"FileSource\[[^\]]*\]", "FileSource[PATH]", text)
-
-
-def check_snapshot(name: str, text: str) -> None:
-    path = SNAPSHOTS / f"{name}.txt"
-    text = normalise(text).rstrip() + "\n"
-    if os.environ.get("SPARKSUB_UPDATE_SNAPSHOTS") or not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert text == path.read_text()
 
 
 def rows_of(df) -> list[dict]:
@@ -81,7 +61,7 @@ STATEMENTS = [
 ]
 
 
-def test_statements_through_spark_sql_equal_engine_sql(on):
+def test_statements_through_spark_sql_equal_engine_sql(on, explain_snapshot):
     direct = Engine(on)
     via = Engine(on)  # attached last: spark.sql's statements go to it
     assert via.catalyst and direct.catalyst
@@ -89,6 +69,7 @@ def test_statements_through_spark_sql_equal_engine_sql(on):
         want = engine_answer_as_rows(direct.sql(stmt))
         got = rows_of(on.sql(stmt))
         if stmt.startswith("EXPLAIN"):
+            normalise = explain_snapshot.normalise
             assert [normalise(r["plan"]) for r in got] == [normalise(r["plan"]) for r in want], stmt
             assert "SubscriptionGroupExec" in got[0]["plan"]
         else:
@@ -155,14 +136,14 @@ def test_other_statements_go_to_spark_untouched(on):
 
 # ---- named nodes -------------------------------------------------------------------------------------
 
-def test_explain_snapshots_batch_and_streaming(on, tmp_path):
+def test_explain_snapshots_batch_and_streaming(on, tmp_path, explain_snapshot):
     from pyspark.sql.types import DoubleType, StringType, StructField, StructType
     e = Engine(on)
     e.sql("CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)")
     e.load("stock", {"symbol": ["a", "b"], "risk": [10.0, 20.0], "per": [4.0, 3.0]})
     e.subscribe_many("SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
                      {"id": ["m1", "m2", "m3"], "lo": [0, 15, 25], "hi": [20, 35, 45]})
-    check_snapshot("range_min_group", e.explain("m2"))
+    explain_snapshot("range_min_group", e.explain("m2"))
     notes = e.publish("stock", [{"symbol": "c", "risk": 17.0, "per": 2.0}])
     batch_plan = on._jvm.PythonSQLUtils.explainString(notes._jdf.queryExecution(), "formatted")
     assert "SubscriptionGroupExec" in batch_plan and "publish to stock (ran once, checkpointed)" in batch_plan
@@ -173,7 +154,7 @@ def test_explain_snapshots_batch_and_streaming(on, tmp_path):
     stream = e.stream("stock", on.readStream.schema(schema).json(str(tmp_path / "in")))
     plan = on._jvm.PythonSQLUtils.explainString(stream._jdf.queryExecution(), "formatted")
     assert "SubscriptionGroupExec" in plan
-    check_snapshot("range_min_stream", plan)
+    explain_snapshot("range_min_stream", plan)
     # and a running stream's own plan (IncrementalExecution plans it with the session's strategies)
     (tmp_path / "in" / "1.json").write_text('{"symbol": "c", "risk": 17.0, "per": 1.0}\n')
     q = stream.writeStream.format("memory").queryName("catalyst_stream_plan").option(
@@ -314,12 +295,12 @@ def test_rewrite_fires_only_on_its_shapes(on):
         assert "SubscriptionGroupExec" not in df._jdf.queryExecution().executedPlan().toString()
 
 
-def test_rewrite_explain_snapshot(on):
+def test_rewrite_explain_snapshot(on, explain_snapshot):
     Engine(on)
     _views(on, [(1, "a", 1.0, 3.0, 2, 1)], [(1.0, 2.0, 3, 1)])
     plan = on.sql("EXPLAIN FORMATTED SELECT q.id, MIN(t.y) FROM rq q JOIN rt t ON t.x BETWEEN q.lo AND q.hi "
                   "GROUP BY q.id").collect()[0].plan
-    check_snapshot("range_join_rewrite", plan)
+    explain_snapshot("range_join_rewrite", plan)
 
 
 # ---- build and fallbacks -----------------------------------------------------------------------------

@@ -5,11 +5,9 @@ state kept across publish calls and query changes, cold workers, failing replica
 input, EXPLAIN snapshots and the command line with ``.cel`` files."""
 from __future__ import annotations
 
-import os
 import random
 import re
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,16 +23,6 @@ from sparksub.operators.cayuga_reference import evaluate_queries
 from sparksub.operators.event_partitions import key_partition
 
 pytestmark = pytest.mark.spark
-FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def snapshot_dir() -> Path:
-    """``explain/`` on the pure-Python path; ``explain_catalyst/`` with the Catalyst extension, whose EXPLAIN
-    shows one physical plan (Spark's, with our SubscriptionGroupExec node)."""
-    from pyspark.sql import SparkSession
-
-    from sparksub.jvm import bridge
-    return FIXTURES / ("explain_catalyst" if bridge.loaded(SparkSession.getActiveSession()) else "explain")
 
 
 def ev(name, price, t, volume=100):
@@ -423,21 +411,9 @@ def test_random_streams_through_the_engine_equal_the_oracle(spark, events, cut):
 
 # ---- EXPLAIN ------------------------------------------------------------------------------------------------
 
-def normalise(text: str) -> str:
-    text = re.sub(r"#\d+L?", "#N", text)
-    return re.sub(r"plan_id=\d+", "plan_id=N", text)
 
 
-def check(name: str, text: str) -> None:
-    path = snapshot_dir() / f"{name}.txt"
-    text = normalise(text).rstrip() + "\n"
-    if os.environ.get("SPARKSUB_UPDATE_SNAPSHOTS") or not path.exists():
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text)
-    assert text == path.read_text()
-
-
-def test_explain_event_queries(spark):
+def test_explain_event_queries(spark, explain_snapshot):
     e = Engine(spark)
     e.event_partitions = 2
     e.event_seconds_per_tick = 60
@@ -452,13 +428,13 @@ def test_explain_event_queries(spark):
                  "found through the instance index", "hash-partitioned by Name into 2 partitions",
                  "MapInArrow event_query_nfa", "Exchange hashpartitioning(replica#"):
         assert part in text, part
-    check("events_ex4", text)
+    explain_snapshot("events_ex4", text)
     s2 = e.sql("EXPLAIN SUBSCRIPTION S2")
-    assert normalise(s2) == normalise(e.explain("S2")) and "one partition: event class u0@Stock" in s2 and "hash on Name" in s2
-    check("events_s2", s2)
+    assert explain_snapshot.normalise(s2) == explain_snapshot.normalise(e.explain("S2")) and "one partition: event class u0@Stock" in s2 and "hash on Name" in s2
+    explain_snapshot("events_s2", s2)
     dot = e.explain("S4", format="dot")
     assert dot.startswith('digraph "S4" {') and '"n1":s -> "n1":s' in dot
-    check("events_s4_dot", dot)
+    explain_snapshot("events_s4_dot", dot)
 
 
 # ---- the command line with .cel files ----------------------------------------------------------------------

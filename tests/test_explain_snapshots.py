@@ -1,41 +1,14 @@
-"""EXPLAIN SUBSCRIPTION snapshots (``fixtures/explain/<name>.txt``). Spark's expression ids (``#123``)
-and plan ids are normalised away; everything else must match line for line. To accept a deliberate
+"""EXPLAIN SUBSCRIPTION snapshots (``fixtures/explain/<name>.txt``, ``fixtures/explain_catalyst/`` with the
+Catalyst extension: conftest's ``explain_snapshot``). Spark's expression ids (``#123``) and plan ids are
+normalised away; everything else must match line for line. To accept a deliberate
 change, run with ``SPARKSUB_UPDATE_SNAPSHOTS=1`` and review the diff."""
 from __future__ import annotations
-
-import os
-import re
-from pathlib import Path
 
 import pytest
 
 from sparksub import Engine
 
 pytestmark = pytest.mark.spark
-FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def snapshot_dir() -> Path:
-    """``explain/`` on the pure-Python path; ``explain_catalyst/`` with the Catalyst extension, whose EXPLAIN
-    shows one physical plan (Spark's, with our SubscriptionGroupExec node)."""
-    from pyspark.sql import SparkSession
-
-    from sparksub.jvm import bridge
-    return FIXTURES / ("explain_catalyst" if bridge.loaded(SparkSession.getActiveSession()) else "explain")
-
-
-def normalise(text: str) -> str:
-    text = re.sub(r"#\d+L?", "#N", text)
-    return re.sub(r"plan_id=\d+", "plan_id=N", text)
-
-
-def check(name: str, text: str) -> None:
-    path = snapshot_dir() / f"{name}.txt"
-    text = normalise(text).rstrip() + "\n"
-    if os.environ.get("SPARKSUB_UPDATE_SNAPSHOTS") or not path.exists():
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text)
-    assert text == path.read_text()
 
 
 @pytest.fixture
@@ -46,40 +19,40 @@ def stock_engine(spark):
     return e
 
 
-def test_explain_single_subscription(stock_engine):
+def test_explain_single_subscription(stock_engine, explain_snapshot):
     stock_engine.sql("CREATE SUBSCRIPTION alice AS SELECT MIN(per) FROM stock WHERE 20 < risk AND risk <= 60")
-    check("alice", stock_engine.sql("EXPLAIN SUBSCRIPTION alice"))
+    explain_snapshot("alice", stock_engine.sql("EXPLAIN SUBSCRIPTION alice"))
 
 
-def test_explain_bulk_template_and_unregistered_select(stock_engine):
+def test_explain_bulk_template_and_unregistered_select(stock_engine, explain_snapshot):
     stock_engine.subscribe_many("SELECT MAX(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
                                 {"id": ["m1", "m2", "m3"], "lo": [0, 15, 25], "hi": [20, 35, 45]})
-    check("bulk_max", stock_engine.explain("m2"))
-    check("unregistered", stock_engine.explain("SELECT MIN(per) FROM stock WHERE risk >= 25"))
+    explain_snapshot("bulk_max", stock_engine.explain("m2"))
+    explain_snapshot("unregistered", stock_engine.explain("SELECT MIN(per) FROM stock WHERE risk >= 25"))
 
 
-def test_explain_filter(spark):
+def test_explain_filter(spark, explain_snapshot):
     e = Engine(spark)
     e.sql("CREATE TABLE trades (name STRING, price DOUBLE, volume BIGINT)")
     e.sql("CREATE SUBSCRIPTION ibm AS SELECT * FROM trades WHERE name = 'IBM' AND price > 50")
     e.subscribe_many("SELECT name FROM trades WHERE name = :n AND volume IN (:v, 7) OR price IS NULL",
                      {"id": ["a", "b", "c"], "n": ["X", "Y", "X"], "v": [1, 2, 3]})
-    check("filter_ibm", e.explain("ibm"))
-    check("filter_bulk", e.explain("b"))
+    explain_snapshot("filter_ibm", e.explain("ibm"))
+    explain_snapshot("filter_bulk", e.explain("b"))
 
 
-def test_explain_topk_distinct_agg(stock_engine):
+def test_explain_topk_distinct_agg(stock_engine, explain_snapshot):
     stock_engine.sql("CREATE SUBSCRIPTION top2 AS SELECT * FROM stock WHERE risk BETWEEN 15 AND 45 "
                      "ORDER BY per DESC LIMIT 2")
     stock_engine.sql("CREATE SUBSCRIPTION pers AS SELECT DISTINCT per FROM stock WHERE risk <= 30")
     stock_engine.sql("CREATE SUBSCRIPTION mean AS SELECT AVG(per) FROM stock WHERE risk BETWEEN 10 AND 30")
     stock_engine.publish("stock", [{"symbol": "e", "risk": 25.0, "per": 5.0}])
-    check("topk", stock_engine.explain("top2"))
-    check("distinct", stock_engine.explain("pers"))
-    check("agg", stock_engine.explain("mean"))
+    explain_snapshot("topk", stock_engine.explain("top2"))
+    explain_snapshot("distinct", stock_engine.explain("pers"))
+    explain_snapshot("agg", stock_engine.explain("mean"))
 
 
-def test_explain_boxes(spark):
+def test_explain_boxes(spark, explain_snapshot):
     e = Engine(spark)
     e.sql("CREATE TABLE pts (id INT PRIMARY KEY, a DOUBLE, b DOUBLE, v DOUBLE)")
     e.load("pts", {"id": [1, 2, 3, 4], "a": [1.0, 2.0, 3.0, 4.0], "b": [4.0, 3.0, 2.0, 1.0], "v": [5.0, 6.0, 7.0, 8.0]})
@@ -87,11 +60,11 @@ def test_explain_boxes(spark):
     e.sql("CREATE SUBSCRIPTION btop AS SELECT id, v FROM pts WHERE b BETWEEN 0 AND 5 AND a BETWEEN 2 AND 4 "
           "ORDER BY v DESC LIMIT 2")
     e.publish("pts", [{"id": 5, "a": 2.5, "b": 2.5, "v": 1.0}])
-    check("box_min", e.explain("bmin"))
-    check("box_topk", e.explain("btop"))
+    explain_snapshot("box_min", e.explain("bmin"))
+    explain_snapshot("box_topk", e.explain("btop"))
 
 
-def test_explain_joins(spark):
+def test_explain_joins(spark, explain_snapshot):
     e = Engine(spark)
     e.join_partitions = 2
     e.sql("CREATE TABLE supply (sid BIGINT PRIMARY KEY, qty DOUBLE, prod BIGINT)")
@@ -103,7 +76,7 @@ def test_explain_joins(spark):
     e.subscribe_many("SELECT * FROM supply s JOIN demand d ON s.prod = d.prod "
                      "WHERE s.qty BETWEEN :lo AND :hi AND d.price BETWEEN :p AND :q",
                      {"id": ["x", "y"], "lo": [0, 20], "hi": [30, 40], "p": [5, 12], "q": [15, 25]})
-    check("select_join", e.explain("sj"))
+    explain_snapshot("select_join", e.explain("sj"))
     e.sql("CREATE SUBSCRIPTION bj AS SELECT * FROM supply JOIN demand ON demand.price - supply.qty BETWEEN -5 AND 5 "
           "WHERE supply.qty >= 10")
-    check("band_join", e.explain("bj"))
+    explain_snapshot("band_join", e.explain("bj"))
