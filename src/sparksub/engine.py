@@ -1143,17 +1143,17 @@ class Engine:
             filters = [e for e in groups if isinstance(e.physical, ir.FilterGroupScan)]
             ranges = [e for e in groups if e not in filters and e not in joins]
             outs = []
-            node = subscription_group
             if event_classes:
-                outs.append(node(self._stream_events(state, event_classes, streaming_df),
-                                 self._describe_events(event_classes, "stream")))
+                outs.append(subscription_group(self._stream_events(state, event_classes, streaming_df),
+                                               self._describe_events(event_classes, "stream")))
             streamed_joins = [e for e in joins if mode == "unicast" or isinstance(e.physical, ir.SelectJoinGroupScan)]
             if streamed_joins:
-                outs.append(node(self._stream_joins(state, streamed_joins, streaming_df, mode),
-                                 self._describe([(e.physical, e) for e in streamed_joins], f"stream {mode}")))
+                outs.append(subscription_group(self._stream_joins(state, streamed_joins, streaming_df, mode),
+                                               self._describe([(e.physical, e) for e in streamed_joins],
+                                                              f"stream {mode}")))
             if filters and mode == "unicast":
-                outs.append(node(self._stream_filters(state, filters, streaming_df),
-                                 self._describe([(e.physical, e) for e in filters], "stream unicast")))
+                outs.append(subscription_group(self._stream_filters(state, filters, streaming_df),
+                                               self._describe([(e.physical, e) for e in filters], "stream unicast")))
             if ranges:
                 specs = {}
                 for e in ranges:
@@ -1166,10 +1166,10 @@ class Engine:
                     wide = _with_range_class_columns(with_reason(schema), mode,
                                                      any(isinstance(e.physical, _BOX_NODES) for e in ranges))
                     schema = wide.remove(wide.get_field_index("reason"))  # run_stream appends it
-                outs.append(node(spark_stream.run_stream(self.spark, streaming_df, state.definition, specs, mode,
-                                                         schema, self.uid,
-                                                         _operator_name(e.physical for e in ranges) + "_stream"),
-                                 self._describe([(e.physical, e) for e in ranges], f"stream {mode}")))
+                ranges_out = spark_stream.run_stream(self.spark, streaming_df, state.definition, specs, mode, schema,
+                                                     self.uid, _operator_name(e.physical for e in ranges) + "_stream")
+                outs.append(subscription_group(ranges_out, self._describe([(e.physical, e) for e in ranges],
+                                                                          f"stream {mode}")))
             if not outs:
                 raise SparksubError(f"stream(): the FILTER / BAND_JOIN subscriptions on {table!r} have no "
                                     f"{mode!r} form; use mode='unicast'")

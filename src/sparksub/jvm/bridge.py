@@ -99,10 +99,8 @@ def answer_plan(spark, answer):
         return None
     if isinstance(answer, str):
         table = pa.table({"plan": pa.array([answer], pa.string())})
-    elif isinstance(answer, list):
+    else:  # SHOW SUBSCRIPTIONS (plain Spark SQL, whose answer is a DataFrame, never reaches the bridge)
         table = show_table(answer)
-    else:  # a Spark DataFrame: plain Spark SQL never comes through the parser extension, but be whole
-        return answer._jdf.queryExecution().analyzed()
     return spark.createDataFrame(table)._jdf.queryExecution().analyzed()
 
 
