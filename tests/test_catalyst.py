@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -40,7 +39,7 @@ def engine_answer_as_rows(answer) -> list[dict]:
         return []
     if isinstance(answer, str):
         return [{"plan": answer}]
-    return [{c: r.get(c) for c in bridge.SHOW_COLUMNS} for r in answer]
+    return rows_of(answer)   # SHOW SUBSCRIPTIONS / SHOW SUBSCRIPTION GROUPS: a DataFrame
 
 
 # ---- statements ------------------------------------------------------------------------------------
@@ -53,6 +52,7 @@ STATEMENTS = [
     "CREATE TABLE Trades (Name STRING, Price DOUBLE) USING sparksub",
     "CREATE EVENT QUERY jump AS SELECT * FROM Trades NEXT{$1.Name = $2.Name AND $2.Price > $1.Price} Trades",
     "SHOW SUBSCRIPTIONS",
+    "SHOW SUBSCRIPTION GROUPS",
     "EXPLAIN SUBSCRIPTION alice",
     "DROP SUBSCRIPTION top2",
     "DROP SUBSCRIPTION IF EXISTS nobody",
@@ -106,7 +106,7 @@ def test_errors_surface_as_spark_exceptions_and_lose_nothing(on):
         on.sql("CREATE SUBSCRIPTION carol AS SELECT MIN(per) FROM nope WHERE risk > 1")
     with pytest.raises(AnalysisException, match="UnknownSubscription"):
         on.sql("DROP SUBSCRIPTION nobody")
-    with pytest.raises(AnalysisException, match="AnalysisError: GROUP BY subscriptions are not supported"):
+    with pytest.raises(AnalysisException, match=r"UnsupportedSubscription: unsupported subscription shape: GroupBy\[per\]"):
         on.sql("CREATE SUBSCRIPTION dave AS SELECT per, COUNT(*) FROM stock GROUP BY per")
     with pytest.raises(AnalysisException, match="UnsupportedSubscription: unsupported subscription shape"):
         on.sql("CREATE SUBSCRIPTION erin AS SELECT symbol FROM stock WHERE per > risk")
@@ -326,18 +326,18 @@ def test_no_javac_is_a_clear_error(tmp_path, monkeypatch):
         build.jar_path(cache=tmp_path)
 
 
-def test_session_without_the_extension(spark, monkeypatch):
+def test_session_without_the_extension(spark, monkeypatch, caplog):
     import sparksub.engine as engine_module
     monkeypatch.setattr(bridge, "loaded", lambda s: False)
     with pytest.raises(CatalystUnavailable, match="spark.sql.extensions"):
         Engine(spark, catalyst=True)
     monkeypatch.setattr(engine_module, "_catalyst_warned", False)
-    with pytest.warns(UserWarning, match="Catalyst extension is off"):
+    with caplog.at_level("WARNING", logger="sparksub.engine"):   # logging, not warnings (issue 15 item 12)
         e = Engine(spark, catalyst="auto")
-    assert e.catalyst is False and "spark.sql.extensions" in e.catalyst_reason
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # said once per process, not per engine
         Engine(spark, catalyst="auto")
+    said = [r for r in caplog.records if "Catalyst extension is off" in r.getMessage()]
+    assert len(said) == 1 and said[0].name == "sparksub.engine"   # once per process, not per engine
+    assert e.catalyst is False and "spark.sql.extensions" in e.catalyst_reason
     e.sql("CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)")
     e.sql("CREATE SUBSCRIPTION alice AS SELECT MIN(per) FROM stock WHERE risk BETWEEN 20 AND 60")
     assert [r.value for r in e.publish("stock", [{"symbol": "a", "risk": 30.0, "per": 2.0}]).collect()] == [2.0]
@@ -357,7 +357,8 @@ spark.sql("CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBL
 spark.sql("CREATE SUBSCRIPTION alice AS SELECT MIN(per) FROM stock WHERE risk BETWEEN 20 AND 60")
 rows = engine.publish("stock", [{"symbol": "a", "risk": 30.0, "per": 2.0}]).collect()
 print("RESULT", engine.catalyst, [(r.subscription_id, r.value) for r in rows],
-      [r.subscriptions for r in spark.sql("SHOW SUBSCRIPTIONS").collect()])
+      [(r.name, r.parameters) for r in spark.sql("SHOW SUBSCRIPTIONS").collect()],
+      [r.subscriptions for r in spark.sql("SHOW SUBSCRIPTION GROUPS").collect()])
 """
 
 
@@ -368,4 +369,4 @@ def test_a_session_the_user_built_with_the_two_settings(on, tmp_path):
     proc = subprocess.run([sys.executable, "-c", USER_SESSION], capture_output=True, text=True, timeout=300,
                           env=env, cwd=tmp_path)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    assert line == "RESULT True [('alice', 2.0)] [1]", proc.stderr[-3000:]
+    assert line == """RESULT True [('alice', 2.0)] [('alice', '{"risk": [20, 60]}')] [1]""", proc.stderr[-3000:]

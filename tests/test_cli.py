@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sparksub.cli import main, stock_workload
@@ -32,9 +34,14 @@ def test_run_reports_bad_events_with_rows(spark, tmp_path, capsys):
                       "CREATE SUBSCRIPTION s AS SELECT MIN(y) FROM t WHERE x BETWEEN 0 AND 1")
     events = tmp_path / "events.jsonl"
     events.write_text('{"k": "a", "x": 0.5, "y": 1}\n{"k": "zz", "_op": "delete"}\n')
+    assert main(["run", str(script), "--events", str(events)]) == 0   # a malformed row is set aside (DESIGN §7)
+    out = capsys.readouterr().out
+    assert re.search(r"^\s*None\s+rejected\s+\S+\s+1\s.*delete of unknown key 'zz'", out, flags=re.M), out
+    assert "1 rows rejected" in out
+    script.write_text("CREATE TABLE t (k STRING PRIMARY KEY, x DOUBLE, y DOUBLE)")
+    events.write_text('{"k": "a", "x": 0.5, "y": 1, "z": 2}\n')   # a malformed batch: an error naming it
     assert main(["run", str(script), "--events", str(events)]) == 2
-    err = capsys.readouterr().err
-    assert "delete of unknown key 'zz'" in err and "row 1" in err
+    assert "unknown column(s) ['z']" in capsys.readouterr().err
 
 
 def test_run_reports_script_errors_with_position(spark, tmp_path, capsys):
@@ -61,3 +68,71 @@ def test_stock_workload_follows_table1():
     assert (lo <= hi).all() and lo.min() >= 0 and hi.max() <= 10_000
     assert abs(((lo + hi) / 2).mean() - 5000) < 100
     assert new_per.min() >= 0 and new_per.max() <= 10_000
+
+
+def test_a_statement_typo_is_a_clean_error_positioned_in_the_file(spark, tmp_path, capsys):
+    """A typo Spark's parser refuses (our keyword misspelt) or ours: no traceback, the file's line and
+    column, and nothing of the script ran (the CSV is never published)."""
+    events = tmp_path / "e.csv"
+    events.write_text("k,x\na,1\n")
+    for typo, marker in (("CREATE SUBSCRIPTON s2 AS SELECT MIN(x) FROM t", "SUBSCRIPTON"),
+                         ("CREATE SUBSCRIPTION s2 AS SELECT MIN(x) FROM t WHERE x > 'abc'", "'abc'")):
+        text = ("CREATE TABLE t (k STRING PRIMARY KEY, x DOUBLE);\n\n"
+                "CREATE SUBSCRIPTION s AS SELECT MIN(x) FROM t WHERE x BETWEEN 0 AND 2;\n" + typo + ";\n")
+        script = tmp_path / "typo.sql"
+        script.write_text(text)
+        assert main(["run", str(script), "--events", str(events)]) == 2
+        out = capsys.readouterr()
+        at = text.index(marker)
+        line, column = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+        assert f"(line {line}, column {column})" in out.err and "Traceback" not in out.err
+        assert "events" not in out.out  # nothing was published
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out.strip() == f"sparksub {version('sparksub')}"
+
+
+def _readme_use_block() -> str:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    use = readme[readme.index("## Use"):]
+    return use[use.index("```python") + len("```python"):use.index("```", use.index("```python") + 3)]
+
+
+def test_the_readme_use_block_runs_as_pasted(engine, spark, tmp_path, capsys, monkeypatch):
+    """The README's Use block, verbatim, on the session's engine with small data; its results against a
+    recomputation from the rows (MIN) and the reference interpreter (the event query)."""
+    import pandas as pd
+
+    import sparksub
+    from sparksub.grammar.events import parse_event_query
+    from sparksub.operators.cayuga_reference import evaluate
+
+    rng = np.random.default_rng(7)
+    stocks = pd.DataFrame({"symbol": [f"s{i}" for i in range(20)], "risk": rng.uniform(0, 100, 20).round(1),
+                           "per": rng.uniform(0, 50, 20).round(2)})
+    updates = [{"symbol": f"s{i}", "risk": float(rng.uniform(0, 100)), "per": float(rng.uniform(0, 50))}
+               for i in rng.integers(0, 20, 6)]
+    lo = rng.uniform(0, 80, 30)
+    events = [{"Name": n, "Price": p, "Volume": v} for n, p, v in
+              [("IBM", 10.0, 1), ("MSFT", 5.0, 2), ("IBM", 11.0, 3), ("SAP", 7.0, 4), ("MSFT", 4.0, 5),
+               ("IBM", 9.5, 6)]]
+    (tmp_path / "stream").mkdir()
+    monkeypatch.setattr(sparksub, "Engine", lambda *a, **k: engine)   # the block's `import sparksub` sees it
+    namespace = {
+        "stocks_df": stocks,
+        "ids": [f"t{i}" for i in range(30)], "lo": lo, "hi": lo + 20, "updates": updates, "events": events,
+        "streaming_df": spark.readStream.schema("symbol STRING, risk DOUBLE, per DOUBLE").json(str(tmp_path / "stream")),
+    }
+    exec(compile(_readme_use_block(), "README.md", "exec"), namespace)
+    assert "alice" in capsys.readouterr().out  # the EXPLAIN printed
+    rows = stocks.set_index("symbol")
+    for u in updates:
+        rows.loc[u["symbol"], ["risk", "per"]] = [u["risk"], u["per"]]
+    inside = rows[(rows.risk >= 20) & (rows.risk <= 60)].per
+    assert engine.result("alice") == (float(inside.min()) if len(inside) else None)
+    expected = evaluate(parse_event_query("SELECT * FROM ticks NEXT{$1.Name = $2.Name} ticks"), {"ticks": events})
+    assert engine.matches("jump") == expected

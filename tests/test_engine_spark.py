@@ -139,22 +139,33 @@ def test_bad_updates_change_nothing(spark):
     e = fig1_engine(spark)
     e.sql("CREATE SUBSCRIPTION s AS SELECT MIN(per) FROM stock WHERE risk BETWEEN 25 AND 60")
     assert e.result("s") == 5.0
-    cases = [
+    batch_errors = [   # the batch itself is malformed: an error, nothing applied
         ([{"risk": 1.0, "per": 1.0}], "key column 'symbol'"),
-        ([{"symbol": None, "risk": 1.0, "per": 1.0}], r"null key.*row 0"),
-        ([{"symbol": "t3", "risk": 30.0, "per": 0.0}, {"symbol": "zz", "_op": "delete"}],
-         r"delete of unknown key 'zz'.*row 1"),
-        ([{"symbol": "t3", "risk": 30.0, "per": float("nan")}], r"NaN.*'per'.*row 0"),
         ([{"symbol": "t3", "risk": 30.0, "per": 1.0, "bogus": 1}], "unknown column"),
-        ([{"symbol": "t3", "risk": 30.0, "per": "cheap"}], "column 'per'"),
-        ([{"symbol": "t3", "risk": 30.0, "per": 1.0, "_op": "merge"}], "_op must be"),
         ([{"symbol": "t3", "risk": 30.0}], "lacks column 'per'"),
     ]
-    for rows, needle in cases:
+    for rows, needle in batch_errors:
         with pytest.raises(BadUpdate, match=needle):
             e.publish("stock", rows)
     with pytest.raises(AnalysisError, match="unknown table"):
         e.publish("stocks", [{"symbol": "t3"}])
+    row_errors = [     # a row is malformed: set aside as a 'rejected' row with its reason (DESIGN §7)
+        ([{"symbol": None, "risk": 1.0, "per": 1.0}], "null key 'symbol' in an update to 'stock'"),
+        ([{"symbol": "zz", "_op": "delete"}], "delete of unknown key 'zz' from 'stock'"),
+        ([{"symbol": "t3", "risk": 30.0, "per": float("nan")}], "NaN in numeric column 'per' of 'stock'"),
+        ([{"symbol": "t3", "risk": 30.0, "per": float("-inf")}], "-inf in numeric column 'per' of 'stock'"),
+        ([{"symbol": "t3", "risk": float("inf"), "per": 1.0}], "inf in numeric column 'risk' of 'stock'"),
+        ([{"symbol": "t3", "risk": 30.0, "per": "cheap"}], "column 'per' of 'stock' is double, cannot read cheap"),
+        ([{"symbol": "t3", "risk": 30.0, "per": 1.0, "_op": "merge"}], "_op must be 'upsert' or 'delete', got 'merge'"),
+    ]
+    for rows, needle in row_errors:
+        seq = e._next_seq
+        [r] = e.publish("stock", rows).collect()
+        assert (r.op, r.seq, r.subscription_id, r.group_id) == ("rejected", seq, None, None)
+        assert r.reason.startswith(needle), (r.reason, needle)
+    assert e.result("s") == 5.0
+    with pytest.raises(BadUpdate, match=r"load into 'stock': inf in numeric column 'per'.*row 1"):   # all or nothing
+        e.load("stock", [{"symbol": "t9", "risk": 30.0, "per": 0.0}, {"symbol": "t8", "risk": 30.0, "per": float("inf")}])
     assert e.result("s") == 5.0
     # a delete then a re-insert of the same key in one batch is fine (each row is one update, notified
     # in order), and a null leaves every range
@@ -164,6 +175,14 @@ def test_bad_updates_change_nothing(spark):
     assert [(r.subscription_id, r.value) for r in sorted(out, key=lambda r: r.seq)] == [("s", 8.0), ("s", 1.0)]
     assert e.result("s") == 1.0
     e.publish("stock", [{"symbol": "t5", "_op": "delete"}, {"symbol": "t4", "_op": "delete"}])
+    assert e.result("s") is None
+    # the rest of a batch goes on: a delete of a key deleted earlier in the batch is rejected, not the batch
+    seq = e._next_seq
+    out = e.publish("stock", [{"symbol": "t5", "risk": 50.0, "per": 2.0}, {"symbol": "t5", "_op": "delete"},
+                              {"symbol": "t5", "_op": "delete"}]).collect()
+    assert sorted((r.seq - seq, r.op, r.value, r.reason) for r in out) == [
+        (0, "update", 2.0, None), (1, "update", None, None),
+        (2, "rejected", None, "delete of unknown key 't5' from 'stock'")]
     assert e.result("s") is None
 
 

@@ -22,10 +22,22 @@ def sj_result(rows_r, rows_s, q):
 
 
 def bj_result(rows_r, rows_s, q):
+    """``a_lo`` None: no selection on r.a (a NULL a joins; issue 15 item 1), else SQL's ``a BETWEEN``."""
     lo, hi, a_lo, a_hi = q
     return {(str(rk), str(sk)) for rk, r in rows_r.items() for sk, s in rows_s.items()
             if r["b"] is not None and s["b"] is not None and lo <= s["b"] - r["b"] <= hi
-            and r["a"] is not None and a_lo <= r["a"] <= a_hi}
+            and (a_lo is None or (r["a"] is not None and a_lo <= r["a"] <= a_hi))}
+
+
+#: ``SELECT *`` over r(rk, a, b) JOIN s(sk, b, c): the output columns (name, table, column) -- the shared
+#: name ``b`` qualified by the table (DESIGN §1: a subscription's SELECT list is its output)
+STAR = (("rk", "r", "rk"), ("a", "r", "a"), ("r.b", "r", "b"), ("sk", "s", "sk"), ("s.b", "s", "b"), ("c", "s", "c"))
+
+
+def projected(spec, rows, pair) -> tuple:
+    """The output row (as (name, value) pairs) of result tuple ``pair`` (key texts) under ``spec``."""
+    keys = {"r": int(pair[0]), "s": int(pair[1])}
+    return tuple((name, keys[t] if col == t + "k" else rows[t][keys[t]].get(col)) for name, t, col in spec)
 
 
 def random_batch(rnd, rows, keycol, cols, n):
@@ -43,29 +55,37 @@ def random_batch(rnd, rows, keycol, cols, n):
     return batch
 
 
-def publish_and_check(e, table, batch, rows, oracle, queries, mode="unicast"):
+def publish_and_check(e, table, batch, rows, oracle, queries, specs=None):
     """Publish ``batch`` and compare the notifications with the oracle replayed update by update: each
-    update (one seq) notifies the net change of every result it touches."""
+    update (one seq) notifies the net change of every result it touches -- a result tuple's row is its
+    subscription's selected columns (``specs``, default :data:`STAR`), so a kept pair whose selected values
+    change leaves and re-enters; the notifications carry those columns, ``result()`` is those rows."""
+    specs = specs or {}
     seq0 = e._next_seq
     out = e.publish(table, batch).collect()
     assert [r.reason for r in out if r.op == "error"] == []
-    got = [(r.subscription_id, r.op, r.seq, r.left_key, r.right_key) for r in out]
+    got = [(r.subscription_id, r.op, r.seq, r.left_key, r.right_key,
+            tuple((name, r[name]) for name, _, _ in specs.get(r.subscription_id, STAR))) for r in out]
     assert len(set(got)) == len(got)  # one row per change
+
+    def view(q, b):
+        return {(*p, projected(specs.get(q, STAR), rows, p)) for p in oracle(rows["r"], rows["s"], b)}
     keycol = "rk" if table == "r" else "sk"
     want = set()
     for i, u in enumerate(batch):
-        before = {q: oracle(rows["r"], rows["s"], b) for q, b in queries.items()}
+        before = {q: view(q, b) for q, b in queries.items()}
         if u.get("_op") == "delete":
             del rows[table][u[keycol]]
         else:
             rows[table][u[keycol]] = {c: v for c, v in u.items() if c != keycol}
         for q, b in queries.items():
-            after = oracle(rows["r"], rows["s"], b)
+            after = view(q, b)
             want |= {(q, "insert", seq0 + i, *p) for p in after - before[q]}
             want |= {(q, "delete", seq0 + i, *p) for p in before[q] - after}
     assert set(got) == want
     for q, b in queries.items():
-        assert {(str(x), str(y)) for x, y in e.result(q)} == oracle(rows["r"], rows["s"], b), q
+        res = e.result(q)
+        assert sorted(tuple(d.items()) for d in res) == sorted(p[2] for p in view(q, b)), q
     return out
 
 
@@ -83,6 +103,7 @@ def test_select_join_through_spark_both_tables_and_query_changes(spark):
           "AND s.c BETWEEN 2 AND 5")
     e.sql("CREATE SUBSCRIPTION j2 AS SELECT r.a, s.c FROM s JOIN r ON s.b = r.b WHERE s.c >= 3")  # FROM order
     queries = {"j1": (1, 4, 2, 5), "j2": (-math.inf, math.inf, 3, math.inf)}
+    specs = {"j2": (("a", "r", "a"), ("c", "s", "c"))}
     ids = [f"m{i}" for i in range(5)]
     lo = [float(rnd.randint(0, 4)) for _ in ids]
     clo = [float(rnd.randint(0, 4)) for _ in ids]
@@ -103,7 +124,7 @@ def test_select_join_through_spark_both_tables_and_query_changes(spark):
         table = "r" if step % 2 == 0 else "s"
         rows = {"r": rows_r, "s": rows_s}
         batch = random_batch(rnd, rows[table], table + "k", gen_r if table == "r" else gen_s, 8)
-        publish_and_check(e, table, batch, rows, sj_result, queries)
+        publish_and_check(e, table, batch, rows, sj_result, queries, specs)
     assert {rid: r.base_id for rid, r in entry.shards.items()} == bases  # no rebuild for the query changes
     text = e.explain("j1")
     for needle in ("Class: SELECT_JOIN", "stabbing number", "router decisions", "router recent choices",
@@ -131,9 +152,11 @@ def test_select_join_reformulated_messages_deliver_the_unicast_rows(spark):
         uni = twins[0].publish(table, batch).collect()
         msgs = twins[1].publish(table, batch, mode="reformulated")
         assert {r.op for r in msgs.collect()} <= {"insert", "delete"}
-        got = sorted((r.subscription_id, r.op, r.seq, r.left_key, r.right_key)
+        names = [name for name, _, _ in STAR]  # the selected columns travel in the messages (DESIGN §1)
+        got = sorted((r.subscription_id, r.op, r.seq, r.left_key, r.right_key, *(r[n] for n in names))
                      for r in twins[1].deliver(msgs).collect())
-        assert got == sorted((r.subscription_id, r.op, r.seq, r.left_key, r.right_key) for r in uni)
+        assert got == sorted((r.subscription_id, r.op, r.seq, r.left_key, r.right_key, *(r[n] for n in names))
+                             for r in uni)
         for u in batch:
             if u.get("_op") == "delete":
                 del rows[table][u[table + "k"]]
@@ -153,19 +176,20 @@ def test_band_join_through_spark_with_selection_and_partitions(spark):
     e.load("s", [{"sk": k, **v} for k, v in rows_s.items()])
     e.sql("CREATE SUBSCRIPTION near AS SELECT * FROM r JOIN s ON s.b - r.b BETWEEN -1 AND 1")
     e.sql("CREATE SUBSCRIPTION ahead AS SELECT * FROM r JOIN s ON s.b BETWEEN r.b + 2 AND r.b + 4 WHERE r.a <= 3")
-    queries = {"near": (-1, 1, -math.inf, math.inf), "ahead": (2, 4, -math.inf, 3)}
+    queries = {"near": (-1, 1, None, None), "ahead": (2, 4, -math.inf, 3)}
+    star = STAR[:-1]  # s has no c
     gen_r = {"a": lambda r: float(r.randint(0, 5)), "b": lambda r: float(r.randint(0, 20))}
     gen_s = {"b": lambda r: float(r.randint(0, 20))}
     for step in range(6):
         if step == 3:  # a narrower band fits the partitions' reach: logged; a wider one rebuilds
             e.subscribe("same", "SELECT * FROM r JOIN s ON s.b - r.b BETWEEN 0 AND 0")
-            queries["same"] = (0, 0, -math.inf, math.inf)
+            queries["same"] = (0, 0, None, None)
             e.subscribe("wide", "SELECT * FROM r JOIN s ON s.b - r.b BETWEEN -6 AND 9")
-            queries["wide"] = (-6, 9, -math.inf, math.inf)
+            queries["wide"] = (-6, 9, None, None)
         table = "r" if step % 2 == 0 else "s"
         rows = {"r": rows_r, "s": rows_s}
         batch = random_batch(rnd, rows[table], table + "k", gen_r if table == "r" else gen_s, 8)
-        publish_and_check(e, table, batch, rows, bj_result, queries)
+        publish_and_check(e, table, batch, rows, bj_result, queries, dict.fromkeys(queries, star))
     text = e.explain("near")
     assert "BJ-SSI" in text and "stabbing number" in text and "band_join_group" in text
 
@@ -179,14 +203,15 @@ def test_join_errors_are_clear_and_lose_nothing(spark):
         e.subscribe("self", "SELECT * FROM r JOIN r AS r2 ON r.b = r2.b")
     with pytest.raises(Exception, match="already exists"):
         e.subscribe("j", "SELECT * FROM r JOIN s ON r.b = s.b WHERE s.c BETWEEN 0 AND 3")
-    with pytest.raises(BadUpdate, match="unknown key"):
-        e.publish("s", [{"sk": 1, "_op": "delete"}])
+    [bad] = e.publish("s", [{"sk": 1, "_op": "delete"}]).collect()   # a malformed row: set aside (DESIGN §7)
+    assert (bad.op, bad.reason) == ("rejected", "delete of unknown key 1 from 's'")
     e.publish("s", [{"sk": 1, "b": 1.0, "c": 2.0}])
     out = e.publish("r", [{"rk": 7, "a": 0.0, "b": 1.0}]).collect()
     assert [(r.subscription_id, r.op, r.left_key, r.right_key) for r in out] == [("j", "insert", "7", "1")]
     with pytest.raises(BadUpdate, match=r"unknown column\(s\) \['timestamp', 'value'\].*'r'"):
         e.stream("r", spark.readStream.format("rate").load())
-    assert e.subscription_ids() == ["j"] and e.result("j") == [(7, 1)]
+    assert e.subscription_ids() == ["j"] and e.result("j") == [{"rk": 7, "a": 0.0, "r.b": 1.0, "sk": 1,
+                                                                "s.b": 1.0, "c": 2.0}]
 
 
 def test_join_group_emptied_and_refilled_sees_the_rows_published_meanwhile(spark):
@@ -200,22 +225,26 @@ def test_join_group_emptied_and_refilled_sees_the_rows_published_meanwhile(spark
     e.unsubscribe("j")
     e.publish("r", [{"rk": 1, "a": 0.0, "b": 1.0}]).collect()  # no subscriptions: nothing runs
     e.publish("s", [{"sk": 2, "_op": "delete"}]).collect()
-    e.subscribe("k", "SELECT * FROM r JOIN s ON r.b = s.b")
-    assert e.result("k") == [(1, 1)]
+    e.subscribe("k", "SELECT r.rk, s.sk AS s_key FROM r JOIN s ON r.b = s.b")
+    assert e.result("k") == [{"rk": 1, "s_key": 1}]
     out = e.publish("r", [{"rk": 3, "a": 0.0, "b": 2.0}, {"rk": 4, "a": 0.0, "b": 1.0}]).collect()
     assert [(r.subscription_id, r.op, r.left_key, r.right_key) for r in out] == [("k", "insert", "4", "1")]
 
 
-def test_band_join_left_out_of_a_reformulated_publish_stays_correct(spark):
-    """BAND_JOIN has no reformulated form: a reformulated publish leaves it out, and it must not go stale."""
+def test_band_join_in_a_reformulated_publish_answers_with_its_unicast_rows(spark):
+    """BAND_JOIN has no reformulated form: a reformulated publish gives its unicast rows (issue 15 item 6),
+    deliver passes them through, and the group stays correct."""
     e = Engine(spark)
     e.sql("CREATE TABLE r (rk INT PRIMARY KEY, a DOUBLE, b DOUBLE)")
     e.sql("CREATE TABLE s (sk INT PRIMARY KEY, b DOUBLE, c DOUBLE)")
-    e.subscribe("near", "SELECT * FROM r JOIN s ON s.b - r.b BETWEEN 0 AND 1")
+    e.subscribe("near", "SELECT r.rk, s.sk FROM r JOIN s ON s.b - r.b BETWEEN 0 AND 1")
     e.subscribe("eq", "SELECT * FROM r JOIN s ON r.b = s.b")
     e.publish("s", [{"sk": 1, "b": 1.0, "c": 0.0}]).collect()
-    msgs = e.publish("r", [{"rk": 1, "a": 0.0, "b": 0.5}], mode="reformulated").collect()
-    assert {m.group_id for m in msgs} <= {g for g in e.stats() if g.startswith("select_join")}
-    assert e.result("near") == [(1, 1)]
+    msgs = e.publish("r", [{"rk": 1, "a": 0.0, "b": 0.5}], mode="reformulated")
+    rows = [(m.subscription_id, m.op, m.left_key, m.right_key, m.rk, m.sk) for m in msgs.collect()
+            if m.group_id.startswith("band_join")]
+    assert rows == [("near", "insert", "1", "1", 1, 1)]
+    assert [(m.subscription_id, m.op, m.rk, m.sk) for m in e.deliver(msgs).collect()] == [("near", "insert", 1, 1)]
+    assert e.result("near") == [{"rk": 1, "sk": 1}]
     out = e.publish("s", [{"sk": 2, "b": 1.5, "c": 0.0}]).collect()
     assert sorted((r.subscription_id, r.left_key, r.right_key) for r in out) == [("near", "1", "2")]

@@ -77,12 +77,14 @@ def test_topk_distinct_agg_through_spark(spark, tmp_path):
             x1, x2, k = (2, 7, 3) if desc else (None, None, None)
             if not desc:
                 rec = e.explain(sid)  # noqa: F841 - explain works for bulk subscriptions too
-            assert [key for key, _, _ in got] == sorted(local_top.get(sid, {}),
-                                                        key=lambda kk: ((-1 if desc else 1) * local_top[sid][kk][1], kk))
+            # result(): rows of the selected columns in rank order (DESIGN §1)
+            assert [row["sym"] for row in got] == sorted(local_top.get(sid, {}),
+                                                         key=lambda kk: ((-1 if desc else 1) * local_top[sid][kk][1], kk))
             if desc:
-                items = sorted(((u["sym"], u["risk"], u["per"]) for u in rows.values() if x1 <= u["risk"] <= x2),
-                               key=lambda t: (-t[2], t[0]))[:k]
-                assert got == items
+                items = sorted((u for u in rows.values() if x1 <= u["risk"] <= x2), key=lambda u: (-u["per"], u["sym"]))[:k]
+                assert got == [{c: u[c] for c in ("sym", "risk", "per", "sector")} for u in items]
+            else:
+                assert all(list(row) == ["sym", "per"] and row["per"] == rows[row["sym"]]["per"] for row in got)
     msgs = e.publish("stock", [{"sym": "s0", "risk": 4.0, "per": 9.0, "sector": "z"}], mode="reformulated").collect()
     assert {m.op for m in msgs} >= {"PUT", "ADD", "DELTA"}
     with pytest.raises(InvalidSubscription, match="positive integer"):
@@ -141,7 +143,7 @@ def test_box_min_and_topk_through_spark(spark):
             inside = [u for u in rows.values() if a1 <= u["a"] <= a2 and b1 <= u["b"] <= b2]
             if sid == "tk":
                 want = sorted(inside, key=lambda u: (-u["v"], u["id"]))[:3]
-                assert [(key, y) for key, *_, y in e.result(sid)] == [(u["id"], u["v"]) for u in want]
+                assert e.result(sid) == [{"id": u["id"], "v": u["v"]} for u in want]  # SELECT id, v
                 assert local.get("tk", {}) == {str(u["id"]): u["v"] for u in want}
             else:
                 vals = [u["v"] for u in inside]
@@ -207,7 +209,7 @@ def test_deliver_replays_reformulated_messages_to_every_result(spark):
         inside = [u["per"] for u in rows.values() if 1 <= u["risk"] <= 6 and 0 <= u["rank"] <= 4]
         assert local["bm"] == (min(inside) if inside else None) == e.result("bm")
         for sid in ("t0", "t1", "t2", "bt"):
-            got = {str(key): item[-1] for key, *item in e.result(sid)}
+            got = {str(row["sym"]): row["per"] for row in e.result(sid)}
             assert local.get(sid, {}) == got, (sid, step)
         best = sorted((u for u in rows.values() if 0 <= u["risk"] <= 7 and u["rank"] >= 2),
                       key=lambda u: (-u["per"], u["sym"]))[:2]  # ties by the (integer) key

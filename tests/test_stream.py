@@ -176,8 +176,9 @@ def read_output(spark, out_dir):
 
 @pytest.fixture(scope="module")
 def runs(spark, tmp_path_factory):
-    """Three queries side by side (each file goes to all, then all are drained; this overlaps their
-    fixed costs on 2 cores):
+    """Three queries, one live at a time (starting a transformWithState query launches a Python process
+    that Spark gives a fixed 10 s to connect back; with other such queries live, on a loaded machine, it
+    misses that: "Python worker failed to connect back"):
 
     A: unicast, derived order, uninterrupted, 6 files;
     B: the same, but stopped after 3 files; a fresh engine (new uid, nothing cached) restarts it from
@@ -189,36 +190,36 @@ def runs(spark, tmp_path_factory):
                                         "in_c", "out_c", "ck_c", "tmp")}
     for n in ("in_a", "in_b", "in_c", "tmp"):
         os.makedirs(dirs[n])
-    out, queries, live = {}, [], {}
+    out, queries = {}, []
 
-    def feed(files):
+    def feed(name, q, files):
         for f in files:
-            for name in live:
-                drop_file(dirs["in_" + name], f, dirs["tmp"], shuffled=(name == "c"))
-            for q in live.values():
-                q.processAllAvailable()
+            drop_file(dirs["in_" + name], f, dirs["tmp"], shuffled=(name == "c"))
+            q.processAllAvailable()
+
+    def run(name, files, partitions, **kw):
+        spark.conf.set("spark.sql.shuffle.partitions", partitions)  # a checkpoint keeps its partition count
+        df, q = start(spark, make_engine(spark), dirs["in_" + name], dirs["out_" + name], dirs["ck_" + name], **kw)
+        queries.append(q)
+        feed(name, q, files)
+        return df, q
 
     partitions = spark.conf.get("spark.sql.shuffle.partitions")
     try:
         # A: its two groups in two state partitions (run in parallel); B and C: both groups in one
-        # partition (fewer tasks and Python workers on 2 cores). A checkpoint keeps its partition count.
-        spark.conf.set("spark.sql.shuffle.partitions", "2")
-        df_a, live["a"] = start(spark, make_engine(spark), dirs["in_a"], dirs["out_a"], dirs["ck_a"])
-        spark.conf.set("spark.sql.shuffle.partitions", "1")
-        df_b1, live["b"] = start(spark, make_engine(spark), dirs["in_b"], dirs["out_b"], dirs["ck_b"])
-        df_c, live["c"] = start(spark, make_engine(spark), dirs["in_c"], dirs["out_c"], dirs["ck_c"],
-                                mode="reformulated", schema=STREAM_SCHEMA + ", _seq bigint")
-        queries.extend(live.values())
-        feed(range(3))
-        live["b"].stop()
-        out["b_before_restart"] = read_output(spark, dirs["out_b"])
-        df_b2, live["b"] = start(spark, make_engine(spark), dirs["in_b"], dirs["out_b"], dirs["ck_b"])
-        queries.append(live["b"])
-        feed(range(3, N_FILES))
+        # partition (fewer tasks and Python workers on 2 cores).
+        df_a, q_a = run("a", range(N_FILES), "2")
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            live["a"].explain()
+            q_a.explain()
         out["explain"] = buf.getvalue()
+        q_a.stop()
+        df_b1, q_b = run("b", range(3), "1")
+        q_b.stop()
+        out["b_before_restart"] = read_output(spark, dirs["out_b"])
+        df_b2, q_b = run("b", range(3, N_FILES), "1")
+        q_b.stop()
+        df_c, q_c = run("c", range(N_FILES), "1", mode="reformulated", schema=STREAM_SCHEMA + ", _seq bigint")
     finally:
         for q in queries:
             q.stop()

@@ -15,6 +15,7 @@ import pytest
 
 from sparksub import Engine
 from sparksub.operators import spark_join_stream as sjs
+from sparksub.operators.filter_group import EVENT_PREFIX
 
 pytestmark = pytest.mark.spark
 
@@ -67,12 +68,17 @@ def make_engine(spark):
 
 
 def results(rows_r):
+    """Each subscription's result tuples, each with its row of selected columns (``SELECT *``: rk, a, r.b,
+    sk, s.b, c): a kept pair whose selected values change leaves and re-enters (DESIGN §1)."""
+    def row(rk, r, sk, s):
+        return (rk, r["a"], r["b"], sk, s["b"], s["c"])
     out = {}
     for q, (a_lo, a_hi, c_lo, c_hi) in QUERIES.items():
-        out[q] = {(str(rk), str(sk)) for rk, r in rows_r.items() for sk, s in S0.items()
+        out[q] = {(str(rk), str(sk), row(rk, r, sk, s)) for rk, r in rows_r.items() for sk, s in S0.items()
                   if r["a"] is not None and a_lo <= r["a"] <= a_hi and float(r["b"]) == s["b"] and c_lo <= s["c"] <= c_hi}
     for q, (lo, hi) in BANDS.items():
-        out[q] = {(str(rk), str(sk)) for rk, r in rows_r.items() for sk, s in S0.items() if lo <= s["b"] - r["b"] <= hi}
+        out[q] = {(str(rk), str(sk), row(rk, r, sk, s)) for rk, r in rows_r.items() for sk, s in S0.items()
+                  if lo <= s["b"] - r["b"] <= hi}
     return out
 
 
@@ -97,8 +103,13 @@ def expected():
 
 
 def notes(rows):
-    return {(r["subscription_id"], r["op"], r["seq"], r["left_key"], r["right_key"]) for r in rows
-            if r["op"] != "rejected"}
+    """The notifications with the selected columns they carry (a null cell read back as None; the processor's
+    own rows, before the engine names them, carry them under EVENT_PREFIX)."""
+    def v(r, c):
+        x = r[c] if c in r else r[EVENT_PREFIX + c]
+        return None if x is None or x != x else x
+    return {(r["subscription_id"], r["op"], r["seq"], r["left_key"], r["right_key"],
+             tuple(v(r, c) for c in ("rk", "a", "r.b", "sk", "s.b", "c"))) for r in rows if r["op"] != "rejected"}
 
 
 def check_rejected(rows, want):
@@ -176,17 +187,21 @@ def test_join_stream_processor_under_tws_tester(schedule):
         sides = e._join_sides(entry)
         partner = e._tables["s"]
         names = partner.definition.column_names
-        wanted = (sides[1][1], sides[1][2], *sides[1][3])
-        rows = ({c: [] for c in (sides[0][1], sides[0][2], *sides[0][3])},
+        wanted = join_groups.side_columns(sides[1])
+        rows = ({c: [] for c in join_groups.side_columns(sides[0])},
                 {c: [r[names.index(c)] for r in partner.rows.values()] for c in wanted})
         ids, cols = entry.points.rows()
         snap = join_groups.JoinGroupSnapshot(entry.physical.klass, entry.group_id, "x", sides, True, ids, cols, rows,
-                                             domains=e._join_domains(entry))
+                                             domains=e._join_domains(entry), sub_outputs=e._outputs_of(entry),
+                                             output_types=e._join_output_types(entry),
+                                             payload_types=e._join_column_types(entry))
         groups[entry.group_id] = sjs.JoinStreamGroup(entry.group_id, join_groups.L, 2, _Deferred(pickle.dumps(snap)),
                                                      _Deferred(pickle.dumps(dict(state.rows))))
     tdef = state.definition
     spec = sjs.JoinStreamSpec("uid", "sid", "r", tdef.column_names, tuple(_arrow_type(t) for _, t in tdef.columns),
-                              "rk", "bigint", "unicast", _with_join_columns(_schema_for("unicast"), "unicast"),
+                              "rk", "bigint", "unicast",
+                              _with_join_columns(_schema_for("unicast"), "unicast", e._join_output_fields(e._groups.values(),
+                                                                                                        "unicast")),
                               groups, min(groups), True)
     tester = TwsTester(sjs._processor_class()(spec))
     saved, worker = sjs._CACHE, {}

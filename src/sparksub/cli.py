@@ -1,4 +1,4 @@
-"""The ``sparksub`` command line.
+"""The ``sparksub`` command line (``sparksub --version`` prints the installed version).
 
     sparksub demo [--stocks N] [--subscriptions M] [--updates U] [--batch B]
         the stock-market example of 000 §1 end to end on embedded Spark
@@ -29,6 +29,22 @@ __all__ = ["main"]
 def _engine():
     from sparksub import Engine
     return Engine()
+
+
+def _version() -> str:
+    """The installed distribution's version (the package's own when run from a source tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("sparksub")
+    except PackageNotFoundError:  # pragma: no cover - not installed
+        from sparksub import __version__
+        return __version__
+
+
+def _error_text(err: BaseException) -> str:
+    """An error as the command line prints it: its message (line, column and caret for text) and its notes
+    (which statement of a script, which took effect), no traceback."""
+    return "\n".join([str(err), *getattr(err, "__notes__", ())])
 
 
 # ---- demo ------------------------------------------------------------------------------------------
@@ -178,10 +194,11 @@ def run(args) -> int:
     if args.seconds_per_tick is not None:
         engine.event_seconds_per_tick = args.seconds_per_tick
     path = Path(args.events)
+    # nullable dtypes: an empty field is a missing value (null), not NaN, which the engine refuses as data
     if path.suffix.lower() == ".csv":
-        events = pd.read_csv(path)
+        events = pd.read_csv(path, dtype_backend="numpy_nullable")
     else:
-        events = pd.read_json(path, lines=True)
+        events = pd.read_json(path, lines=True, dtype_backend="numpy_nullable")
     scripts = [Path(s) for s in args.script]
     queries = []
     try:
@@ -229,19 +246,27 @@ def run(args) -> int:
                     if "unknown stream" in str(err):
                         hint = (f"\n  declare it: --schema \"{_columns_hint(events)}\" (the columns of {path.name}), "
                                 f"or a .sql script with CREATE TABLE")
-                    print(f"{script}: query {name}: {err}{hint}", file=sys.stderr)
+                    print(f"{script}: query {name}: {_error_text(err)}{hint}", file=sys.stderr)
                     return 2
             continue
         try:
-            answer = engine.sql(script.read_text())
+            answer = engine.sql(script.read_text())   # errors are positioned in the whole file
         except SparksubError as err:
-            print(f"{script}: {err}", file=sys.stderr)
+            print(f"{script}: {_error_text(err)}", file=sys.stderr)
             return 2
         except OSError as err:
             print(err, file=sys.stderr)
             return 2
+        except Exception as err:  # Spark's own (a statement Spark ran): its message, not a traceback
+            from pyspark.errors import PySparkException
+            if not isinstance(err, PySparkException):
+                raise
+            print(f"{script}: {type(err).__name__}: {_error_text(err)}", file=sys.stderr)
+            return 2
         if isinstance(answer, str):
             print(answer)
+        elif answer is not None and hasattr(answer, "toPandas"):  # SHOW SUBSCRIPTIONS [GROUPS]: a DataFrame
+            print(answer.toPandas().to_string(index=False))
     tables = [t.name for t in engine.catalog]
     table = args.table or (tables[0] if len(tables) == 1 else None)
     if table is None:
@@ -256,12 +281,12 @@ def run(args) -> int:
         try:
             notes = engine.publish(table, chunk, mode=args.mode).toPandas()
         except SparksubError as err:
-            print(f"{path}: rows {start}..{start + len(chunk) - 1}: {err}", file=sys.stderr)
+            print(f"{path}: rows {start}..{start + len(chunk) - 1}: {_error_text(err)}", file=sys.stderr)
             return 2
         total += len(notes)
+        if "op" in notes.columns:      # malformed rows, set aside with their reason (DESIGN §7)
+            rejected += int((notes["op"] == "rejected").sum())
         if "query" in notes.columns:   # event-query matches are printed below, one line each
-            if "op" in notes.columns:
-                rejected += int((notes["op"] == "rejected").sum())
             notes = notes[notes["query"].isna()]
             notes = notes.dropna(axis=1, how="all") if len(notes) else notes
         if len(notes):
@@ -284,6 +309,8 @@ def run(args) -> int:
     if names:
         print(f"{n_matches:,} event-query matches ({', '.join(f'{q} {seen[q]:,}' for q in names)}), "
               f"{rejected:,} events rejected")
+    elif rejected:
+        print(f"{rejected:,} rows rejected (op 'rejected' above, with the reason)")
     return 0
 
 
@@ -332,6 +359,7 @@ def build_jvm(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sparksub", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"sparksub {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="the stock-market range-min example on embedded Spark")
     d.add_argument("--stocks", type=int, default=10_000)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import logging
 import threading
 import uuid
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,14 +20,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from sparksub.errors import (AnalysisError, BadUpdate, CatalystUnavailable, DuplicateSubscription,
-                             InvalidSubscription, ParseError, SparksubError, UnknownSubscription,
-                             UnsupportedSubscription)
+from sparksub.errors import (AnalysisError, BadUpdate, CatalystUnavailable, DuplicateSubscription, InvalidArgument,
+                             InvalidSubscription, SparksubError, UnknownSubscription,
+                             UnsupportedSubscription, position_of)
+from sparksub.deliver_input import checked_messages
 from sparksub.grammar import statements as st
 from sparksub.grammar.event_ast import StreamExpr
+from sparksub.grammar.script import EventQueryStatement as _EventQueryStatement
+from sparksub.grammar.script import in_script, parse_script, spark_error
 from sparksub.jvm.bridge import subscription_group
+from sparksub import listing
+from sparksub.spark_connect import refuse_connect_session
 from sparksub.planner import ir
 from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES, Catalog, TableDef
+from sparksub.planner.logical import MAX_K
+from sparksub.planner.projection import join_output_columns, table_output_columns
 from sparksub.planner.classifier import (SUPPORTED_CLASSES, Planned, bind_band_join, bind_box, bind_filter_columns,
                                          bind_range, bind_select_join, parameters_of, plan_subscription)
 from sparksub.operators.box_groups import BOX_COLUMNS, BoxClassSnapshot, BoxSubscribers
@@ -37,7 +44,7 @@ from sparksub.operators.range_groups import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA, R
 from sparksub.operators.range_min_group import (DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA, UPSERT, GroupSnapshot,
                                                 with_reason)
 from sparksub.operators import event_partitions as evp
-from sparksub.operators import join_groups, range_subscribers, spark_events, spark_groups, spark_stream
+from sparksub.operators import join_groups, range_subscribers, row_validation, spark_events, spark_groups, spark_stream
 from sparksub.operators.join_groups import JOIN_ITEM_SCHEMA, JOIN_MESSAGE_SCHEMA, JoinSubscriptions, QueryChange
 
 __all__ = ["Engine", "spark_session"]
@@ -72,13 +79,44 @@ def catalyst_mode(value=None):
     return bool(value)
 
 
-def spark_session(master: str = "local[*]", app_name: str = "sparksub", catalyst=None, **conf):
-    """A SparkSession configured for sparksub (Arrow on, UI off, RocksDB state store) and, unless
-    ``catalyst`` is False, with the Catalyst extension (``sparksub.jvm``; built with javac on first use).
-    ``catalyst='auto'`` goes on without the extension when it cannot be built (``Engine`` says why)."""
+#: the options of the session :func:`spark_session` creates (its ``conf`` overrides them): no UI or console
+#: progress bar, two shuffle partitions and tasks (small local batches), an in-memory catalog, Arrow
+#: transfers, the RocksDB state store (stream state that survives restarts)
+SESSION_DEFAULTS = {
+    "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
+    "spark.sql.catalogImplementation": "in-memory",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+}
+#: the log level of the session :func:`spark_session` creates (Spark's INFO/WARN lines would bury ours)
+SESSION_LOG_LEVEL = "ERROR"
+_log = logging.getLogger("sparksub.engine")
+
+
+def spark_session(master: str = "local[*]", app_name: str = "sparksub", catalyst=None, conf: dict | None = None,
+                  **options):
+    """A new SparkSession for sparksub: :data:`SESSION_DEFAULTS` overridden by ``conf`` (and by ``options``,
+    ``**{"spark.x": v}``), log level :data:`SESSION_LOG_LEVEL`, and, unless ``catalyst`` is False, the
+    Catalyst extension (``sparksub.jvm``; built with javac on first use).  ``catalyst='auto'`` goes on
+    without the extension when it cannot be built (``Engine`` says why).
+
+    A process has one SparkContext: when one is already running, its session is returned as it is --
+    nothing is set on a session sparksub did not create -- and the options not applied are logged
+    (logger ``sparksub.engine``)."""
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     global _catalyst_build_error
+    conf = {**(conf or {}), **options}
+    if SparkContext._active_spark_context is not None:
+        running = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        refuse_connect_session(running, embedded=True)
+        if conf:
+            _log.warning("spark_session: a SparkSession is already running in this process; using it as it "
+                         "is (not applied: %s)", ", ".join(sorted(conf)))
+        return running
     mode = catalyst_mode(catalyst)
     if mode is not False:
         from sparksub import jvm
@@ -90,18 +128,11 @@ def spark_session(master: str = "local[*]", app_name: str = "sparksub", catalyst
                 raise
             _catalyst_build_error = str(err)
     builder = SparkSession.builder.master(master).appName(app_name)
-    defaults = {
-        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
-        "spark.sql.catalogImplementation": "in-memory",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.sql.streaming.stateStore.providerClass":
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-    }
-    for k, v in {**defaults, **conf}.items():
+    for k, v in {**SESSION_DEFAULTS, **conf}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    refuse_connect_session(spark, embedded=True)  # SPARK_REMOTE & co. make the builder's session a Connect one
+    spark.sparkContext.setLogLevel(SESSION_LOG_LEVEL)  # our own session: see SESSION_LOG_LEVEL
     return spark
 
 
@@ -143,6 +174,9 @@ class GroupEntry:
     # subscription change waiting to be logged to them (003 §4.2.3: queries change while data flows)
     join_layout: dict | None = None
     pending_change: QueryChange | None = None
+    # top-k and joins: each slot's output columns (a subscription's SELECT list, planner.projection; DESIGN §1)
+    outputs: list = field(default_factory=list)  # distinct projections; output_of[slot] indexes it
+    output_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
 
 
 @dataclass
@@ -172,16 +206,27 @@ class EventClassState:
 
 
 class Engine:
-    """The sparksub engine. ``Engine()`` makes a local SparkSession on first use; ``Engine(spark)`` uses yours.
+    """The sparksub engine. ``Engine()`` makes a local SparkSession on first use (:func:`spark_session`, with
+    its documented defaults and ``conf``, a dict of Spark options); ``Engine(spark)`` uses yours and
+    never changes it (no option, no log level).
 
     ``catalyst``: True, False or ``'auto'`` (default: ``$SPARKSUB_CATALYST``, else ``'auto'``).  With the
     Catalyst extension (``sparksub.jvm``) our statements run through ``spark.sql`` as well, Spark's own
     EXPLAIN names our operators (``SubscriptionGroup``), and the optimizer rewrites the plain-SQL range
-    join of a parameter table.  ``'auto'`` uses it when the session has it and otherwise says once, as
-    a warning, why not; True raises ``CatalystUnavailable`` instead; False never uses it.
+    join of a parameter table.  ``'auto'`` uses it when the session has it and otherwise says once why
+    not (a WARNING of the ``logging`` logger ``sparksub.engine``); True raises ``CatalystUnavailable``
+    instead; False never uses it.
     """
 
-    def __init__(self, spark=None, catalyst=None):
+    def __init__(self, spark=None, catalyst=None, conf: dict | None = None):
+        if spark is not None and conf:
+            raise InvalidArgument("Engine(spark, conf=...): conf is for the session Engine() creates; a session "
+                                  "you pass is used as it is (set its options when you build it)")
+        if conf is not None and not isinstance(conf, dict):
+            raise InvalidArgument(f"Engine(conf=...) takes a dict of Spark options, got {type(conf).__name__}")
+        self._conf = dict(conf or {})
+        if spark is not None:
+            refuse_connect_session(spark)   # before anything is registered (issue 15 item 11)
         self._spark = spark
         self._catalyst_mode = catalyst_mode(catalyst)
         #: whether the Catalyst extension is in use (None until the SparkSession is known)
@@ -222,7 +267,7 @@ class Engine:
     @property
     def spark(self):
         if self._spark is None:
-            self._spark = spark_session(catalyst=self._catalyst_mode)
+            self._spark = spark_session(catalyst=self._catalyst_mode, conf=self._conf)
         if self.catalyst is None:
             self._resolve_catalyst()
         return self._spark
@@ -248,7 +293,7 @@ class Engine:
             raise CatalystUnavailable(self.catalyst_reason)
         if not _catalyst_warned:
             _catalyst_warned = True
-            warnings.warn(f"sparksub: {self.catalyst_reason}; running on the pure-Python path", stacklevel=3)
+            _log.warning("sparksub: %s; running on the pure-Python path", self.catalyst_reason)
 
     def _describe(self, groups, mode: str, explained=None) -> str | None:
         """The ``SubscriptionGroup`` node's text for Spark's EXPLAIN (None when the extension is off):
@@ -286,16 +331,151 @@ class Engine:
     # ---- statements --------------------------------------------------------------------------------
     def sql(self, text: str):
         """Run one statement or a ``;``-separated script; returns the last statement's answer:
-        ``None`` for DDL, a string for EXPLAIN SUBSCRIPTION, a list of dicts for SHOW SUBSCRIPTIONS,
-        and a Spark DataFrame for anything Spark itself runs.  The whole script is parsed (event-query
-        bodies too) before anything runs.  ``CREATE EVENT QUERY name AS <CEL or algebra>`` takes the text up
-        to the next ``;`` outside quotes, comments and brackets (the algebra's ``;[θ]`` stays inside)."""
-        answer = None
-        for stmt in _parse_script(text):
-            answer = self._run(stmt)
-        return answer
+        ``None`` for DDL, a string for EXPLAIN SUBSCRIPTION, a Spark DataFrame for SHOW SUBSCRIPTIONS,
+        SHOW SUBSCRIPTION GROUPS and anything Spark itself runs.  ``CREATE EVENT QUERY name AS <CEL or
+        algebra>`` takes the text up to the next ``;`` outside quotes, comments and brackets (the algebra's
+        ``;[θ]`` stays inside).
 
-    def _run(self, stmt: exp.Expression):
+        A script is all-or-nothing, by checking before running (not by undoing: a dropped subscription's
+        state or an event query's partial matches could not be put back): every statement is parsed, and
+        every statement of ours planned and bound against the tables, subscriptions and event queries the
+        statements before it leave (:meth:`_check_script`), Spark's own statements parsed by Spark's parser,
+        before the first one runs.  A bad statement raises its error, at its line and column in ``text``,
+        and nothing has changed (DESIGN §7).  Only what running alone can tell -- Spark's analysis of its
+        own statements, a failing Spark job -- stops a script part-way; the error's note then says which
+        statements took effect."""
+        if not isinstance(text, str):
+            raise InvalidArgument(f"sql() takes the statement text as a string, got {type(text).__name__}: "
+                                  f"{text!r:.60}")
+        with self._lock:
+            script = parse_script(text)
+            if len(script) > 1:
+                self._check_script(text, script)
+            answer = None
+            for n, item in enumerate(script):
+                try:
+                    answer = self._run(item.statement, item.source)
+                except Exception as err:
+                    located = _script_error(err, item, text)
+                    if n:
+                        located.add_note(f"statements 1-{n} of the script took effect; statement {n + 1} failed "
+                                         f"and the {len(script) - n - 1} after it did not run")
+                    if located is err:
+                        raise
+                    raise located from None
+            return answer
+
+    def _check_script(self, text: str, script: list) -> None:
+        """Check every statement of a script as running it would, before any runs (:meth:`sql`): against
+        a scratch engine holding a copy of this one's namespace -- its tables, the event queries, and the
+        subscription ids the statements before add and drop -- that the statements change in turn;
+        nothing of this engine changes.  Raises the first statement's error, positioned in ``text``."""
+        scratch = Engine(catalyst=False)
+        scratch.catalog = self.catalog.copy()
+        scratch._event_queries = dict(self._event_queries)
+        scratch.event_seconds_per_tick = self.event_seconds_per_tick
+        added: set = set()
+        dropped: set = set()
+
+        def subscribed(name: str) -> bool:
+            return name in added or (name not in dropped and self._find_group(name, required=False) is not None)
+
+        for n, item in enumerate(script):
+            try:
+                self._check_statement(item.statement, item.source, scratch, subscribed, added, dropped)
+            except SparksubError as err:
+                located = in_script(err, item.source, item.offset, text)
+                if getattr(located, "line", None) is None:  # say where, as a positioned error does
+                    lead = len(item.source) - len(item.source.lstrip())
+                    line = position_of(text, item.offset + lead)[0]
+                    located.add_note(f"in statement {n + 1} of the script (line {line}): "
+                                     f"{item.source.strip().splitlines()[0][:80]}")
+                raise located from None
+
+    def _check_statement(self, stmt, source: str, scratch: "Engine", subscribed, added: set, dropped: set) -> None:
+        """One statement of :meth:`_check_script`, applied to ``scratch`` and the id sets."""
+        from sparksub.grammar.events import parse_event_query
+        from sparksub.operators.nfa import NFAEngine
+        if isinstance(stmt, exp.Create) and (stmt.args.get("kind") or "").upper() == "TABLE":
+            scratch.create_table(TableDef.from_create(stmt))
+        elif isinstance(stmt, st.CreateSubscription):
+            name, planned = stmt.this.name, scratch._plan(stmt.query)
+            _check_single(name, planned)
+            if subscribed(name) or name in scratch._event_queries:
+                raise DuplicateSubscription(f"duplicate subscription id {name!r}: it already exists"
+                                            if subscribed(name) else f"{name!r} is already an event query")
+            _bind_constants(planned.physical, {}, np.array([name], dtype=object), scratch._column_types(planned))
+            added.add(name)
+            dropped.discard(name)
+        elif isinstance(stmt, st.DropSubscription):
+            name = stmt.this.name
+            if subscribed(name):
+                dropped.add(name)
+                added.discard(name)
+            elif name in scratch._event_queries:
+                raise UnknownSubscription(f"{name!r} is an event query: DROP EVENT QUERY {name}")
+            elif not stmt.args.get("exists"):
+                raise UnknownSubscription(f"no subscription {name!r}")
+        elif isinstance(stmt, st.ExplainSubscription):
+            target = stmt.target
+            if isinstance(target, str):
+                if not subscribed(target) and target not in scratch._event_queries:
+                    raise UnknownSubscription(f"no subscription or event query {target!r}")
+            else:
+                scratch._plan(target)
+        elif isinstance(stmt, (_EventQueryStatement, st.CreateEventQuery)):
+            if isinstance(stmt, _EventQueryStatement):
+                name, query, text = stmt.name, stmt.query, stmt.text
+            else:
+                name, text = stmt.this.name, stmt.expression.this
+                query = parse_event_query(text)
+            if name in scratch._event_queries:
+                raise DuplicateSubscription(f"event query {name!r} already exists")
+            if subscribed(name):
+                raise DuplicateSubscription(f"{name!r} is already a subscription")
+            record = scratch._event_record(name, text, query)
+            NFAEngine(**scratch._event_options()).register(name, record.query)   # resolved (Cayuga's names)
+            scratch._event_queries[name] = record
+        elif isinstance(stmt, st.DropEventQuery):
+            name = stmt.this.name
+            if name not in scratch._event_queries:
+                if not stmt.args.get("exists"):
+                    raise UnknownSubscription(f"no event query {name!r}")
+                return
+            mine = set(scratch._event_queries[name].info.publishes)
+            for other, rec in scratch._event_queries.items():
+                if other != name and mine & set(rec.info.reads):
+                    raise AnalysisError(f"cannot drop event query {name!r}: {other!r} reads its stream "
+                                        f"{sorted(mine & set(rec.info.reads))[0]!r}")
+            del scratch._event_queries[name]
+        elif not isinstance(stmt, (st.ShowSubscriptions, getattr(st, "ShowSubscriptionGroups", st.ShowSubscriptions))):
+            self._spark_parse(source)
+
+    def _spark_parse(self, source: str) -> None:
+        """Spark's parser's verdict on one of Spark's own statements (nothing runs); a syntax error raises
+        a ParseError positioned in ``source``."""
+        jsession = getattr(self.spark, "_jsparkSession", None)
+        if jsession is None:
+            return  # no JVM parser to ask: Spark's verdict comes when the statement runs
+        from py4j.protocol import Py4JJavaError
+        try:
+            jsession.sessionState().sqlParser().parsePlan(source.strip())
+        except Exception as err:  # PySpark converts the JVM's exceptions (else a raw Py4JJavaError)
+            if isinstance(err, Py4JJavaError):
+                from pyspark.errors.exceptions.captured import convert_exception
+                err = convert_exception(err.java_exception)
+            mine = spark_error(err, source.strip())
+            if mine is None:
+                raise
+            raise in_script(mine, source.strip(), len(source) - len(source.lstrip()), source) from None
+
+    def _column_types(self, planned: Planned) -> dict[str, str] | None:
+        """A FILTER subscription's table's column types (its parameters are checked against them)."""
+        if isinstance(planned.physical, ir.FilterGroupScan):
+            return dict(self.catalog.get(planned.physical.table).columns)
+        return None
+
+    def _run(self, stmt: exp.Expression, source: str | None = None):
         if isinstance(stmt, exp.Create) and (stmt.args.get("kind") or "").upper() == "TABLE":
             self.create_table(TableDef.from_create(stmt))
             return None
@@ -309,6 +489,8 @@ class Engine:
             return None
         if isinstance(stmt, st.ShowSubscriptions):
             return self.subscriptions()
+        if isinstance(stmt, st.ShowSubscriptionGroups):
+            return self.spark.createDataFrame(listing.groups_table(self.subscription_groups()))
         if isinstance(stmt, st.ExplainSubscription):
             target = stmt.target
             return self.explain(target if isinstance(target, str) else target.sql(dialect="spark"))
@@ -327,7 +509,8 @@ class Engine:
         for t in stmt.find_all(exp.Table):
             if t.name in self.catalog:
                 self.table(t.name).createOrReplaceTempView(t.name)
-        return self.spark.sql(stmt.sql(dialect="spark"))
+        # the text as written (Spark's error positions then point into it), else sqlglot's rendering
+        return self.spark.sql(source.strip() if source is not None else stmt.sql(dialect="spark"))
 
     def table(self, name: str):
         """The current rows of a declared table, as a Spark DataFrame."""
@@ -352,6 +535,7 @@ class Engine:
     def _plan(self, query) -> Planned:
         select = st.parse_select(query) if isinstance(query, str) else query
         planned = plan_subscription(select, self.catalog)
+        _output_columns(planned, self.catalog)  # a SELECT list no row can hold fails here, before anything changes
         if isinstance(planned.physical, _JOIN_NODES):
             p = planned.physical  # (a self-join never gets here: the planner wants two different tables)
             for t in (p.left, p.right):
@@ -373,16 +557,15 @@ class Engine:
         self._subscribe_planned(sub_id, self._plan(sql))
 
     def _subscribe_planned(self, sub_id: str, planned: Planned) -> None:
-        if not isinstance(sub_id, str) or not sub_id:
-            raise InvalidSubscription(f"subscription ids are non-empty strings, got {sub_id!r}")
-        if parameters_of(planned.physical):
-            raise InvalidSubscription(f"subscription {sub_id!r} has parameters "
-                                      f"{list(parameters_of(planned.physical))}: use subscribe_many")
+        _check_single(sub_id, planned)
         with self._lock:
+            ids = np.array([sub_id], dtype=object)
+            bound = _bind_constants(planned.physical, {}, ids, self._column_types(planned))
+            self._check_new_ids(ids)
             entry = self._group_for(planned.physical)
-            self._check_new_ids([sub_id], entry)
-            slots = self._register(entry, planned.physical, np.array([sub_id], dtype=object), {})
+            slots = self._register(entry, planned.physical, ids, bound)
             self._note_template(entry, slots, planned.template)
+            self._note_outputs(entry, slots, planned)
             self._records[sub_id] = SubscriptionRecord(planned, entry.group_id)
             self._changed(entry, subscriptions=True)
 
@@ -393,41 +576,38 @@ class Engine:
         cols = _param_columns(params)
         if "id" not in cols:
             raise InvalidSubscription(f"params need an 'id' column (got columns {sorted(cols)})")
-        ids = np.asarray(cols.pop("id"), dtype=object)
+        ids = _checked_ids(cols.pop("id"))
         needed = parameters_of(planned.physical)
         missing = [p for p in needed if p not in cols]
         if missing:
             raise InvalidSubscription(f"params lack columns for template parameters {missing} "
                                       f"(template: {template})")
-        if ids.size and not all(isinstance(i, str) and i for i in (ids[0], ids[-1])):
-            ids = ids.astype(str).astype(object)
         with self._lock:
+            bound = _bind_constants(planned.physical, cols, ids, self._column_types(planned))
+            self._check_new_ids(ids)
             entry = self._group_for(planned.physical)
-            self._check_new_ids(ids, entry)
-            slots = self._register(entry, planned.physical, ids, cols)
+            slots = self._register(entry, planned.physical, ids, bound)
             self._note_template(entry, slots, planned.template)
+            self._note_outputs(entry, slots, planned)
             self._bulk.setdefault(entry.group_id, []).append(SubscriptionRecord(planned, entry.group_id, True))
             self._changed(entry, subscriptions=True)
         return int(ids.size)
 
     @staticmethod
-    def _register(entry: GroupEntry, physical, ids: np.ndarray, params: dict) -> np.ndarray:
-        """Bind the constants (all checked first) and add the subscriptions to the group's registry,
-        which rejects duplicate ids — within the batch too — before adding anything."""
+    def _register(entry: GroupEntry, physical, ids: np.ndarray, bound: dict) -> np.ndarray:
+        """Add the subscriptions, their constants bound and checked (:func:`_bind_constants`), to the
+        group's registry."""
         if isinstance(physical, ir.FilterGroupScan):
-            disjuncts = bind_filter_columns(physical, params, ids.size, ids=ids)
-            return entry.points.add_block(Block(ids, disjuncts, physical.columns))
+            return entry.points.add_block(Block(ids, bound["disjuncts"], physical.columns))
         if isinstance(physical, _JOIN_NODES):
-            columns = _bind_join(physical, params, ids)
+            columns = bound["columns"]
             slots = entry.points.add(ids, columns)
             entry.pending_change = QueryChange(ids, columns)
             return slots
         box = isinstance(physical, _BOX_NODES)
+        x1, x2, k = bound["x1"], bound["x2"], bound.get("k")
         if box:
-            x1, x2, x2_lo, x2_hi = bind_box(physical, params, ids.size, ids=ids)
-        else:
-            x1, x2 = bind_range(physical, params, ids.size, ids=ids)
-        k = _bind_k(physical, params, ids) if isinstance(physical, _TOPK_NODES) else None
+            x2_lo, x2_hi = bound["x2_lo"], bound["x2_hi"]
         slots = entry.points.add(ids, x1, x2)
         if k is not None:
             entry.k_of = _grown(entry.k_of, slots, 1)
@@ -437,20 +617,20 @@ class Engine:
             entry.x2_of[slots, 0], entry.x2_of[slots, 1] = x2_lo, x2_hi
         return slots
 
-    def _check_new_ids(self, ids, target: GroupEntry | None = None) -> None:
-        """Ids are unique per engine: check them against every group but ``target``, whose own
-        ``SubscriptionPoints.add`` rejects duplicates (within the batch too) before adding anything —
-        and against the event queries' names (one namespace: SHOW / EXPLAIN SUBSCRIPTION list both)."""
+    def _check_new_ids(self, ids) -> None:
+        """Ids are unique per engine (a batch's among themselves: :func:`_checked_ids`): check them against
+        every group and against the event queries' names (one namespace: SHOW / EXPLAIN SUBSCRIPTION list
+        both), before any group is touched."""
         if self._event_queries:
             clash = next((i for i in ids if i in self._event_queries), None)
             if clash is not None:
                 raise DuplicateSubscription(f"{clash!r} is already an event query")
         for entry in self._groups.values():
-            if entry is target or not len(entry.points):
+            if not len(entry.points):
                 continue
             clash = next((i for i in ids if i in entry.points), None)
             if clash is not None:
-                raise DuplicateSubscription(f"subscription {clash!r} already exists")
+                raise DuplicateSubscription(f"duplicate subscription id {clash!r}: it already exists")
 
     def unsubscribe(self, sub_id: str) -> None:
         with self._lock:
@@ -473,6 +653,30 @@ class Engine:
             grown[: entry.template_of.size] = entry.template_of
             entry.template_of = grown
         entry.template_of[slots] = entry.templates.index(template)
+
+    def _note_outputs(self, entry: GroupEntry, slots: np.ndarray, planned: Planned) -> None:
+        """Record the new subscriptions' output columns (their SELECT list, DESIGN §1) for top-k and joins;
+        a join group's partitions get them with the subscriptions' log entry."""
+        outputs = _output_columns(planned, self.catalog)
+        if outputs is None:
+            return
+        if outputs not in entry.outputs:
+            entry.outputs.append(outputs)
+        if slots.size and slots.max() >= entry.output_of.size:
+            grown = np.zeros(max(int(slots.max()) + 1, 2 * entry.output_of.size), dtype=np.int32)
+            grown[: entry.output_of.size] = entry.output_of
+            entry.output_of = grown
+        entry.output_of[slots] = entry.outputs.index(outputs)
+        if isinstance(entry.physical, _JOIN_NODES) and entry.pending_change is not None:
+            entry.pending_change.add_outputs = [outputs] * int(slots.size)
+            entry.pending_change.output_types = self._join_output_types(entry)
+
+    def _outputs_of(self, entry: GroupEntry, slots=None) -> list:
+        """The output columns of each of ``slots`` (default: the live ones), ``((name, side, column), ...)``."""
+        slots = entry.points.live_slots() if slots is None else np.asarray(slots, dtype=np.int64)
+        if not entry.outputs:
+            return [()] * len(slots)
+        return [entry.outputs[i] for i in entry.output_of[slots].tolist()]
 
     def _find_group(self, sub_id: str, required: bool = True) -> GroupEntry | None:
         for entry in self._groups.values():
@@ -526,9 +730,25 @@ class Engine:
         if subscriptions:
             entry.base_stale = True  # the base snapshot holds the subscriptions: rebuild it lazily
 
-    def subscriptions(self) -> list[dict]:
-        """SHOW SUBSCRIPTIONS: one row per group and template (a million bulk subscriptions are one row);
-        one row per event query (class EVENT, its group the event class it runs in, its text)."""
+    def subscriptions(self):
+        """SHOW SUBSCRIPTIONS, a Spark DataFrame: one row per subscription (``name, class, group, template,
+        parameters`` -- its bound constants as JSON, see ``listing``) and per event query (class EVENT, its
+        group the event class it runs in, its text as the template, no parameters).  Built from the
+        registries' columns through Arrow: a million subscriptions are a million rows, no Python dict each.
+        (It was the per-group list, now ``subscription_groups``.)"""
+        return self.spark.createDataFrame(self.subscription_table())
+
+    def subscription_table(self) -> pa.Table:
+        """SHOW SUBSCRIPTIONS' rows as an Arrow table (``listing.SUBSCRIPTIONS_SCHEMA``; no Spark needed)."""
+        with self._lock:
+            return listing.subscriptions_table(
+                list(self._groups.values()),
+                [(name, f"events:{self._event_plan.class_of[name]}", rec.text)
+                 for name, rec in self._event_queries.items()])
+
+    def subscription_groups(self) -> list[dict]:
+        """SHOW SUBSCRIPTION GROUPS: one row per group and template (a million bulk subscriptions are one
+        row); one row per event query (class EVENT, its group the event class it runs in, its text)."""
         out = []
         for entry in self._groups.values():
             counts = np.bincount(entry.template_of[entry.points.live_slots()], minlength=len(entry.templates))
@@ -575,7 +795,7 @@ class Engine:
                                           f"got {type(query).__name__}")
             text = text if text is not None else _event_text(query)
             record = self._event_record(name, text, query)
-            NFAEngine(**self._event_options()).register(name, query)   # what the executor refuses, refused here
+            NFAEngine(**self._event_options()).register(name, record.query)   # what the executor refuses
             records = {**self._event_queries, name: record}
             plan = evp.event_partition_plan([r.info for r in records.values()], self._event_partition_count(),
                                             self._event_plan)
@@ -635,7 +855,10 @@ class Engine:
         return {s: q for q, rec in self._event_queries.items() for s in rec.info.publishes}
 
     def _event_record(self, name: str, text: str, query: StreamExpr) -> EventQueryRecord:
-        """Analyse a new query against the catalog and the registered ones (raises before any change)."""
+        """Analyse a new query against the catalog and the registered ones (raises before any change).
+        The record holds the query resolved and checked by ``event_analysis.analyse_query`` (Cayuga's
+        unqualified names, unknown attributes, types: issue 15 items 2–3): what every executor runs."""
+        from sparksub.grammar.event_analysis import analyse_query
         from sparksub.operators.nfa import compile_query
         publishers = self._event_publishers()
         reads, publishes = evp.query_streams(query)
@@ -643,7 +866,7 @@ class Engine:
             if s not in publishers and s in self.catalog and self.catalog.get(s).key is not None:
                 raise AnalysisError(f"event query {name!r} reads {s!r}, a table with a PRIMARY KEY: event "
                                     f"queries read event streams (CREATE TABLE {s} (...) without a key)")
-        info = evp.query_info(name, query, self._event_tables(), publishers)
+        evp.query_info(name, query, self._event_tables(), publishers)     # unknown streams: refused here
         for p in publishes:
             if p in publishers:
                 raise AnalysisError(f"event query {name!r} PUBLISHes {p!r}, which event query "
@@ -656,6 +879,8 @@ class Engine:
                 env[s] = self._event_queries[publishers[s]].published[s]
             else:
                 env[s] = {c: _arrow_type(t) for c, t in self.catalog.get(s).columns}
+        query = analyse_query(query, env, name=name, text=text).query
+        info = evp.query_info(name, query, self._event_tables(), publishers)
         published: dict = {}
         attributes = evp.output_attributes(query, env, published)
         compiled = compile_query(name, query, schemas={s: list(a) for s, a in env.items()},
@@ -732,49 +957,24 @@ class Engine:
         return tuple(sorted({s for q in cls.queries for s in self._event_queries[q].raw_spellings
                              if s.lower() == low})) or (tdef.name,)
 
-    def _event_times(self, state: TableState, updates) -> tuple[pa.Table, dict]:
-        """The events' intervals: integer ``t0``/``t1`` columns (one alone: an instantaneous event), or the
-        n-th event published to the stream gets ``t0 = t1 = n``.  Malformed events — a NULL t0/t1, t0 > t1,
-        a t1 before the largest t1 of an earlier publish call — get a reason and are set aside.  Returns the
-        rows without the t0/t1 columns (unless the table declares them) and {t0, t1, reasons}."""
+    def _event_times(self, state: TableState, n: int, reasons: np.ndarray, ticks: tuple | None) -> dict:
+        """The events' intervals: the integer ``t0``/``t1`` columns ``_validated`` read (``ticks``; one alone:
+        an instantaneous event), or the n-th event published to the stream gets ``t0 = t1 = n``.  Beside the
+        rows ``row_validation`` set aside (``reasons``: a null t0/t1, t0 > t1, ...), an event with a t1 before
+        the largest t1 of an earlier publish call gets a reason too.  Returns {t0, t1, reasons}."""
         tdef = state.definition
-        table = _to_arrow(updates)
-        n = table.num_rows
         count, last, _ = self._event_clocks.get(tdef.name.lower(), (0, None, 0))
-        given = {}
-        for c in ("t0", "t1"):
-            if c not in table.column_names:
-                continue
-            col = table.column(c)
-            if pa.types.is_floating(col.type):
-                vals = col.to_pylist()
-                bad = next((i for i, v in enumerate(vals) if v is not None and (v != v or not float(v).is_integer())),
-                           None)
-                if bad is not None:
-                    raise BadUpdate(f"{c} must hold integers (ticks), got {vals[bad]!r}", bad, c)
-                given[c] = [None if v is None else int(v) for v in vals]
-            elif pa.types.is_integer(col.type) or pa.types.is_null(col.type):
-                given[c] = col.cast(pa.int64()).to_pylist()
-            else:
-                raise BadUpdate(f"{c} must be an integer column (ticks), got {col.type}", None, c)
-        reasons: list = [None] * n
-        if not given:
+        if ticks is None:
             t0 = t1 = list(range(count, count + n))
         else:
-            t0 = given.get("t0", given.get("t1"))
-            t1 = given.get("t1", given.get("t0"))
-            for i in range(n):
-                if t0[i] is None or t1[i] is None:
-                    reasons[i] = f"null {'t0' if t0[i] is None else 't1'}"
-                elif t0[i] > t1[i]:
-                    reasons[i] = f"t0={t0[i]} > t1={t1[i]}"
+            t0, t1 = ticks[0].to_pylist(), ticks[1].to_pylist()
+        reasons = list(reasons)
         if last is not None:
             for i in range(n):
                 if reasons[i] is None and t1[i] < last:
                     reasons[i] = (f"t1={t1[i]} is before t1={last}, already published to {tdef.name!r} "
                                   f"(events arrive in end-time order across publish calls)")
-        drop = [c for c in given if c not in tdef.column_names]
-        return (table.drop_columns(drop) if drop else table), {"t0": t0, "t1": t1, "reasons": reasons}
+        return {"t0": t0, "t1": t1, "reasons": reasons}
 
     def _event_part(self, state: TableState, batch: pa.Table, seqs: np.ndarray, times: dict):
         """Run the event classes reading ``state``'s stream on the accepted events of one publish.
@@ -842,7 +1042,8 @@ class Engine:
             gids = out.column("group_id").to_pylist()
             failed = {g for o, g in zip(ops, gids) if o == "error"}
             seqs_out = out.column("seq").to_pylist()
-            raised = [(g, q) for o, g, q in zip(ops, gids, seqs_out) if o == "rejected"]   # an executor raised
+            # an event a query raised on: rejected for that query alone (its neighbours used it)
+            raised = [(g, q) for o, g, q in zip(ops, gids, seqs_out) if o == "rejected"]
             rows = [r for r in out.to_pylist() if r["op"] == "match"]
             rows.sort(key=lambda r: (r["t1"], int(r["group_id"].rsplit("#", 1)[1])))   # stable
             for r in rows:
@@ -862,10 +1063,7 @@ class Engine:
                 if rid in failed:
                     c.failures += 1      # its batch is not logged: the next task rebuilds from base + log
                     continue
-                skip = [q for g, q in raised if g == rid]
-                if skip:    # set aside: logged without them, so a replay never meets them
-                    sub = sub.filter(pc.invert(pc.is_in(sub.column("seq"), pa.array(skip, pa.int64()))))
-                c.replicas[rid].log.append((streams[rid], sub))
+                c.replicas[rid].log.append((streams[rid], sub))   # whole: a replay drops the same errors
             for c in classes:
                 if c.cls.id in ticks:
                     c.tick = ticks[c.cls.id] if c.tick is None else max(c.tick, ticks[c.cls.id])
@@ -959,7 +1157,10 @@ class Engine:
         """Set the initial state of ``table`` (rows replace rows with the same key). No notifications."""
         with self._lock:
             state = self._table(table)
-            batch = self._validated(state, data)
+            batch, reasons, _ = self._validated(state, data)
+            bad = next((i for i, r in enumerate(reasons) if r is not None), None)
+            if bad is not None:  # initial state: all or nothing (there is no output to set a row aside in)
+                raise BadUpdate(f"load into {state.definition.name!r}: {reasons[bad]}", bad)
             self._apply_rows(state, batch)
             for entry in self._groups_on(state):
                 self._changed(entry, subscriptions=True)  # rebuild bases from the new rows
@@ -970,10 +1171,21 @@ class Engine:
 
         ``mode``: ``'unicast'`` (one row per affected subscription: subscription_id, op, value, seq,
         group_id) or ``'reformulated'`` (the messages: group_id, seq, step, op, new_value, inner_l,
-        inner_r, outer_l, outer_r); both end with a nullable ``reason``. Should a group's operator fail,
+        inner_r, outer_l, outer_r); both end with a nullable ``reason``. FILTER and BAND_JOIN groups have no
+        reformulated form: in that mode their unicast rows (with ``subscription_id``) come out beside the
+        messages, and ``deliver`` passes them through. A join notification carries its subscription's
+        selected columns under their names (DESIGN §1; ``left_key``/``right_key``, the result tuple's keys,
+        stay as a deprecated alias). Should a group's operator fail,
         its notifications for this batch are replaced by one ``op = 'error'`` row whose ``reason``
         names the failure, the other groups are unaffected, and the failed group is rebuilt from the
         table's rows on its next use (DESIGN §7).
+
+        A malformed row (``operators/row_validation.py``: a null key, an unknown ``_op``, NaN or ±inf in a
+        numeric column, a value that does not cast to its column's type, a delete of a key the table does
+        not hold -- counting earlier rows of the batch) is set aside: it comes out as a row with ``op =
+        'rejected'``, its ``seq`` and ``reason``, exactly as ``stream`` emits it, and the other rows apply.
+        A malformed batch (an unknown column, no key column, an upsert batch lacking a column) raises
+        ``BadUpdate`` and changes nothing.
 
         On an event stream (a table without a key) the rows are events: each has an interval — integer
         ``t0``/``t1`` columns, or ``t0 = t1 = n`` for the n-th event published to the stream (0-based,
@@ -998,35 +1210,36 @@ class Engine:
         schema = _schema_for(mode)
         with self._lock:
             state = self._table(table)
+            batch, reasons, ticks = self._validated(state, updates)
             times = None
             if state.definition.key is None:
-                updates, times = self._event_times(state, updates)
-            batch = self._validated(state, updates)
+                times = self._event_times(state, batch.num_rows, reasons, ticks)
+                reasons = np.array(times["reasons"], dtype=object)
             n_rows = batch.num_rows
             all_seqs = np.arange(self._next_seq, self._next_seq + n_rows, dtype=np.int64)
             all_batch = batch
             seqs = all_seqs
-            if times is not None and any(r is not None for r in times["reasons"]):
-                ok = np.array([r is None for r in times["reasons"]], dtype=bool)
+            ok = np.fromiter((r is None for r in reasons), dtype=bool, count=n_rows)
+            if not ok.all():  # set aside (DESIGN §7): the rejected rows come out below, the rest goes on
                 batch, seqs = batch.filter(pa.array(ok)), all_seqs[ok]
             groups = self._groups_on(state)
-            skipped = []
-            if mode == "reformulated":  # FILTER and BAND_JOIN have no reformulated form yet: unicast only
-                skipped = [e for e in groups if isinstance(e.physical, ir.BandJoinGroupScan)]
-                groups = [e for e in groups if not isinstance(e.physical, (ir.FilterGroupScan, ir.BandJoinGroupScan))]
-            elif any(isinstance(e.physical, ir.FilterGroupScan) for e in groups):
+            if mode == "reformulated" and any(isinstance(e.physical, _UNICAST_ONLY_NODES) for e in groups):
+                # FILTER and BAND_JOIN have no reformulated form: their groups answer with their unicast rows,
+                # beside the other groups' messages (issue 15 item 6); deliver() passes them through
+                schema = _with_unicast_rows(schema)
+            if any(isinstance(e.physical, ir.FilterGroupScan) for e in groups):
                 schema = _with_event_columns(schema, state.definition)
             if any(isinstance(e.physical, _RANGE_CLASS_NODES) for e in groups):
                 schema = _with_range_class_columns(schema, mode, any(isinstance(e.physical, _BOX_NODES)
                                                                      for e in groups))
             if any(isinstance(e.physical, _JOIN_NODES) for e in groups):
-                schema = _with_join_columns(schema, mode)
+                schema = _with_join_columns(schema, mode, self._join_output_fields(groups, mode))
             self._net_join_rows = False
             group_batches = {e.group_id: self._group_batch(state, e.physical, batch, seqs) for e in groups
                              if not isinstance(e.physical, _JOIN_NODES)}
             replicas, parts, owner = {}, [], {}
             for e in groups:
-                if mode == "reformulated" and not isinstance(e.physical, ir.FilterGroupScan):
+                if mode == "reformulated" and not isinstance(e.physical, _UNICAST_ONLY_NODES):
                     self._sync_subscribers(e)
                 if isinstance(e.physical, _JOIN_NODES):
                     # one replica per partition; the rows are routed to their partitions (join_groups)
@@ -1057,11 +1270,12 @@ class Engine:
             event_commit = None
             if times is not None:
                 df, event_commit = self._with_event_part(state, df, schema, all_batch, all_seqs, times)
+            elif not ok.all():  # a keyed table's malformed rows, as a stream emits them (row_validation)
+                rejected = row_validation.rejected_rows(schema, all_seqs[~ok], reasons[~ok])
+                df = df.unionByName(_rename_event_columns(self.spark.createDataFrame(rejected), state.definition),
+                                    allowMissingColumns=True)
             # Only now, with the notifications computed, does the batch become part of the state.
             self._apply_rows(state, batch)
-            for e in skipped:  # stateful, yet left out of this batch: rebuilt from the rows on next use
-                e.base_stale = True
-                e.version += 1
             self._next_seq += n_rows
             if event_commit is not None:
                 event_commit()
@@ -1106,12 +1320,14 @@ class Engine:
         ``streaming_df`` has the table's columns, an optional ``_op`` (``'upsert'`` default, or
         ``'delete'``) and an optional integer ``_seq``. Rows of one micro-batch apply in ``_seq`` order
         (notifications carry ``seq = _seq``); without ``_seq``, in input order (input partitions in
-        turn, each in row order; ``seq = (micro-batch ordinal << 32) + rank``; deterministic when a
-        file source replays a micro-batch). Output: ``publish``'s columns for
-        ``mode`` plus a nullable ``reason``. A malformed row (null key, NaN in a numeric column, a value
-        of the wrong type, an unknown ``_op``, a delete of an unknown key) does not stop the stream: it
-        is emitted once as a row with ``op = 'rejected'``, its ``seq`` and ``reason`` (other columns
-        null), and counted (``spark_stream.stream_stats(df)``). State (the rows per group) lives in
+        turn, each in row order; ``seq = (micro-batch id << 32) + rank``; deterministic when a
+        file source replays a micro-batch) -- for every class alike. Output: ``publish``'s columns for
+        ``mode`` plus a nullable ``reason``. Every row is checked first, by the check ``publish`` makes
+        (``row_validation``): a malformed row (null key, NaN or ±inf in a numeric column, a value of the
+        wrong type, an unknown ``_op``, a delete of an unknown key, a null or inverted event interval)
+        does not stop the stream: it is emitted once as a row with ``op = 'rejected'``, its ``seq`` and
+        the ``reason`` ``publish`` gives (other columns null; an event's columns and interval on an
+        event stream), and counted (``spark_stream.stream_stats(df)``). State (the rows per group) lives in
         Spark's state store and survives restarts from the checkpoint; the subscriptions and, for a new
         checkpoint, the initial rows are those of the engine when ``stream`` is called. The stream's
         updates do not flow back into the engine (``result``/``publish`` do not see them).
@@ -1124,13 +1340,13 @@ class Engine:
         Join groups (SELECT_JOIN, BAND_JOIN) that read the table run as *stream-static* joins
         (``operators/spark_join_stream.py``): the stream updates this table, the join partner is the other
         table's rows as of the ``stream`` call; the streamed rows live in the state store, partitioned by
-        key. BAND_JOIN is unicast only.
+        key. BAND_JOIN has no reformulated form: with ``mode='reformulated'`` its unicast rows come out.
 
-        FILTER groups on the table (unicast only) are stateless: each micro-batch is matched on every
+        FILTER groups on the table (unicast rows in either mode) are stateless: each micro-batch is matched on every
         shard as a ``publish`` batch is, and their notifications (with the event's columns) are
-        unioned with the range groups' (``_seq`` gives ``seq``; without it, a unique but not
-        replay-stable id).
+        unioned with the range groups' (same ``seq``).
         """
+        _check_streaming(streaming_df)
         schema = _mode_schema(mode)  # run_stream adds the ``reason`` column
         with self._lock:
             state = self._table(table)
@@ -1142,17 +1358,30 @@ class Engine:
             joins = [e for e in groups if isinstance(e.physical, _JOIN_NODES)]
             filters = [e for e in groups if isinstance(e.physical, ir.FilterGroupScan)]
             ranges = [e for e in groups if e not in filters and e not in joins]
+            # One row check for every path, the one publish makes (row_validation): malformed rows come out
+            # once, from it, with their reason; the paths see the valid rows, numbered (seq) alike.
+            name = _operator_name(e.physical for e in groups) + "_stream" if groups else "event_query_nfa_stream"
+            checked = spark_stream.checked_updates(streaming_df, state.definition, name)
+            valid = spark_stream.valid_updates(checked)
+            stream_id = spark_stream.new_stream_id(self.spark)
             outs = []
             if event_classes:
-                outs.append(subscription_group(self._stream_events(state, event_classes, streaming_df),
+                outs.append(subscription_group(self._stream_events(state, event_classes, valid),
                                                self._describe_events(event_classes, "stream")))
-            streamed_joins = [e for e in joins if mode == "unicast" or isinstance(e.physical, ir.SelectJoinGroupScan)]
+            # (FILTER and BAND_JOIN have no reformulated form: in that mode they stream their unicast rows,
+            # issue 15 item 6)
+            streamed_joins = joins
             if streamed_joins:
-                outs.append(subscription_group(self._stream_joins(state, streamed_joins, streaming_df, mode),
+                joined = self._stream_joins(state, streamed_joins, valid, mode)
+                if ranges:  # a delete of an unknown key: the range groups (which hold every row) say it once
+                    joined = joined.where(joined.op != "rejected")
+                outs.append(subscription_group(joined,
                                                self._describe([(e.physical, e) for e in streamed_joins],
                                                               f"stream {mode}")))
-            if filters and mode == "unicast":
-                outs.append(subscription_group(self._stream_filters(state, filters, streaming_df),
+            if filters:
+                # a keyed table's rows live in the range or join groups' state; without them, FILTER keeps the keys
+                check_keys = state.definition.key is not None and not ranges and not joins
+                outs.append(subscription_group(self._stream_filters(state, filters, valid, check_keys),
                                                self._describe([(e.physical, e) for e in filters], "stream unicast")))
             if ranges:
                 specs = {}
@@ -1166,16 +1395,18 @@ class Engine:
                     wide = _with_range_class_columns(with_reason(schema), mode,
                                                      any(isinstance(e.physical, _BOX_NODES) for e in ranges))
                     schema = wide.remove(wide.get_field_index("reason"))  # run_stream appends it
-                ranges_out = spark_stream.run_stream(self.spark, streaming_df, state.definition, specs, mode, schema,
-                                                     self.uid, _operator_name(e.physical for e in ranges) + "_stream")
+                ranges_out = spark_stream.run_stream(self.spark, valid, state.definition, specs, mode, schema,
+                                                     self.uid, _operator_name(e.physical for e in ranges) + "_stream",
+                                                     stream_id)
                 outs.append(subscription_group(ranges_out, self._describe([(e.physical, e) for e in ranges],
                                                                           f"stream {mode}")))
             if not outs:
                 raise SparksubError(f"stream(): the FILTER / BAND_JOIN subscriptions on {table!r} have no "
                                     f"{mode!r} form; use mode='unicast'")
             out = outs[0]
-            for more in outs[1:]:
+            for more in outs[1:] + [spark_stream.rejected_updates(checked, state.definition, stream_id, name)]:
                 out = out.unionByName(more, allowMissingColumns=True)
+            out.sparksub_stream_id = stream_id  # for spark_stream.stream_stats(out)
             return out
 
     def _stream_events(self, state: TableState, classes: list, streaming_df):
@@ -1194,33 +1425,28 @@ class Engine:
             plan=self._event_plan, layout=self._event_layout(tdef, members),
             spellings={c.cls.id: self._event_spellings(c.cls, tdef) for c in classes},
             initial={rid: ex.snapshot() for c in classes for rid, ex in self._event_executors(c).items()})
-        return ses.run_event_stream(streaming_df, spec, order="_seq" if "_seq" in streaming_df.columns else None)
+        return ses.run_event_stream(streaming_df, spec, order=spark_stream.SEQ_COLUMN)
 
-    def _stream_filters(self, state: TableState, entries: list, streaming_df):
-        """FILTER groups on a stream: stateless, so each micro-batch is matched like a ``publish``
-        batch (events to every shard); a row with an unknown ``_op`` comes out as ``rejected``."""
+    def _stream_filters(self, state: TableState, entries: list, checked_df, check_keys: bool = False):
+        """FILTER groups on a stream of valid rows (``spark_stream.checked_updates``): stateless, so each
+        micro-batch is matched like a ``publish`` batch (events to every shard; a delete matches nothing).
+        ``check_keys``: no other path keeps the keyed table's rows, so the keys are kept here
+        (``spark_stream.known_key_updates``) and a delete of an unknown key comes out ``rejected``."""
         from pyspark.sql import functions as F
         tdef = state.definition
         schema = _with_event_columns(_schema_for("unicast"), tdef)
-        cols = streaming_df.columns
-        missing = [c for c in tdef.column_names if c not in cols]
-        if missing:
-            raise AnalysisError(f"stream(): the streaming DataFrame lacks columns {missing} of {tdef.name!r}")
-        op_txt = F.coalesce(F.lower(F.col("_op")), F.lit("upsert")) if "_op" in cols else F.lit("upsert")
-        op = (F.when(op_txt == "upsert", F.lit(0)).when(op_txt == "delete", F.lit(1))
-              .otherwise(F.lit(2)).cast("tinyint"))
-        seq = F.col("_seq").cast("bigint") if "_seq" in cols else F.monotonically_increasing_id()
-        events = streaming_df.select(*[F.col(c).alias(EVENT_PREFIX + c) for c in tdef.column_names],
-                                     op.alias("op"), seq.alias("seq"),
-                                     (F.col("_op") if "_op" in cols else F.lit(None).cast("string")).alias("_op_given"))
+        more = []
+        if check_keys:
+            keys = spark_stream._Deferred(self.spark.sparkContext.broadcast(
+                pickle.dumps(set(state.rows), protocol=pickle.HIGHEST_PROTOCOL)))
+            checked_df = spark_stream.known_key_updates(checked_df, tdef, keys,
+                                                        _operator_name(e.physical for e in entries) + "_stream")
+            more = [F.col(spark_stream.REASON_COLUMN).alias("reason")]
+        events = checked_df.select(*[F.col(c).alias(EVENT_PREFIX + c) for c in tdef.column_names],
+                                   F.col(spark_stream.OP_COLUMN).alias("op"), F.col(spark_stream.SEQ_COLUMN).alias("seq"),
+                                   *more)
         replicas = {rid: r for e in entries for rid, r in self._replicas(state, e).items()}
-        good = events.where(F.col("op") != 2).drop("_op_given")
-        out = spark_groups.stream_groups(good, replicas, "unicast", schema, _operator_name(e.physical for e in entries))
-        rejected = events.where(F.col("op") == 2).select(
-            F.lit(None).cast("string").alias("subscription_id"), F.lit("rejected").alias("op"),
-            F.col("seq"), F.lit(None).cast("string").alias("group_id"),
-            F.concat(F.lit("unknown _op "), F.coalesce(F.col("_op_given"), F.lit("NULL"))).alias("reason"))
-        out = out.unionByName(rejected, allowMissingColumns=True)
+        out = spark_groups.stream_groups(events, replicas, "unicast", schema, _operator_name(e.physical for e in entries))
         return _rename_event_columns(out, tdef)
 
     def result(self, sub_id: str):
@@ -1234,12 +1460,19 @@ class Engine:
             if isinstance(entry.physical, ir.FilterGroupScan):
                 return None
             if isinstance(entry.physical, _JOIN_NODES):
-                # the union over the partitions (each pair lives in exactly one): (left key, right key) pairs
-                out = [pair for g in self._join_partitions_materialized(entry).values() for pair in g.result(sub_id)]
-                return sorted(out, key=lambda t: (str(t[0]), str(t[1])))
+                # the union over the partitions (each pair lives in exactly one), ordered by the pair's keys:
+                # each result tuple as a row of the selected columns (DESIGN §1)
+                out = [r for g in self._join_partitions_materialized(entry).values() for r in g.result_rows(sub_id)]
+                return [row for _, row in sorted(out, key=lambda t: (str(t[0][0]), str(t[0][1])))]
             state = self._tables[entry.physical.table.lower()]
             group = self._materialized(state, entry)
-            return group.result(sub_id)  # MIN/MAX/AGG: a value; TOPK: [(key, x, y)]; DISTINCT: sorted values
+            got = group.result(sub_id)  # MIN/MAX/AGG: a value; TOPK: [(key, x, ..., y)]; DISTINCT: sorted values
+            if isinstance(entry.physical, _TOPK_NODES):
+                # the top k as rows of the selected columns, in rank order (DESIGN §1), read from the table
+                outputs = self._outputs_of(entry, [entry.points.slot(sub_id)])[0]
+                at = {c: state.column_index(c) for _, _, c in outputs}
+                return [{name: state.rows[item[0]][at[c]] for name, _, c in outputs} for item in got]
+            return got
 
     def deliver(self, messages):
         """Play the network and the subscribers: reformulated messages -> the unicast rows they cause.
@@ -1248,21 +1481,24 @@ class Engine:
         first ran for it (and again whenever the group changed in between: a unicast publish,
         subscriptions added or removed) and follow only the messages handed to ``deliver``, in ``seq``
         order (within a seq, range-class messages in ``msg_no`` order). Output: ``publish``'s unicast
-        columns (with the item columns when a top-k / DISTINCT / aggregate / box group is among them)."""
+        columns (with the item columns when a top-k / DISTINCT / aggregate / box group is among them, a join's
+        selected columns). The unicast rows of FILTER and BAND_JOIN groups (no reformulated form) pass through."""
         table = _to_arrow(messages)
         schema = UNICAST_SCHEMA
         outs = []
         with self._lock:
-            if table.num_rows and "group_id" not in table.column_names:
-                raise BadUpdate("deliver(): messages need a group_id column (publish(..., mode='reformulated'))")
+            # every message of a known group, with its group's columns (deliver_input): else a BadUpdate
+            table = checked_messages(table, {e.group_id: e.physical for e in self._groups.values()})
             for entry in self._groups.values():
                 if not table.num_rows:
                     break
                 mine = table.filter(pc.equal(table.column("group_id"), entry.group_id))
                 if mine.num_rows:
-                    if isinstance(entry.physical, ir.FilterGroupScan):
-                        raise SparksubError(f"deliver(): FILTER group {entry.group_id!r} has no reformulated "
-                                            f"messages (its notifications are unicast)")
+                    if isinstance(entry.physical, _UNICAST_ONLY_NODES):
+                        # no reformulated form: publish(..., 'reformulated') gave their unicast rows (issue 15
+                        # item 6), which reach their subscribers as they are
+                        outs.append(self._unicast_rows_of(entry, mine))
+                        continue
                     if entry.subscribers is None:
                         raise SparksubError(f"group {entry.group_id!r} has no subscriber state: deliver "
                                             f"the messages of publish(..., mode='reformulated')")
@@ -1274,10 +1510,29 @@ class Engine:
         # groups differ in columns (MIN rows lack the item columns): nulls fill in. One chunk: pyspark
         # 4.3's createDataFrame(pa.Table) drops the chunk that follows an empty one.
         outs = [o for o in outs if o.num_rows]
+        for o in outs:  # the selected columns of join rows, the event columns of FILTER rows
+            for f in o.schema:
+                i = schema.get_field_index(f.name)
+                t = pa.string() if pa.types.is_null(f.type) else f.type
+                schema = schema.append(pa.field(f.name, t)) if i < 0 else \
+                    schema.set(i, pa.field(f.name, join_groups.unify_types(schema.field(i).type, t)))
         out = pa.concat_tables([pa.table({f.name: o.column(f.name).cast(f.type) if f.name in o.column_names
                                           else pa.nulls(o.num_rows, f.type) for f in schema}, schema=schema)
                                 for o in outs]).combine_chunks() if outs else schema.empty_table()
         return self.spark.createDataFrame(out)
+
+    def _unicast_rows_of(self, entry: GroupEntry, rows: pa.Table) -> pa.Table:
+        """A FILTER / BAND_JOIN group's unicast rows among reformulated output (issue 15 item 6): the unicast
+        columns and the columns its rows carry (the event's; the result tuple's keys and selected columns),
+        under the names publish gave them."""
+        if isinstance(entry.physical, ir.FilterGroupScan):
+            carried = list(self.catalog.get(entry.physical.table).column_names)
+        else:
+            carried = [f.name for f in JOIN_ITEM_SCHEMA] + list(self._join_output_types(entry))
+        names = [c for c in UNICAST_SCHEMA.names if c in rows.column_names]
+        names += [c if c in rows.column_names else f"event_{c}" for c in carried
+                  if c in rows.column_names or f"event_{c}" in rows.column_names]
+        return rows.select(list(dict.fromkeys(names)))
 
     def explain(self, target: str, format: str = "text") -> str:
         """EXPLAIN SUBSCRIPTION: our plan and the Spark physical plan it runs in, for a subscription id, a
@@ -1297,6 +1552,8 @@ class Engine:
                 entry = self._find_group(target, required=False)
                 if entry is not None:  # a bulk subscription: explain its group's first template
                     planned = self._bulk[entry.group_id][0].planned
+                elif isinstance(target, str) and _BARE_NAME.fullmatch(target.strip()):
+                    raise UnknownSubscription(f"no subscription or event query {target.strip()!r}")
                 else:
                     planned = self._plan(target)
                     entry = self._groups.get(planned.physical.group_key)
@@ -1409,71 +1666,30 @@ class Engine:
         name = state.definition.name.lower()
         return [e for e in self._groups.values() if name in _tables_of(e.physical) and len(e.points)]
 
-    def _validated(self, state: TableState, data) -> pa.Table:
-        """The batch cast to the table's schema plus an int8 ``op``; raises BadUpdate before any change."""
+    def _validated(self, state: TableState, data) -> tuple[pa.Table, np.ndarray, tuple | None]:
+        """``(batch, reasons, ticks)``: the batch cast to the table's schema plus an int8 ``op``; per row why
+        it is set aside (None: valid) -- ``row_validation.check_rows``, the checks every stream path makes
+        too, and, in a keyed table, a delete of a key it does not hold (as of the rows before it); and an
+        event stream's given ``(t0, t1)`` (None: not given).  Batch-level errors raise BadUpdate before any
+        change (DESIGN §7)."""
         tdef = state.definition
-        table = _to_arrow(data)
-        names = set(table.column_names)
-        unknown = names - set(tdef.column_names) - {"_op"}
-        if unknown:
-            raise BadUpdate(f"unknown column(s) {sorted(unknown)} for table {tdef.name!r} "
-                            f"(columns: {', '.join(tdef.column_names)})")
-        if tdef.key is not None and tdef.key not in names:
-            raise BadUpdate(f"updates to {tdef.name!r} need the key column {tdef.key!r}")
-        n = table.num_rows
-        if "_op" in names:
-            ops_raw = table.column("_op").to_pylist()
-            ops = np.empty(n, dtype=np.int8)
-            for i, o in enumerate(ops_raw):
-                o = "upsert" if o is None else str(o).lower()
-                if o not in ("upsert", "delete"):
-                    raise BadUpdate(f"_op must be 'upsert' or 'delete', got {ops_raw[i]!r}", i, "_op")
-                ops[i] = DELETE if o == "delete" else UPSERT
-        else:
-            ops = np.zeros(n, dtype=np.int8)
-        cols = {}
-        for cname, ctype in tdef.columns:
-            if cname not in names:
-                if (ops == UPSERT).any():
-                    i = int(np.flatnonzero(ops == UPSERT)[0])
-                    raise BadUpdate(f"upsert into {tdef.name!r} lacks column {cname!r}", i, cname)
-                cols[cname] = pa.nulls(n, _arrow_type(ctype))
-                continue
-            col = table.column(cname)
-            try:
-                col = col.cast(_arrow_type(ctype))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-                raise BadUpdate(f"column {cname!r} of {tdef.name!r} is {ctype}, cannot read "
-                                f"{col.type} values: {err}", None, cname) from None
-            if ctype in NUMERIC_TYPES and pa.types.is_floating(col.type):
-                nan = pc.fill_null(pc.is_nan(col), False).to_numpy(zero_copy_only=False)
-                if nan.any():
-                    i = int(np.flatnonzero(nan & (ops == UPSERT))[0]) if (nan & (ops == UPSERT)).any() else None
-                    if i is not None:
-                        raise BadUpdate(f"NaN in numeric column {cname!r} of {tdef.name!r} "
-                                        f"(use null for a missing value)", i, cname)
-            cols[cname] = col
-        if tdef.key is None:  # an event stream: every row is an event
-            if (ops == DELETE).any():
-                raise BadUpdate(f"{tdef.name!r} is an append-only stream: no deletes",
-                                int(np.flatnonzero(ops == DELETE)[0]), "_op")
-            out = pa.table({c: cols[c] for c in tdef.column_names})
-            return out.append_column("op", pa.array(ops, pa.int8()))
-        keys = cols[tdef.key].to_pylist()
-        live = state.rows
-        pending: dict = {}
-        for i, k in enumerate(keys):
-            if k is None:
-                raise BadUpdate(f"null key {tdef.key!r} in an update to {tdef.name!r}", i, tdef.key)
-            if ops[i] == DELETE:
-                exists = pending[k] if k in pending else k in live
-                if not exists:
-                    raise BadUpdate(f"delete of unknown key {k!r} from {tdef.name!r}", i, tdef.key)
-                pending[k] = False
-            else:
-                pending[k] = True
-        out = pa.table({c: cols[c] for c in tdef.column_names})
-        return out.append_column("op", pa.array(ops, pa.int8()))
+        shape = row_validation.RowShape.of(tdef)
+        checked = row_validation.check_rows(_to_arrow(data), shape)
+        reasons = checked.reasons
+        if tdef.key is not None:
+            live, pending = state.rows, {}
+            for i, k in enumerate(checked.columns[tdef.key].to_pylist()):
+                if reasons[i] is not None:
+                    continue
+                if checked.ops[i] == DELETE:
+                    if not (pending[k] if k in pending else k in live):
+                        reasons[i] = row_validation.unknown_key_reason(k, tdef.name)
+                        continue
+                    pending[k] = False
+                else:
+                    pending[k] = True
+        ticks = (checked.t0, checked.t1) if checked.t0 is not None else None
+        return checked.table(shape), reasons, ticks
 
     def _apply_rows(self, state: TableState, batch: pa.Table) -> None:
         if state.definition.key is None:
@@ -1595,7 +1811,9 @@ class Engine:
         if isinstance(entry.physical, ir.SelectJoinGroupScan):
             # 000 §4: stateless subscribers, the predicate p ∧ pR ∧ pS over each message
             ids, cols = entry.points.rows()
-            entry.subscribers = join_groups.JoinSubscribers(entry.group_id, ids, cols)
+            entry.subscribers = join_groups.JoinSubscribers(entry.group_id, ids, cols, self._outputs_of(entry),
+                                                            tuple(side[0] for side in self._join_sides(entry)),
+                                                            self._join_output_types(entry))
             entry.subscribers_version = entry.version
             return
         state = self._tables[entry.physical.table.lower()]
@@ -1625,7 +1843,8 @@ class Engine:
         return max(1, int(self.join_partitions))
 
     def _join_sides(self, entry: GroupEntry) -> tuple:
-        """(table, key, join column, selection columns) of the left (R) and right (S) table."""
+        """(table, key, join column, selection columns, selected columns) of the left (R) and right (S)
+        table (``join_groups.JoinGroupSnapshot``)."""
         p = entry.physical
         left, right = self.catalog.get(p.left), self.catalog.get(p.right)
         if isinstance(p, ir.SelectJoinGroupScan):
@@ -1633,7 +1852,38 @@ class Engine:
         else:  # every local-selection column any template of the group uses (registry columns L:<col>:lo)
             sel = tuple(tuple(sorted({n[2:-3] for n in entry.points.columns if n.startswith(pre) and n.endswith(":lo")}))
                         for pre in ("L:", "R:"))
-        return ((left.name, left.key, p.left_on, sel[0]), (right.name, right.key, p.right_on, sel[1]))
+        payload = join_groups.payload_columns(entry.outputs)
+        return ((left.name, left.key, p.left_on, sel[0], payload[0]),
+                (right.name, right.key, p.right_on, sel[1], payload[1]))
+
+    def _join_column_types(self, entry: GroupEntry) -> dict:
+        """(side, column) -> Arrow type of every column of the join's two tables."""
+        p = entry.physical
+        return {(d, c): _arrow_type(t) for d, name in enumerate((p.left, p.right))
+                for c, t in self.catalog.get(name).columns}
+
+    def _join_output_types(self, entry: GroupEntry) -> dict:
+        """Output name -> Arrow type over the group's projections (``join_groups.output_types``)."""
+        return join_groups.output_types(entry.outputs, self._join_column_types(entry))
+
+    def _join_output_fields(self, entries, mode: str) -> list:
+        """The selected columns' fields (under EVENT_PREFIX, as the tasks emit them) of the join groups among
+        ``entries`` in ``mode``'s output: unicast rows (and a band join's rows in any mode) carry their
+        subscription's output columns; a select-join's messages the ``table.column`` values any of its
+        subscriptions selects (``join_groups.message_column``)."""
+        types: dict = {}
+        for e in entries:
+            if not isinstance(e.physical, _JOIN_NODES):
+                continue
+            if mode == "reformulated" and isinstance(e.physical, ir.SelectJoinGroupScan):
+                ct, sides = self._join_column_types(e), self._join_sides(e)
+                mine = {join_groups.message_column(sides[d][0], c): ct[(d, c)]
+                        for d, cols in enumerate(join_groups.payload_columns(e.outputs)) for c in cols}
+            else:
+                mine = self._join_output_types(e)
+            for name, t in mine.items():
+                types[name] = join_groups.unify_types(types.get(name), t)
+        return [pa.field(EVENT_PREFIX + name, t) for name, t in types.items()]
 
     def _join_numeric(self, entry: GroupEntry) -> bool:
         p = entry.physical
@@ -1667,14 +1917,14 @@ class Engine:
         n_parts = self._join_partition_count()
         left, right = self._tables[p.left.lower()], self._tables[p.right.lower()]
         layout = {"kind": p.klass, "partitions": n_parts, "numeric": numeric,
-                  "selections": tuple(set(side[3]) for side in sides)}
+                  "selections": tuple(set(side[3]) for side in sides), "payload": tuple(set(side[4]) for side in sides)}
         if isinstance(p, ir.BandJoinGroupScan):
             ib = right.column_index(p.right_on)
             sb = np.array([np.nan if r[ib] is None else float(r[ib]) for r in right.rows.values()], dtype=np.float64)
             layout["cuts"] = join_groups.band_cuts(sb, n_parts)
             layout["reach"] = ((float(cols["lo"].min()), float(cols["hi"].max())) if len(ids) else (0.0, 0.0))
             n_parts = len(layout["cuts"]) + 1
-        rows = [[{c: [] for c in (side[1], side[2], *side[3])} for _ in range(n_parts)] for side in sides]
+        rows = [[{c: [] for c in join_groups.side_columns(side)} for _ in range(n_parts)] for side in sides]
         for d, state in ((join_groups.L, left), (join_groups.R, right)):
             names = state.definition.column_names
             want = [(c, names.index(c)) for c in rows[d][0]]
@@ -1684,12 +1934,14 @@ class Engine:
                     for c, i in want:
                         target[c].append(row[i])
         domains = self._join_domains(entry)
+        outputs = dict(sub_outputs=self._outputs_of(entry), output_types=self._join_output_types(entry),
+                       payload_types=self._join_column_types(entry))
         entry.shards = {}
         for part in range(n_parts):
             rid = f"{entry.group_id}#{part}"
             snap = join_groups.JoinGroupSnapshot(p.klass, entry.group_id, rid, sides, numeric, ids, cols,
                                                  (rows[0][part], rows[1][part]), router_mode=self.join_router_mode,
-                                                 domains=domains)
+                                                 domains=domains, **outputs)
             raw = pickle.dumps(snap, protocol=pickle.HIGHEST_PROTOCOL)
             entry.shards[rid] = spark_groups.GroupReplica(self.uid, rid, spark_groups.new_base_id(),
                                                           self.spark.sparkContext.broadcast(raw))
@@ -1729,22 +1981,25 @@ class Engine:
             sides = self._join_sides(e)
             partner = self._tables[(p.right if side == join_groups.L else p.left).lower()]
             names = partner.definition.column_names
-            psel = sides[1 - side]
-            wanted = (psel[1], psel[2], *psel[3])
+            wanted = join_groups.side_columns(sides[1 - side])
             partner_rows = {c: [r[names.index(c)] for r in partner.rows.values()] for c in wanted}
             rows = [None, None]
             rows[1 - side] = partner_rows
-            rows[side] = {c: [] for c in (sides[side][1], sides[side][2], *sides[side][3])}
+            rows[side] = {c: [] for c in join_groups.side_columns(sides[side])}
             ids, cols = e.points.rows()
             snap = join_groups.JoinGroupSnapshot(p.klass, e.group_id, f"{e.group_id}#stream", sides,
                                                  self._join_numeric(e), ids, cols, tuple(rows),
-                                                 router_mode=self.join_router_mode, domains=self._join_domains(e))
+                                                 router_mode=self.join_router_mode, domains=self._join_domains(e),
+                                                 sub_outputs=self._outputs_of(e), output_types=self._join_output_types(e),
+                                                 payload_types=self._join_column_types(e))
             base = sc.broadcast(pickle.dumps(snap, protocol=pickle.HIGHEST_PROTOCOL))
             specs[e.group_id] = JoinStreamGroup(e.group_id, side, parts, _Deferred(base), initial)
-        schema = _with_join_columns(_schema_for(mode), mode)
-        return run_join_stream(self.spark, streaming_df, tdef, specs, mode, schema,
+        schema = _with_join_columns(_schema_for(mode), mode, self._join_output_fields(entries, mode))
+        if mode == "reformulated" and any(isinstance(e.physical, ir.BandJoinGroupScan) for e in entries):
+            schema = _with_unicast_rows(schema)  # a band join answers with its unicast rows (issue 15 item 6)
+        return _rename_event_columns(run_join_stream(self.spark, streaming_df, tdef, specs, mode, schema,
                                [_arrow_type(t) for _, t in tdef.columns], self.uid,
-                               _operator_name(e.physical for e in entries) + "_stream")
+                               _operator_name(e.physical for e in entries) + "_stream"), tdef)
 
     @staticmethod
     def _fits_layout(entry: GroupEntry, change: QueryChange) -> bool:
@@ -1760,6 +2015,10 @@ class Engine:
             wanted = {n[2:-3] for n in cols if n.startswith(pre) and n.endswith(":lo")}
             if not wanted <= layout["selections"][d]:
                 return False
+        # a projection selecting a column the partitions' rows lack (DESIGN §1): a new base
+        if not all(set(cols) <= layout["payload"][d] for d, cols in
+                   enumerate(join_groups.payload_columns(dict.fromkeys(change.add_outputs)))):
+            return False
         if layout["kind"] == "BAND_JOIN":
             lo, hi = layout["reach"]
             return bool(np.min(cols["lo"]) >= lo and np.max(cols["hi"]) <= hi)
@@ -1863,13 +2122,7 @@ class Engine:
 
 # ---- input conversion -----------------------------------------------------------------------------
 
-def _arrow_type(spark_type: str) -> pa.DataType:
-    if spark_type in INTEGRAL_TYPES:
-        return pa.int64()
-    if spark_type in ("double", "float", "decimal"):
-        return pa.float64()
-    return {"string": pa.string(), "boolean": pa.bool_(), "timestamp": pa.timestamp("us"),
-            "date": pa.date32()}[spark_type]
+_arrow_type = row_validation.arrow_type  # a column's Arrow type, as validation casts it
 
 
 def _arrow_type_name(t: pa.DataType) -> str:
@@ -1888,10 +2141,17 @@ def _to_arrow(data) -> pa.Table:
     if mod.startswith("pyspark"):
         return data.toArrow()
     if mod.startswith("pandas"):
-        return pa.Table.from_pandas(data, preserve_index=False)
+        table = pa.Table.from_pandas(data, preserve_index=False)
+        # NaN in a float column is the value NaN -- refused like a NaN from any other source (DESIGN §7) --,
+        # not pandas' missing marker, which from_pandas makes it: a missing value is None / NaN in an object
+        # column or pd.NA in a nullable column (Float64, Int64), which are null
+        for i, name in enumerate(table.column_names):
+            column = data.iloc[:, i]
+            if isinstance(column.dtype, np.dtype) and column.dtype.kind == "f":   # not pandas' nullable Float64
+                table = table.set_column(i, name, pa.array(column.to_numpy(), from_pandas=False))
+        return table
     if isinstance(data, dict):
-        return pa.table({k: (list(v) if not isinstance(v, (np.ndarray, pa.Array)) else v)
-                         for k, v in data.items()})
+        return _arrow_columns(data)
     if isinstance(data, (list, tuple)):
         if not data:
             raise BadUpdate("an empty list of rows has no columns; pass a DataFrame or dict of arrays")
@@ -1900,14 +2160,52 @@ def _to_arrow(data) -> pa.Table:
         if isinstance(data[0], dict):
             # pyarrow takes the schema from the first row; rows may differ (a delete has only the key)
             names = list(dict.fromkeys(k for row in data for k in row))
-            return pa.table({k: [row.get(k) for row in data] for k in names})
+            return _arrow_columns({k: [row.get(k) for row in data] for k in names})
     raise BadUpdate(f"cannot read rows from a {type(data).__name__}: pass a Spark or pandas DataFrame, "
                     f"an Arrow table, a dict of arrays or a list of dicts")
 
 
+def _param_array(values) -> np.ndarray:
+    """A parameter column as numpy.  A list of values of more than one type, or of integers beyond int64,
+    stays an object array: numpy would make ``[1.0, True]`` two floats and ``[1, "x"]`` two strings, and
+    the binding could then neither refuse the boolean nor name the bad row."""
+    if isinstance(values, np.ndarray) or not isinstance(values, (list, tuple)):
+        return np.asarray(values)
+    kinds = {type(v) for v in values if v is not None}
+    if len(kinds) == 1 and kinds != {int}:
+        out = np.asarray(values)
+        if out.dtype != object:
+            return out
+    elif kinds == {int} and None not in values and all(-2 ** 63 <= v < 2 ** 63 for v in values):
+        return np.asarray(values, dtype=np.int64)
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
+def _arrow_columns(columns: dict) -> pa.Table:
+    """A dict of columns as an Arrow table; a column whose values are of no one type (``["x", 1.0]``) or of
+    another length is a BadUpdate naming it, not a raw pyarrow error."""
+    arrays = {}
+    for name, values in columns.items():
+        if isinstance(values, (pa.Array, pa.ChunkedArray)):
+            arrays[name] = values
+            continue
+        try:
+            arrays[name] = pa.array(values if isinstance(values, np.ndarray) else list(values))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError,
+                OverflowError) as err:
+            raise BadUpdate(f"column {name!r}: its values are not of one type Arrow can hold ({err})",
+                            None, str(name)) from None
+    lengths = {name: len(a) for name, a in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        raise BadUpdate(f"columns of different lengths: {lengths}")
+    return pa.table(arrays)
+
+
 def _param_columns(params) -> dict:
     if isinstance(params, dict):
-        return {k: np.asarray(v) for k, v in params.items()}
+        return {k: _param_array(v) for k, v in params.items()}
     table = _to_arrow(params)
     return {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
 
@@ -1926,11 +2224,13 @@ def _with_event_columns(schema: pa.Schema, tdef: TableDef) -> pa.Schema:
 
 
 def _rename_event_columns(df, tdef: TableDef):
-    """Event columns get the table's names; one that collides with ours becomes ``event_<name>``."""
-    ours = set(df.columns) - {EVENT_PREFIX + c for c in tdef.column_names}
-    for c in tdef.column_names:
-        if EVENT_PREFIX + c in df.columns:
-            df = df.withColumnRenamed(EVENT_PREFIX + c, c if c not in ours else f"event_{c}")
+    """Event columns (and a join's selected columns, which travel alike) get their names; one that collides
+    with ours becomes ``event_<name>``."""
+    ours = {c for c in df.columns if not c.startswith(EVENT_PREFIX)}
+    for c in df.columns:
+        if c.startswith(EVENT_PREFIX):
+            name = c[len(EVENT_PREFIX):]
+            df = df.withColumnRenamed(c, name if name not in ours else f"event_{name}")
     return df
 
 
@@ -1962,6 +2262,10 @@ _ALGORITHM = {
     "EVENT": "automata with prefix sharing, static + instance indexes, query families (004)",
 }
 _JOIN_NODES = (ir.SelectJoinGroupScan, ir.BandJoinGroupScan)
+#: classes without a reformulated form: in that mode their unicast rows come out (issue 15 item 6)
+_UNICAST_ONLY_NODES = (ir.FilterGroupScan, ir.BandJoinGroupScan)
+#: what explain() takes for a name (of a subscription or an event query), not a SELECT
+_BARE_NAME = re.compile(r"`[^`]+`|[\w.$-]+")
 _TOPK_NODES = (ir.RangeTopkGroupScan, ir.BoxTopkGroupScan)
 #: groups whose notifications carry the item columns (and, reformulated, RANGE_MESSAGE_SCHEMA's)
 _RANGE_CLASS_NODES = (ir.RangeTopkGroupScan, ir.RangeDistinctGroupScan, ir.RangeAggGroupScan) + _BOX_NODES
@@ -1976,11 +2280,11 @@ def _net_join_notifications(df):
     in one update (a band-join S row moving between partitions) cancel; every other row passes through."""
     from pyspark.sql import functions as F
     is_join = F.col("left_key").isNotNull() & F.col("op").isin("insert", "delete")
-    keys = [c for c in df.columns if c != "op"]
+    keys = [F.col(f"`{c}`") for c in df.columns if c != "op"]  # (selected columns may be named ``t.c``)
     sign = F.when(F.col("op") == "insert", F.lit(1)).otherwise(F.lit(-1))
     netted = (df.where(is_join).groupBy(*keys).agg(F.sum(sign).alias("_net")).where(F.col("_net") != 0)
               .withColumn("op", F.when(F.col("_net") > 0, F.lit("insert")).otherwise(F.lit("delete")))
-              .select(*df.columns))
+              .select(*[F.col(f"`{c}`") for c in df.columns]))
     return df.where(~is_join).unionByName(netted).localCheckpoint(eager=True)
 
 
@@ -1991,15 +2295,42 @@ def _tables_of(physical) -> tuple[str, ...]:
     return (physical.table.lower(),)
 
 
-def _with_join_columns(schema: pa.Schema, mode: str) -> pa.Schema:
+def _with_join_columns(schema: pa.Schema, mode: str, selected=()) -> pa.Schema:
     """The columns a join notification adds (``join_groups``): the result tuple's keys; reformulated, the
-    message's selection values and its position."""
+    message's selection values and its position; and ``selected`` (``Engine._join_output_fields``: the
+    subscriptions' selected columns, the messages' ``table.column`` values), which share their names with
+    the FILTER event columns (one column, one type: ``join_groups.unify_types``)."""
     extra = list(JOIN_ITEM_SCHEMA) if mode == "unicast" else [f for f in JOIN_MESSAGE_SCHEMA
                                                               if f.name not in ("group_id", "seq", "op")]
     for f in extra:
         if f.name not in schema.names:
             schema = schema.insert(len(schema) - 1, f)  # before ``reason``
+    for f in selected:
+        i = schema.get_field_index(f.name)
+        if i < 0:
+            schema = schema.insert(len(schema) - 1, f)
+        elif schema.field(i).type != f.type:
+            schema = schema.set(i, pa.field(f.name, join_groups.unify_types(schema.field(i).type, f.type)))
     return schema
+
+
+def _with_unicast_rows(schema: pa.Schema) -> pa.Schema:
+    """Reformulated output that also carries unicast rows (FILTER, BAND_JOIN: no reformulated form; issue 15
+    item 6): their ``subscription_id`` first."""
+    return schema if "subscription_id" in schema.names else schema.insert(0, pa.field("subscription_id", pa.string()))
+
+
+def _output_columns(planned: Planned, catalog: Catalog) -> tuple | None:
+    """A top-k or join subscription's output columns (``planner.projection``) as plain ``((name, side,
+    column), ...)`` -- what its result rows and, for joins, its notifications carry (DESIGN §1); None for the
+    other classes (a value, a set, or FILTER's own projection)."""
+    p = planned.physical
+    if not isinstance(p, _JOIN_NODES + _TOPK_NODES):
+        return None
+    select = st.parse_select(planned.sql)
+    cols = (join_output_columns(select, catalog, p.left, p.right) if isinstance(p, _JOIN_NODES)
+            else table_output_columns(select, catalog))
+    return tuple(tuple(c) for c in cols)
 
 
 def _bind_join(physical, params: dict, ids: np.ndarray) -> dict:
@@ -2042,103 +2373,107 @@ def _grown(column: np.ndarray, slots: np.ndarray, fill) -> np.ndarray:
     return grown
 
 
+def _check_streaming(df) -> None:
+    """``stream`` runs over a streaming DataFrame (``spark.readStream``...); anything else is refused here,
+    not deep inside Structured Streaming."""
+    if getattr(df, "isStreaming", False) is not True:
+        kind = "a batch DataFrame (use publish)" if hasattr(df, "isStreaming") else f"a {type(df).__name__}"
+        raise InvalidArgument(f"stream() takes a streaming DataFrame (spark.readStream...), got {kind}")
+
+
+def _check_single(sub_id, planned: Planned) -> None:
+    """What ``subscribe`` / ``CREATE SUBSCRIPTION`` ask of one subscription beyond its plan."""
+    if not isinstance(sub_id, str) or not sub_id:
+        raise InvalidSubscription(f"subscription ids are non-empty strings, got {sub_id!r}")
+    if parameters_of(planned.physical):
+        raise InvalidSubscription(f"subscription {sub_id!r} has parameters "
+                                  f"{list(parameters_of(planned.physical))}: use subscribe_many")
+
+
+def _checked_ids(ids) -> np.ndarray:
+    """``subscribe_many``'s ids as an object array, every one checked -- a non-empty string (not None, not
+    an int, which would be silently ``str()``ed), none twice -- naming the first bad row."""
+    ids = np.asarray(ids, dtype=object)
+    if ids.ndim != 1:
+        raise InvalidSubscription(f"the 'id' column must be one-dimensional, got shape {ids.shape}")
+    values = ids.tolist()
+    bad = next((i for i, x in enumerate(values) if not isinstance(x, str) or not x), None)
+    if bad is not None:
+        raise InvalidSubscription(f"subscription ids are non-empty strings: row {bad} of 'id' holds "
+                                  f"{values[bad]!r} ({type(values[bad]).__name__})")
+    try:  # ids travel as Arrow (UTF-8) strings: SHOW, notifications
+        pa.array(values, pa.string())
+    except (UnicodeEncodeError, pa.ArrowException):
+        bad = next(i for i, x in enumerate(values) if not _utf8_encodable(x))
+        raise InvalidSubscription(f"subscription ids are valid Unicode text: row {bad} of 'id' holds "
+                                  f"{values[bad]!r}, which has no UTF-8 form (a lone surrogate)") from None
+    if len(set(values)) != len(values):
+        seen: dict = {}
+        for i, x in enumerate(values):
+            if x in seen:
+                raise DuplicateSubscription(f"duplicate subscription id {x!r} (rows {seen[x]} and {i} of 'id')")
+            seen[x] = i
+    return ids
+
+
+def _utf8_encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _bind_constants(physical, params: dict, ids: np.ndarray, types: dict | None) -> dict:
+    """Every constant of ``ids.size`` subscriptions of one plan bound as columns and checked (NaN, empty
+    ranges, LIMIT k, parameter types), nothing registered: what ``Engine._register`` adds.  ``types``: the
+    FILTER table's column types."""
+    if isinstance(physical, ir.FilterGroupScan):
+        return {"disjuncts": bind_filter_columns(physical, params, ids.size, ids=ids, types=types)}
+    if isinstance(physical, _JOIN_NODES):
+        return {"columns": _bind_join(physical, params, ids)}
+    out = {}
+    if isinstance(physical, _BOX_NODES):
+        out["x1"], out["x2"], out["x2_lo"], out["x2_hi"] = bind_box(physical, params, ids.size, ids=ids)
+    else:
+        out["x1"], out["x2"] = bind_range(physical, params, ids.size, ids=ids)
+    if isinstance(physical, _TOPK_NODES):
+        out["k"] = _bind_k(physical, params, ids)
+    return out
+
+
 def _bind_k(physical, params: dict, ids: np.ndarray) -> np.ndarray:
-    """LIMIT k per subscription: a template constant or a parameter column of positive integers."""
+    """LIMIT k per subscription: a template constant or a parameter column of positive integers up to
+    ``MAX_K`` (k is an int64 column); a bad one is named with its subscription."""
     v = physical.k
     if isinstance(v, ir.Const):
-        return np.full(ids.size, int(v.value), dtype=np.int64)
+        # the planner bounds a constant LIMIT by MAX_K exactly; its float may round up to 2**63
+        return np.full(ids.size, min(int(v.value), MAX_K), dtype=np.int64)
     col = np.asarray(params[v.name], dtype=object)
     if col.shape != (ids.size,):
         raise InvalidSubscription(f"parameter {v.name!r} has {col.size} values, expected {ids.size}")
-    bad = [i for i, k in enumerate(col.tolist())
-           if isinstance(k, bool) or not isinstance(k, (int, float, np.integer, np.floating))
-           or k != k or k < 1 or k != int(k)]
-    if bad:
-        raise InvalidSubscription(f"subscription {ids[bad[0]]!r}: LIMIT :{v.name} must be a positive integer, "
-                                  f"got {col[bad[0]]!r}")
-    return col.astype(np.int64)
+    values = col.tolist()
+    bad = next((i for i, k in enumerate(values)
+                if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, float, np.integer, np.floating))
+                or k != k or k < 1 or k > MAX_K or k != int(k)), None)
+    if bad is not None:
+        raise InvalidSubscription(f"subscription {ids[bad]!r}: LIMIT :{v.name} must be a positive integer up "
+                                  f"to {MAX_K}, got {values[bad]!r:.40}")
+    return np.array(values, dtype=np.int64)
 
 
 # ---- event queries: scripts, EXPLAIN -------------------------------------------------------------------
 
-@dataclass
-class _EventQueryStatement:
-    """``CREATE EVENT QUERY name AS <body>``, its body parsed (``_parse_script``)."""
-    name: str
-    query: StreamExpr
-    text: str
-
-
-_HAS_EVENT_QUERY = re.compile(r"CREATE\s+EVENT\s+QUERY", re.I)
-_CREATE_EVENT_QUERY = re.compile(r"\s*(?:(?:--[^\n]*(?:\n|$)|/\*.*?\*/)\s*)*CREATE\s+EVENT\s+QUERY\s+"
-                                 r"(?P<name>`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)\s+AS\b", re.I | re.S)
-
-
-def _script_pieces(text: str) -> list[tuple[int, str]]:
-    """``text`` cut at every ``;`` outside quotes, comments and brackets that is not the algebra's
-    sequence ``;[θ]``: (offset, piece) for each non-blank piece."""
-    pieces, start, depth, i, n = [], 0, 0, 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch in "'\"`":
-            j = i + 1
-            while j < n and text[j] != ch:
-                j += 2 if text[j] == "\\" else 1
-            i = j + 1
-            continue
-        if text.startswith("--", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j + 1
-            continue
-        if text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-            continue
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth = max(0, depth - 1)
-        elif ch == ";" and depth == 0 and not text[i + 1:].lstrip().startswith("["):
-            pieces.append((start, text[start:i]))
-            start = i + 1
-        i += 1
-    pieces.append((start, text[start:]))
-    return [(o, p) for o, p in pieces if p.strip() and not _only_comments(p)]
-
-
-def _only_comments(piece: str) -> bool:
-    return not re.sub(r"--[^\n]*|/\*.*?\*/", "", piece, flags=re.S).strip()
-
-
-def _shifted(err: ParseError, text: str, offset: int) -> ParseError:
-    """A parse error in a piece of ``text`` starting at ``offset``, positioned in ``text``."""
-    before = text[:offset]
-    line0, col0 = before.count("\n"), offset - (before.rfind("\n") + 1)
-    return ParseError(err.message, text, line0 + err.line, err.column + (col0 if err.line == 1 else 0))
-
-
-def _parse_script(text: str) -> list:
-    """``st.parse_statements``, except that ``CREATE EVENT QUERY`` bodies end at their statement's ``;``
-    and are parsed here (errors positioned in the whole script)."""
-    if not _HAS_EVENT_QUERY.search(text):
-        return st.parse_statements(text)
-    from sparksub.grammar.events import parse_event_query
-    out = []
-    for offset, piece in _script_pieces(text):
-        m = _CREATE_EVENT_QUERY.match(piece)
-        if m is None:
-            try:
-                out.extend(st.parse_statements(piece))
-            except ParseError as err:
-                raise _shifted(err, text, offset) from None
-            continue
-        body = piece[m.end():]
-        try:
-            query = parse_event_query(body)
-        except ParseError as err:
-            raise _shifted(err, text, offset + m.end()) from None
-        out.append(_EventQueryStatement(m.group("name").strip("`"), query, body.strip()))
-    return out
+def _script_error(err: Exception, item, text: str) -> Exception:
+    """``err``, raised running the script statement ``item``, as ``sql`` raises it: ours positioned in
+    ``text``; PySpark's parse and analysis errors of a Spark statement as ours (ParseError / AnalysisError)
+    at Spark's position, in ``text``; any other error as it is."""
+    if isinstance(err, SparksubError):
+        return in_script(err, item.source, item.offset, text)
+    source = item.source.strip()
+    mine = spark_error(err, source)
+    lead = len(item.source) - len(item.source.lstrip())
+    return err if mine is None else in_script(mine, source, item.offset + lead, text)
 
 
 def _event_text(query: StreamExpr) -> str:

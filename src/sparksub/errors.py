@@ -9,27 +9,70 @@ class SparksubError(Exception):
     """Base class of every sparksub error."""
 
 
-class ParseError(SparksubError):
+def position_of(text: str, offset: int) -> tuple[int, int]:
+    """The 1-based (line, column) of the 0-based character ``offset`` in ``text``."""
+    before = text[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
+
+
+class _Located:
+    """What a text error carries: ``message``, ``text`` and its 1-based ``line``/``column`` (None when the
+    error has no position), rendered with the offending line and a caret."""
+
+    message: str
+    text: str | None
+    line: int | None
+    column: int | None
+
+    def _render(self) -> str:
+        if self.line is None:
+            return self.message
+        lines = (self.text or "").splitlines() or [""]
+        src = lines[self.line - 1] if 0 < self.line <= len(lines) else ""
+        caret = " " * max((self.column or 1) - 1, 0) + "^"
+        return f"{self.message} (line {self.line}, column {self.column})\n  {src}\n  {caret}"
+
+    def shifted(self, text: str, offset: int):
+        """This error positioned in ``text``, its own text being the part of ``text`` from ``offset`` on
+        (a statement of a script, a script in a file): the same class, line and column counted in ``text``."""
+        if self.line is None:
+            return self
+        line0, col0 = position_of(text, offset)
+        column = self.column + (col0 - 1 if self.line == 1 else 0)
+        return type(self)(self.message, text, line0 + self.line - 1, column)
+
+
+class ParseError(_Located, SparksubError):
     """Malformed statement text. Carries ``line``/``column`` (1-based) and renders a caret."""
 
     def __init__(self, message: str, text: str = "", line: int = 1, column: int = 1):
         self.message, self.text, self.line, self.column = message, text, line, column
         super().__init__(self._render())
 
-    def _render(self) -> str:
-        lines = self.text.splitlines() or [""]
-        src = lines[self.line - 1] if 0 < self.line <= len(lines) else ""
-        caret = " " * max(self.column - 1, 0) + "^"
-        return f"{self.message} (line {self.line}, column {self.column})\n  {src}\n  {caret}"
+
+class AnalysisError(_Located, SparksubError):
+    """Well-formed text that names an unknown table or column, or mistypes one.  When the text is known,
+    ``line``/``column`` (1-based) point at the offending name or constant and the message has a caret."""
+
+    def __init__(self, message: str, text: str | None = None, line: int | None = None,
+                 column: int | None = None):
+        self.message, self.text, self.line, self.column = message, text, line, column
+        super().__init__(self._render())
 
 
-class AnalysisError(SparksubError):
-    """Well-formed text that names an unknown table or column, or mistypes one."""
+class InvalidArgument(SparksubError, TypeError):
+    """An argument of the wrong kind to an engine method (``sql(42)``, a batch DataFrame to ``stream``);
+    also a ``TypeError``, as Python's own argument errors are."""
 
 
 class CatalystUnavailable(SparksubError):
     """The Catalyst extension cannot be used here (no javac, no Spark jars, a session built without it);
     the message says why and what to do.  ``Engine(catalyst='auto')`` falls back to the pure-Python path."""
+
+
+class SparkConnectUnsupported(SparksubError):
+    """A Spark Connect session was given to (or made for) ``Engine``: the runtime still needs a classic
+    SparkSession (py4j: ``sparkContext``, broadcasts, the JVM extension) until it is Connect-clean."""
 
 
 class UnsupportedSubscription(SparksubError):

@@ -19,10 +19,14 @@ FUNCTION_NAMES = ["contains", "lower", "f"]
 names = st.sampled_from(ATTRIBUTE_NAMES)
 stream_names = st.sampled_from(STREAM_NAMES)
 
-#: Which attribute scopes each position may read (DESIGN §4; checked by the AST nodes).
+#: Which attribute scopes each position may read (DESIGN §4; checked by the AST nodes).  Inside the
+#: braces a plain name is CEL's unqualified name (left input first, resolved against schemas), which the
+#: algebra cannot spell: the scopes with it are for CEL-only round trips.
 PLAIN_ONLY = (Scope.PLAIN,)
-NEXT_SCOPES = (Scope.PLAIN, Scope.LEFT, Scope.RIGHT)
-FOLD_SCOPES = tuple(Scope)
+NEXT_SCOPES = (Scope.LEFT, Scope.RIGHT)
+FOLD_SCOPES = (Scope.LEFT, Scope.RIGHT, Scope.LAST)
+NEXT_SCOPES_CEL = (Scope.PLAIN,) + NEXT_SCOPES
+FOLD_SCOPES_CEL = tuple(Scope)
 
 constants = st.one_of(
     st.integers(-10**6, 10**6),
@@ -62,18 +66,20 @@ def item_lists(scopes, min_size: int = 1):
                     unique_by=lambda t: t[1]).map(lambda ts: tuple(Item(e, n) for e, n in ts))
 
 
-def stream_expressions(cel_only: bool = False, max_leaves: int = 5):
-    """Random stream expressions; ``cel_only`` leaves out what CEL cannot spell (RENAME, UNION)."""
+def stream_expressions(cel_only: bool = False, max_leaves: int = 5, plain_in_braces: bool = False):
+    """Random stream expressions; ``cel_only`` leaves out what CEL cannot spell (RENAME, UNION);
+    ``plain_in_braces`` (CEL only) lets NEXT / FOLD braces hold unqualified names."""
     optional = lambda scopes: st.one_of(st.none(), expressions(scopes, 5))  # noqa: E731
+    next_scopes, fold_scopes = (NEXT_SCOPES_CEL, FOLD_SCOPES_CEL) if plain_in_braces else (NEXT_SCOPES, FOLD_SCOPES)
 
     def extend(children):
         options = [
             st.builds(Select, children, expressions(PLAIN_ONLY, 5)),
             st.builds(Project, children, item_lists(PLAIN_ONLY)),
             st.builds(Aggregate, children, item_lists(PLAIN_ONLY)),
-            st.builds(Sequence, children, children, optional(NEXT_SCOPES)),
-            st.builds(Iteration, children, children, optional(FOLD_SCOPES), optional(FOLD_SCOPES),
-                      item_lists(FOLD_SCOPES, min_size=0)),
+            st.builds(Sequence, children, children, optional(next_scopes)),
+            st.builds(Iteration, children, children, optional(fold_scopes), optional(fold_scopes),
+                      item_lists(fold_scopes, min_size=0)),
             st.builds(Publish, children, stream_names),
         ]
         if not cel_only:

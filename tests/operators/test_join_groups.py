@@ -12,7 +12,9 @@ from hypothesis import example, given, settings, strategies as st
 
 from sparksub.operators.filter_group import EVENT_PREFIX
 from sparksub.operators.join_groups import (BAND_JOIN, SELECT_JOIN, JoinGroupSnapshot, JoinSubscribers,
-                                            QueryChange, band_cuts, band_partitions, join_value_partition, key_text)
+                                            JoinSubscriptions, QueryChange, band_cuts, band_partitions,
+                                            join_value_partition, key_text, output_types, payload_columns,
+                                            side_columns)
 from sparksub.operators.range_min_group import DELETE, UPSERT
 
 SJ_SIDES = (("r", "rk", "b", ("a",)), ("s", "sk", "b", ("c",)))
@@ -206,3 +208,148 @@ def test_join_value_partition_is_stable_and_numeric_values_agree():
     assert join_value_partition(3.0, True, 4) == join_value_partition(float(3), True, 4)
     assert join_value_partition("x", False, 7) == join_value_partition("x", False, 7)
     assert join_value_partition(-0.0, True, 5) == join_value_partition(0.0, True, 5)
+
+
+# ---- issue 15 item 1 (a NULL fails only the selections that read it) and item 8 (projections) ---------------
+PROJECTIONS = ((("rk", 0, "rk"), ("sk", 1, "sk")),                      # SELECT r.rk, s.sk
+               (("x", 0, "a"), ("y", 1, "c")),                          # SELECT r.a AS x, s.c AS y
+               (("rk", 0, "rk"), ("a", 0, "a"), ("r.b", 0, "b"), ("sk", 1, "sk"), ("s.b", 1, "b"), ("c", 1, "c")))
+
+
+def projected_row(proj, rows, rk, sk):
+    src = ({"rk": rk, **rows[0][rk]}, {"sk": sk, **rows[1][sk]})
+    return tuple((name, src[d][col]) for name, d, col in proj)
+
+
+@st.composite
+def mixed_band_workload(draw):
+    """Band-join subscriptions of templates with different local selections (none, on r.a, on s.c, both) and
+    projections, registered through the group's registry (``JoinSubscriptions``: what the engine holds)."""
+    queries = {}
+    for i in range(draw(st.integers(1, 6))):
+        a = draw(st.one_of(st.none(), rng_st))
+        c = draw(st.one_of(st.none(), rng_st))
+        queries[f"q{i}"] = (draw(band_st), a, c, draw(st.sampled_from(PROJECTIONS)))
+    rows = ({k: draw(row_st) for k in range(draw(st.integers(0, 5)))},
+            {k: draw(row_st) for k in range(draw(st.integers(0, 5)))})
+    steps = draw(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 6), row_st, st.booleans()), max_size=12))
+    return queries, rows, steps
+
+
+def mixed_oracle(rows, q):
+    """SQL: the band on S.b - R.b, and only the selections the subscription has (``None``: no selection, so a
+    NULL there does not matter; a selection is false on NULL)."""
+    (lo, hi), a, c, proj = q
+    out = set()
+    for rk, r in rows[0].items():
+        for sk, s in rows[1].items():
+            if r["b"] is None or s["b"] is None or not lo <= s["b"] - r["b"] <= hi:
+                continue
+            if a is not None and (r["a"] is None or not a[0] <= r["a"] <= a[1]):
+                continue
+            if c is not None and (s["c"] is None or not c[0] <= s["c"] <= c[1]):
+                continue
+            out.add((key_text(rk), key_text(sk), projected_row(proj, rows, rk, sk)))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(mixed_band_workload())
+@example(data=({"b1": ((0.0, 0.0), None, None, PROJECTIONS[0]), "b2": ((0.0, 0.0), (0.0, math.inf), None, PROJECTIONS[0])},
+               ({1: {"a": 1.0, "b": 5.0, "c": None}}, {1: {"a": None, "b": 5.0, "c": 1.0}}),
+               [(0, 1, {"a": None, "b": 5.0, "c": None}, False)]))  # issue 15 item 1's reproduction
+def test_band_join_null_fails_only_the_selections_that_read_it(data):
+    queries, rows, steps = data
+    reg = JoinSubscriptions()
+    for qid, ((lo, hi), a, c, _) in queries.items():
+        cols = {"lo": [lo], "hi": [hi]}
+        if a is not None:
+            cols.update({"L:a:lo": [a[0]], "L:a:hi": [a[1]]})
+        if c is not None:
+            cols.update({"R:c:lo": [c[0]], "R:c:hi": [c[1]]})
+        reg.add(np.array([qid], dtype=object), cols)
+    ids, cols = reg.rows()
+    outputs = [queries[i][3] for i in ids.tolist()]
+    pay = payload_columns(outputs)
+    sel = ({"a"} if any(q[1] for q in queries.values()) else set(), {"c"} if any(q[2] for q in queries.values()) else set())
+    sides = (("r", "rk", "b", tuple(sel[0]), pay[0]), ("s", "sk", "b", tuple(sel[1]), pay[1]))
+    rows = (dict(rows[0]), dict(rows[1]))
+    tables = tuple({c: [k if c == sides[d][1] else r.get(c) for k, r in rows[d].items()] for c in side_columns(sides[d])}
+                   for d in (0, 1))
+    types = {(d, c): pa.int64() if c.endswith("k") else pa.float64() for d in (0, 1) for c in ("rk", "sk", "a", "b", "c")}
+    group = JoinGroupSnapshot(BAND_JOIN, "g", "g#0", sides, True, ids, cols, tables, sub_outputs=outputs,
+                              output_types=output_types(outputs, types)).build()
+    for seq, (d, key, row, delete) in enumerate(steps):
+        before = {q: mixed_oracle(rows, b) for q, b in queries.items()}
+        ops = [(DELETE, key, rows[d][key], seq)] if key in rows[d] else []
+        if delete and key in rows[d]:
+            del rows[d][key]
+        else:
+            ops.append((UPSERT, key, row, seq))
+            rows[d][key] = row
+        names = side_columns(sides[d])
+        b = pa.table({EVENT_PREFIX + c: pa.array([k if c == sides[d][1] else (r or {}).get(c) for _, k, r, _ in ops],
+                                                 pa.int64() if c.endswith("k") else pa.float64()) for c in names})
+        b = (b.append_column("op", pa.array([o for o, *_ in ops], pa.int8()))
+             .append_column("seq", pa.array([s for *_, s in ops], pa.int64()))
+             .append_column("j_side", pa.array([d] * len(ops), pa.int8())))
+        out = group.apply(b, "unicast").to_pylist()
+        after = {q: mixed_oracle(rows, b) for q, b in queries.items()}
+        # each notification carries its subscription's selected columns (DESIGN §1)
+        got = {(r["subscription_id"], r["op"], r["left_key"], r["right_key"],
+                tuple((name, r[EVENT_PREFIX + name]) for name, _, _ in queries[r["subscription_id"]][3])) for r in out}
+        want = ({(q, "insert", *p) for q in queries for p in after[q] - before[q]}
+                | {(q, "delete", *p) for q in queries for p in before[q] - after[q]})
+        assert len(out) == len(got) and got == want
+    for q, b in queries.items():
+        res = group.result_rows(q)
+        assert {(key_text(lk), key_text(rk), tuple(row.items())) for (lk, rk), row in res} == mixed_oracle(rows, b)
+
+
+@settings(max_examples=60, deadline=None)
+@given(workload(SELECT_JOIN), st.lists(st.sampled_from(PROJECTIONS), min_size=6, max_size=6))
+def test_select_join_messages_carry_the_selected_columns_deliver_equals_unicast(data, projections):
+    """The reformulated messages carry the result tuple's selected columns (``table.column``); deliver
+    projects them per subscription: the same rows, with the same columns, as unicast (DESIGN §1)."""
+    queries, rows, steps = data
+    outputs = [projections[i] for i in range(len(queries))]
+    pay = payload_columns(outputs)
+    sides = tuple((*SJ_SIDES[d], pay[d]) for d in (0, 1))
+    types = {(d, c): pa.int64() if c.endswith("k") else pa.float64() for d in (0, 1) for c in ("rk", "sk", "a", "b", "c")}
+
+    def build():
+        tables = tuple({c: [k if c == sides[d][1] else r[c] for k, r in rows[d].items()] for c in side_columns(sides[d])}
+                       for d in (0, 1))
+        return JoinGroupSnapshot(SELECT_JOIN, "g", "g#0", sides, True, np.array(list(queries), dtype=object),
+                                 columns_of(SELECT_JOIN, list(queries.values())), tables,
+                                 domains={"A": (0.0, 10.0), "B": (0.0, 10.0), "C": (0.0, 10.0)},
+                                 sub_outputs=outputs, output_types=output_types(outputs, types),
+                                 payload_types=types).build()
+    uni, ref = build(), build()
+    subs = JoinSubscribers("g", np.array(list(queries), dtype=object), columns_of(SELECT_JOIN, list(queries.values())),
+                           outputs, ("r", "s"), output_types(outputs, types))
+    state = (dict(rows[0]), dict(rows[1]))
+    names = {name for proj in outputs for name, _, _ in proj}
+    for seq, (what, d, key, row, flag) in enumerate(steps):
+        if what == 2:
+            continue
+        ops = [(DELETE, key, state[d][key], seq)] if key in state[d] else []
+        if flag and key in state[d]:
+            del state[d][key]
+        else:
+            ops.append((UPSERT, key, row, seq))
+            state[d][key] = row
+        b = batch(SELECT_JOIN, d, ops)
+        for c in pay[d]:  # the selected columns the batch must carry beside the group's own
+            if EVENT_PREFIX + c not in b.column_names:
+                b = b.append_column(EVENT_PREFIX + c, pa.array([(r or {}).get(c) for _, _, r, _ in ops], pa.float64()))
+        u = uni.apply(b, "unicast")
+        want = sorted((r["subscription_id"], r["op"], r["left_key"], r["right_key"],
+                       tuple(sorted((n, r.get(EVENT_PREFIX + n)) for n in names if EVENT_PREFIX + n in r)))
+                      for r in u.to_pylist())
+        msgs = ref.apply(b, "reformulated")
+        msgs = msgs.rename_columns([c[len(EVENT_PREFIX):] if c.startswith(EVENT_PREFIX) else c for c in msgs.column_names])
+        got = sorted((r["subscription_id"], r["op"], r["left_key"], r["right_key"],
+                      tuple(sorted((n, r.get(n)) for n in names if n in r)))
+                     for r in subs.deliver(msgs).to_pylist())
+        assert got == want

@@ -23,13 +23,19 @@ Expressions (predicates are boolean expressions):
     And(items)  Or(items)  Not(x)  Call(name, args)  Dur(op, value, unit)
 
 ``Attr.scope`` is where an attribute is read (DESIGN §4): ``Scope.PLAIN`` (``name``: the event itself;
-inside NEXT/FOLD braces it means the incoming event and is stored as ``$2``), ``Scope.LEFT`` (``$1.name``: the left input, the first
-event of a FOLD chain), ``Scope.RIGHT`` (``$2.name``: the incoming right event), ``Scope.LAST``
-(``$.name``: the last iteration of a FOLD, 004 §2.2 "ATTi.last").
+inside NEXT/FOLD braces an *unqualified* name, resolved as Cayuga's CEL compiler does — the left input's
+(``$1.name``; in a FOLD the chain's first event) when it has the attribute, else the right input's —
+by ``grammar.event_analysis.analyse_query`` against the declared schemas), ``Scope.LEFT`` (``$1.name``:
+the left input, the first event of a FOLD chain), ``Scope.RIGHT`` (``$2.name``: the incoming right
+event), ``Scope.LAST`` (``$.name``: the last iteration of a FOLD, 004 §2.2 "ATTi.last").  The algebra
+reads a plain name inside ``SEQ[…]`` / ``MU[…]`` as the new event's (004 §2.2: ``price ≥ price.last``),
+so its parser stores it as ``$2.name``.  Expression nodes carry ``pos`` (line, column in the text they
+were parsed from, or None), which equality ignores.
 
 Canonical forms, so that equal queries are equal ASTs (and round trips are exact):
 - an absent predicate is ``None``; a literal ``TRUE`` as θ or rebind condition is stored as ``None``;
-- inside NEXT/FOLD braces a plain ``name`` (the incoming event's) is stored as ``$2.name``;
+- inside NEXT/FOLD braces a plain ``name`` stays plain (CEL) until resolved against schemas; the algebra's
+  plain ``name`` there is stored as ``$2.name``;
 - ``And``/``Or`` are n-ary and flat (never an ``And`` directly inside an ``And``);
 - a minus sign on a numeric literal is folded into the constant (``Neg`` never wraps a number);
 - ``Const`` equality includes the Python type (``Const(1) != Const(1.0) != Const(True)``);
@@ -53,7 +59,7 @@ from __future__ import annotations
 import enum
 import math
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterator, Mapping
 
 from sparksub.errors import AnalysisError
@@ -87,10 +93,13 @@ def _check_name(name: str, what: str) -> None:
 class Scope(enum.Enum):
     """Where an attribute is read (DESIGN §4)."""
 
-    PLAIN = ""    # name    — the event itself; inside NEXT/FOLD braces, the incoming ($2) event
+    PLAIN = ""    # name    — the event itself; inside NEXT/FOLD braces unqualified (module docstring)
     LEFT = "$1"   # $1.name — the left input (a FOLD chain's first event)
     RIGHT = "$2"  # $2.name — the right input (the incoming event)
     LAST = "$"    # $.name  — the FOLD chain's last iteration (004 §2.2 ATTi.last)
+
+
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}     # node class -> the fields that may hold sub-nodes
 
 
 class Node:
@@ -100,8 +109,11 @@ class Node:
 
     def children(self) -> Iterator["Node"]:
         """The direct sub-nodes, in field order."""
-        for f in fields(self):  # type: ignore[arg-type]
-            v = getattr(self, f.name)
+        names = _CHILD_FIELDS.get(type(self))
+        if names is None:       # (dataclasses.fields is slow; registration walks every query often)
+            names = _CHILD_FIELDS[type(self)] = tuple(f.name for f in fields(self) if f.name != "pos")
+        for name in names:
+            v = getattr(self, name)
             if isinstance(v, Node):
                 yield v
             elif isinstance(v, tuple):
@@ -174,6 +186,7 @@ class Const(Expr):
     """A literal: int, float (finite), str or bool."""
 
     value: int | float | str | bool
+    pos: tuple | None = field(default=None, compare=False, repr=False)   # (line, column) in the text
 
     def __post_init__(self):
         if not isinstance(self.value, (int, float, str, bool)):
@@ -198,6 +211,7 @@ class Attr(Expr):
 
     name: str
     scope: Scope = Scope.PLAIN
+    pos: tuple | None = field(default=None, compare=False, repr=False)   # (line, column) in the text
 
     def __post_init__(self):
         _check_name(self.name, "attribute")
@@ -210,6 +224,7 @@ class Neg(Expr):
     """Unary minus on a non-literal (literals carry their sign: ``Const(-3)``)."""
 
     operand: Expr
+    pos: tuple | None = field(default=None, compare=False, repr=False)   # (line, column) in the text
 
     def __post_init__(self):
         if isinstance(self.operand, Const) and _is_number(self.operand.value):
@@ -223,6 +238,7 @@ class BinOp(Expr):
     op: str
     left: Expr
     right: Expr
+    pos: tuple | None = field(default=None, compare=False, repr=False)   # (line, column) in the text
 
     def __post_init__(self):
         if self.op not in ARITH_OPS:
@@ -236,6 +252,7 @@ class Compare(Expr):
     op: str
     left: Expr
     right: Expr
+    pos: tuple | None = field(default=None, compare=False, repr=False)   # (line, column) in the text
 
     def __post_init__(self):
         if self.op not in COMPARE_OPS:
@@ -287,6 +304,7 @@ class Call(Expr):
 
     name: str
     args: tuple[Expr, ...] = ()
+    pos: tuple | None = field(default=None, compare=False, repr=False)   # (line, column) in the text
 
     def __post_init__(self):
         _check_name(self.name, "function")
@@ -300,6 +318,7 @@ class Dur(Expr):
     op: str
     value: int | float
     unit: str | None = None
+    pos: tuple | None = field(default=None, compare=False, repr=False)   # (line, column) in the text
 
     def __post_init__(self):
         if self.op not in COMPARE_OPS or self.op == "LIKE":
@@ -362,11 +381,11 @@ def _canonical_pred(p: Expr | None) -> Expr | None:
 
 
 def _plain_to_right(e):
-    """Inside NEXT/FOLD braces a plain name is the incoming event's: store it as ``$2.name``."""
+    """A plain name as the incoming event's, ``$2.name`` (the algebra's reading inside SEQ / MU, 004 §2.2)."""
     if e is None:
         return None
     if isinstance(e, Attr):
-        return Attr(e.name, Scope.RIGHT) if e.scope is Scope.PLAIN else e
+        return Attr(e.name, Scope.RIGHT, pos=e.pos) if e.scope is Scope.PLAIN else e
     if isinstance(e, Item):
         return Item(_plain_to_right(e.expr), e.name)
     if isinstance(e, Const | Dur):
@@ -512,14 +531,15 @@ class Union(StreamExpr):
 @dataclass(frozen=True, slots=True)
 class Sequence(StreamExpr):
     """``left ;θ right`` (004 §2.2, DESIGN §4): each left event with the first later right event
-    satisfying θ.  θ reads ``$1`` (left), ``$2`` and plain names (right); ``None`` is TRUE."""
+    satisfying θ.  θ reads ``$1`` (left), ``$2`` (right) and unqualified names (the left's if it has
+    them, else the right's: Cayuga's rule, resolved against schemas); ``None`` is TRUE."""
 
     left: StreamExpr
     right: StreamExpr
     theta: Expr | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "theta", _plain_to_right(_canonical_pred(self.theta)))
+        object.__setattr__(self, "theta", _canonical_pred(self.theta))
         _check_scopes([self.theta], {Scope.PLAIN, Scope.LEFT, Scope.RIGHT}, "NEXT")
 
 
@@ -527,8 +547,9 @@ class Sequence(StreamExpr):
 class Iteration(StreamExpr):
     """``μF,θ(left, right)`` (004 §2.2, DESIGN §4).  θ (``theta``) picks the next event of a chain;
     ``rebind`` (F's selection) decides whether the chain continues; ``aggregates`` (F's α) update
-    attributes at each step.  All read ``$1`` (first event), ``$`` (last iteration), ``$2``/plain (new
-    event).  ``None`` predicates are TRUE."""
+    attributes at each step.  All read ``$1`` (first event), ``$`` (last iteration), ``$2`` (new event)
+    and unqualified names (the first event's if it has them, else the new event's: Cayuga's rule).
+    ``None`` predicates are TRUE."""
 
     left: StreamExpr
     right: StreamExpr
@@ -537,9 +558,9 @@ class Iteration(StreamExpr):
     aggregates: tuple[Item, ...] = ()
 
     def __post_init__(self):
-        object.__setattr__(self, "theta", _plain_to_right(_canonical_pred(self.theta)))
-        object.__setattr__(self, "rebind", _plain_to_right(_canonical_pred(self.rebind)))
-        object.__setattr__(self, "aggregates", tuple(_plain_to_right(i) for i in self.aggregates))
+        object.__setattr__(self, "theta", _canonical_pred(self.theta))
+        object.__setattr__(self, "rebind", _canonical_pred(self.rebind))
+        object.__setattr__(self, "aggregates", tuple(self.aggregates))
         if self.aggregates:
             _check_items(self.aggregates, "FOLD aggregates")
 
@@ -791,8 +812,23 @@ def _alg_union(q: StreamExpr) -> str:
     return _alg_seq(q)
 
 
+def _braces_plain(q: StreamExpr) -> None:
+    """The algebra reads a plain name inside SEQ / MU as ``$2.name``: an unqualified CEL name (left first)
+    has no algebra spelling until it is resolved."""
+    exprs = [q.theta] + ([q.rebind] + [i.expr for i in q.aggregates] if isinstance(q, Iteration) else [])
+    for e in exprs:
+        for a in (attributes_read(e) if e is not None else ()):
+            if a.scope is Scope.PLAIN:
+                op = "NEXT" if isinstance(q, Sequence) else "FOLD"
+                raise ValueError(f"the unqualified attribute {a.name} inside {op}"
+                                 f"{{...}} has no algebra spelling (the algebra reads a plain name there as "
+                                 f"$2.{a.name}); resolve the query's names first "
+                                 f"(grammar.event_analysis.analyse_query) or write $1.{a.name} / $2.{a.name}")
+
+
 def _alg_seq(q: StreamExpr) -> str:
     if isinstance(q, Sequence):
+        _braces_plain(q)
         return f"{_alg_seq(q.left)} SEQ[{_opt(q.theta)}] {_alg_unary(q.right)}"
     return _alg_unary(q)
 
@@ -810,6 +846,7 @@ def _alg_unary(q: StreamExpr) -> str:
         pairs = ", ".join(f"{o} -> {n}" for o, n in q.mapping)
         return f"RENAME[{pairs}]({unparse_algebra(q.input)})"
     if isinstance(q, Iteration):
+        _braces_plain(q)
         f = " ".join(([f"SELECT[{unparse_expr(q.rebind)}]"] if q.rebind is not None else [])
                      + ([f"AGG[{_items_text(q.aggregates)}]"] if q.aggregates else [])) or "ID"
         return f"MU[{f}; {_opt(q.theta)}]({unparse_algebra(q.left)}, {unparse_algebra(q.right)})"

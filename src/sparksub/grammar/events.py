@@ -31,7 +31,7 @@ from lark.lexer import PatternStr
 from sparksub.errors import AnalysisError, ParseError
 from sparksub.grammar.event_ast import (
     Aggregate, And, Attr, Call, Compare, Const, Dur, Item, Iteration, Not, Or, Project, Publish, Rename,
-    Scope, Select, Sequence, Stream, StreamExpr, Union, BinOp, Expr, neg,
+    Scope, Select, Sequence, Stream, StreamExpr, Union, BinOp, Expr, Neg, _plain_to_right, neg,
 )
 
 __all__ = ["parse_cel", "parse_algebra", "parse_event_query", "parse_predicate", "ParseError",
@@ -67,6 +67,12 @@ class _Fail(Exception):
         self.message, self.where = message, where
 
 
+def _pos(meta) -> tuple[int, int] | None:
+    """(line, column) of a parse-tree node or token, for the positioned errors of ``event_analysis``."""
+    line = getattr(meta, "line", None)
+    return None if line is None or getattr(meta, "empty", False) else (line, meta.column)
+
+
 def _at(where, fn, *args):
     """``fn(*args)``, turning an AnalysisError from a node's checks into a positioned failure."""
     try:
@@ -90,49 +96,50 @@ class _ExprBuilder(Transformer):
 
     def compare(self, meta, c):
         op = str(c[1])
-        return Compare(_COMPARE.get(op, op), c[0], c[2])
+        return Compare(_COMPARE.get(op, op), c[0], c[2], pos=_pos(c[1]))
 
     def like(self, meta, c):
-        return Compare("LIKE", c[0], c[1])
+        return Compare("LIKE", c[0], c[1], pos=_pos(meta))
 
     def dur(self, meta, c):
         op = str(c[0])
-        return _at(meta, Dur, _COMPARE.get(op, op), _number(c[1]), _unit(c[2]))
+        return _at(meta, Dur, _COMPARE.get(op, op), _number(c[1]), _unit(c[2]), _pos(meta))
 
     def binop(self, meta, c):
-        return BinOp(str(c[1]), c[0], c[2])
+        return BinOp(str(c[1]), c[0], c[2], pos=_pos(c[1]))
 
     def neg(self, meta, c):
-        return neg(c[1])
+        x = neg(c[1])
+        return Neg(x.operand, pos=_pos(meta)) if isinstance(x, Neg) else x
 
     def pos(self, meta, c):
         return c[1]
 
     def number(self, meta, c):
-        return Const(_number(c[0]))
+        return Const(_number(c[0]), pos=_pos(c[0]))
 
     def string(self, meta, c):
-        return Const(str(c[0])[1:-1].replace("''", "'"))
+        return Const(str(c[0])[1:-1].replace("''", "'"), pos=_pos(c[0]))
 
     def true(self, meta, c):
-        return Const(True)
+        return Const(True, pos=_pos(meta))
 
     def false(self, meta, c):
-        return Const(False)
+        return Const(False, pos=_pos(meta))
 
     def plain_attr(self, meta, c):
-        return Attr(str(c[0]), Scope.PLAIN)
+        return Attr(str(c[0]), Scope.PLAIN, pos=_pos(c[0]))
 
     def scoped_attr(self, meta, c):
         prefix, name = str(c[0]).split(".", 1)
-        return Attr(name, Scope(prefix))
+        return Attr(name, Scope(prefix), pos=_pos(c[0]))
 
     def last_attr(self, meta, c):
-        return Attr(str(c[0]), Scope.LAST)
+        return Attr(str(c[0]), Scope.LAST, pos=_pos(c[0]))
 
     def call(self, meta, c):
         args = tuple(a for a in c[1:] if a is not None)
-        return Call(str(c[0]), args)
+        return Call(str(c[0]), args, pos=_pos(c[0]))
 
     # ---- shared stream pieces ----
     def select_item(self, meta, c):
@@ -211,13 +218,15 @@ class _AlgebraBuilder(_ExprBuilder):
     def union(self, meta, c):
         return Union(c[0], c[2])
 
+    # Inside SEQ[…] / MU[…] a plain name is the new event's (004 §2.2: μ's F compares ``price`` with
+    # ``price.last``), unlike CEL's unqualified names (the left input's first): stored as ``$2.name``.
     def seq_infix(self, meta, c):
         left, kw, theta, right = c
-        return _at(kw, Sequence, left, right, theta)
+        return _at(kw, Sequence, left, right, _plain_to_right(theta))
 
     def seq_prefix(self, meta, c):
         kw, theta, left, right = c
-        return _at(kw, Sequence, left, right, theta)
+        return _at(kw, Sequence, left, right, _plain_to_right(theta))
 
     def select(self, meta, c):
         return _at(c[0], Select, c[2], c[1])
@@ -239,7 +248,8 @@ class _AlgebraBuilder(_ExprBuilder):
 
     def mu(self, meta, c):
         kw, (rebind, aggs), theta, left, right = c
-        return _at(kw, Iteration, left, right, theta, rebind, tuple(aggs))
+        return _at(kw, Iteration, left, right, _plain_to_right(theta), _plain_to_right(rebind),
+                   tuple(_plain_to_right(i) for i in aggs))
 
     def f_identity(self, meta, c):
         return (None, ())

@@ -6,7 +6,8 @@ are parsed by sqlglot itself and no SQL is parsed by hand:
     CREATE TABLE t (k STRING PRIMARY KEY, x DOUBLE, y DOUBLE)     -- sqlglot's own CREATE TABLE
     CREATE SUBSCRIPTION name AS <select>
     DROP SUBSCRIPTION [IF EXISTS] name
-    SHOW SUBSCRIPTIONS
+    SHOW SUBSCRIPTIONS                     -- one row per subscription (and event query)
+    SHOW SUBSCRIPTION GROUPS               -- one row per group and template
     EXPLAIN SUBSCRIPTION name | <select>
     CREATE EVENT QUERY name AS <text>      -- CEL or the algebra (grammar/events.py), up to the statement's end
     DROP EVENT QUERY [IF EXISTS] name
@@ -19,16 +20,18 @@ ShowSubscriptions()
 """
 from __future__ import annotations
 
+import math
+
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError as SqlglotParseError
 from sqlglot.tokens import TokenType
 
-from sparksub.errors import ParseError
+from sparksub.errors import InvalidArgument, ParseError, position_of
 
 __all__ = [
-    "CreateSubscription", "DropSubscription", "ShowSubscriptions", "ExplainSubscription",
+    "CreateSubscription", "DropSubscription", "ShowSubscriptions", "ShowSubscriptionGroups", "ExplainSubscription",
     "CreateEventQuery", "DropEventQuery", "SparksubSpark", "parse_statement", "parse_statements",
     "parse_select",
 ]
@@ -47,6 +50,10 @@ class DropSubscription(exp.Expression):
 
 
 class ShowSubscriptions(exp.Expression):
+    arg_types = {}
+
+
+class ShowSubscriptionGroups(exp.Expression):
     arg_types = {}
 
 
@@ -101,6 +108,10 @@ class SparksubSpark(Spark):
                                                         exists=exists))
             if self._match_text_seq("SHOW", "SUBSCRIPTIONS"):
                 return self.expression(ShowSubscriptions())
+            if self._match_text_seq("SHOW", "SUBSCRIPTION"):
+                if not self._match_text_seq("GROUPS"):   # a typo of ours gets our error, not Spark's
+                    self.raise_error("Expected GROUPS: SHOW SUBSCRIPTION GROUPS (or SHOW SUBSCRIPTIONS)")
+                return self.expression(ShowSubscriptionGroups())
             if self._match_text_seq("EXPLAIN", "SUBSCRIPTION"):
                 if self._curr and self._curr.token_type in (TokenType.SELECT, TokenType.L_PAREN,
                                                                         TokenType.WITH):
@@ -136,6 +147,22 @@ class SparksubSpark(Spark):
             if not self._match_text_seq(text):
                 self.raise_error(f"Expected {text}")
 
+        def _parse_csv(self, parse_method, sep: TokenType = TokenType.COMMA) -> list:
+            # sqlglot's own _parse_csv skips an empty item (``a, , b``, ``IN (1,)``), which Spark's parser
+            # refuses: refuse it too, at the comma, instead of running a statement Spark would not.
+            result = parse_method()
+            items = [result] if result is not None else []
+            while self._match(sep):
+                if isinstance(result, exp.Expr):
+                    self._add_comments(result)
+                result = parse_method()
+                if result is None:
+                    if sep == TokenType.COMMA:
+                        self.raise_error("Expected an expression after ','", self._prev)
+                    continue
+                items.append(result)
+            return items
+
 
 def _to_parse_error(err: SqlglotParseError, text: str) -> ParseError:
     first = err.errors[0] if err.errors else {}
@@ -145,15 +172,55 @@ def _to_parse_error(err: SqlglotParseError, text: str) -> ParseError:
                       int(first.get("line") or 1), max(col, 1))
 
 
+#: where a parsed statement keeps the text it was parsed from (its nodes' ``meta`` offsets index it)
+SOURCE = "sparksub_source"
+
+
+def position(node: exp.Expression) -> tuple[str, int, int] | None:
+    """``(text, line, column)`` of ``node``'s first token in the text its statement was parsed from
+    (:func:`parse_statements` keeps it), or None when unknown (a node built in code)."""
+    text = node.root().meta.get(SOURCE) if node.root()._meta else None
+    starts = [n.meta["start"] for n in node.walk() if n._meta and "start" in n.meta]
+    if text is None or not starts:
+        return None
+    return (text, *position_of(text, min(starts)))
+
+
+def _check_spark_rules(stmt: exp.Expression, text: str) -> None:
+    """What Spark's parser refuses and sqlglot's accepts, refused here with Spark's reasons."""
+    def refuse(message: str, node: exp.Expression):
+        where = position(node)
+        raise ParseError(message, text, *(where[1:] if where else (1, 1)))
+
+    for node in stmt.walk():
+        if isinstance(node, exp.Count) and node.this is None and not node.expressions:
+            refuse("COUNT needs an argument: COUNT(*) or COUNT(expr)", node)
+        if isinstance(node, exp.Literal) and not node.is_string:
+            try:
+                value = float(node.this)
+            except ValueError:
+                continue
+            if math.isinf(value):  # Spark: INVALID_NUMERIC_LITERAL_RANGE, a parse error
+                refuse(f"numeric literal {node.this[:20]}{'...' if len(node.this) > 20 else ''} is outside "
+                       f"the range of DOUBLE", node)
+
+
 def parse_statements(text: str) -> list[exp.Expression]:
-    """Parse a script of ``;``-separated statements. Raises :class:`ParseError` with line and column."""
+    """Parse a script of ``;``-separated statements. Raises :class:`ParseError` with line and column.
+    Each statement keeps ``text`` in its ``meta`` (:data:`SOURCE`), for errors to point into it."""
+    if not isinstance(text, str):
+        raise InvalidArgument(f"SQL text must be a string, got {type(text).__name__}: {text!r:.60}")
     try:
         stmts = sqlglot.parse(text, read=SparksubSpark, error_level=sqlglot.ErrorLevel.IMMEDIATE)
     except SqlglotParseError as err:
         raise _to_parse_error(err, text) from None
     except sqlglot.errors.TokenError as err:
         raise ParseError(f"cannot tokenize: {err}", text, 1, 1) from None
-    return [s for s in stmts if s is not None]
+    out = [s for s in stmts if s is not None]
+    for stmt in out:
+        stmt.meta[SOURCE] = text
+        _check_spark_rules(stmt, text)
+    return out
 
 
 def parse_statement(text: str) -> exp.Expression:

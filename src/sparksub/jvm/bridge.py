@@ -94,20 +94,10 @@ class StatementBridge:
 
 def answer_plan(spark, answer):
     """``engine.sql``'s answer as the logical plan ``spark.sql`` returns: None for DDL (no rows, no
-    columns, as Spark's own DDL); a ``plan`` column for EXPLAIN; SHOW SUBSCRIPTIONS' rows."""
+    columns, as Spark's own DDL); a ``plan`` column for EXPLAIN; the DataFrame SHOW SUBSCRIPTIONS and
+    SHOW SUBSCRIPTION GROUPS answer (built from Arrow columns by ``sparksub.listing``), as it is."""
     if answer is None:
         return None
     if isinstance(answer, str):
-        table = pa.table({"plan": pa.array([answer], pa.string())})
-    else:  # SHOW SUBSCRIPTIONS (plain Spark SQL, whose answer is a DataFrame, never reaches the bridge)
-        table = show_table(answer)
-    return spark.createDataFrame(table)._jdf.queryExecution().analyzed()
-
-
-SHOW_COLUMNS = {"group": pa.string(), "class": pa.string(), "template": pa.string(),
-                "subscriptions": pa.int64(), "name": pa.string()}
-
-
-def show_table(rows: list[dict]) -> pa.Table:
-    """SHOW SUBSCRIPTIONS' rows as a table with fixed columns (``name`` is NULL but for event queries)."""
-    return pa.table({c: pa.array([r.get(c) for r in rows], t) for c, t in SHOW_COLUMNS.items()})
+        answer = spark.createDataFrame(pa.table({"plan": pa.array([answer], pa.string())}))
+    return answer._jdf.queryExecution().analyzed()

@@ -27,7 +27,10 @@ Operators (each evaluated on the full output of its inputs):
   Only S1's attributes (``first``) and the most recent step (``$``) are remembered (004 §2.2).
 
 Scopes inside NEXT/FOLD braces: ``$1.x`` is the left event (for FOLD the chain's first event, with its
-initial aggregate values), ``$2.x`` and a plain ``x`` the incoming right event, ``$.x`` the last iteration:
+initial aggregate values), ``$2.x`` the incoming right event, an unqualified ``x`` the left event's ``x``
+when the left event has that attribute, else the right event's (Cayuga's CEL compiler reads a plain name
+as the left input's; the algebra's parser stores its plain names there as ``$2.x``), ``$.x`` the last
+iteration:
 initially the first event's ``x`` (004 §2.2 "Initially, this value is equivalent to the corresponding
 attribute in S1"), after each continued step updated with the step's right event and aggregate values.
 θ, ``rebind`` and every aggregate are evaluated on the state *before* the step (so two aggregates
@@ -53,9 +56,20 @@ and so, recursively, does a left attribute named like the new name (``x_1`` when
 renamed attribute that would still collide gets further ``_1`` suffixes.  Left attributes come first.
 
 Nulls.  A missing attribute reads as NULL (``strict=True`` makes that an ``AnalysisError``, except ``$.x``
-before the chain has bound ``x``); arithmetic and comparisons with NULL are NULL, division by zero is
-NULL; AND/OR/NOT are three-valued (Kleene); a predicate holds only if it is TRUE (SQL).  Functions:
-``contains(text, pattern)`` (004 §2.2), ``lower``, ``upper``, ``length``, ``abs``; ``LIKE`` with ``%``/``_``.
+before the chain has bound ``x``); arithmetic and comparisons with NULL are NULL; a division or modulo by
+zero, ``0 ^ negative`` and a power without a real result (``(-8) ^ 0.5``) are NULL; AND/OR/NOT are
+three-valued (Kleene); a predicate holds only if it is TRUE (SQL).  Functions: ``contains(text,
+pattern)`` (004 §2.2), ``lower``, ``upper``, ``length``, ``abs``; ``LIKE`` as Spark SQL's (``_`` one
+character, ``%`` any run, ``\\`` escapes ``_``, ``%`` and itself; any other escape is an error).
+
+Evaluation errors (an operation on values of the wrong type, a numeric overflow, a bad LIKE pattern read
+from an event).  DESIGN §7: a run-time error belongs to the query that raised it.  Here it makes the
+evaluation that raised fail for that operator and event only: a FILTER's event, or a SELECT list's
+event, is dropped from that operator's output; a NEXT / FOLD step whose θ, F's selection or aggregates
+raise is not taken (the event is skipped by that chain, as if θ failed); an outer selection over a
+NEXT / FOLD drops that output.  Each error is recorded in ``errors`` (``(t0, t1, message)`` of the event
+evaluated); nothing else changes.  (Unknown functions and ``strict`` mode's unknown attributes are
+errors of the query, not of an event: they raise.)
 
 >>> from sparksub.grammar.events import parse_cel
 >>> q = parse_cel("SELECT * FROM Stock NEXT{$1.Name = $2.Name} Stock")
@@ -66,7 +80,6 @@ NULL; AND/OR/NOT are three-valued (Kleene); a predicate holds only if it is TRUE
 from __future__ import annotations
 
 import operator
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -125,9 +138,13 @@ def combine_attributes(left: Mapping, right: Mapping) -> dict:
     return out
 
 
+class _EvalError(AnalysisError):
+    """An evaluation error of one event (the module docstring): caught where it happens, recorded."""
+
+
 def _contains(text, pattern):
     if not isinstance(text, str) or not isinstance(pattern, str):
-        raise AnalysisError(f"contains() needs two strings, got {text!r}, {pattern!r}")
+        raise _EvalError(f"contains() needs two strings, got {text!r}, {pattern!r}")
     return pattern in text
 
 
@@ -147,8 +164,42 @@ _COMPARE = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operato
 
 
 def _like(text: str, pattern: str) -> bool:
-    rx = "".join(".*" if ch == "%" else "." if ch == "_" else re.escape(ch) for ch in pattern)
-    return re.fullmatch(rx, text, flags=re.S) is not None
+    """Spark SQL LIKE, by dynamic programming over (pattern token, text prefix): written for clarity,
+    independently of the executors' matcher (``grammar/sql_like``)."""
+    tokens, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            if i + 1 == len(pattern) or pattern[i + 1] not in "_%\\":
+                raise _EvalError(f"invalid LIKE pattern {pattern!r}: a misplaced escape character")
+            tokens.append(("char", pattern[i + 1]))
+            i += 2
+            continue
+        tokens.append(("many",) if ch == "%" else ("one",) if ch == "_" else ("char", ch))
+        i += 1
+    ok = [True] + [False] * len(text)            # ok[j]: the tokens so far match text[:j]
+    for tok in tokens:
+        if tok[0] == "many":
+            nxt = ok[:]
+            for j in range(1, len(text) + 1):
+                nxt[j] = nxt[j] or nxt[j - 1]
+        else:
+            nxt = [False] + [ok[j - 1] and (tok[0] == "one" or text[j - 1] == tok[1])
+                             for j in range(1, len(text) + 1)]
+        ok = nxt
+    return ok[len(text)]
+
+
+def _arith(op: str, a, b):
+    if op in "/%" and b == 0:
+        return None                              # division by zero: NULL
+    try:
+        v = _ARITH[op](a, b)
+    except ZeroDivisionError:                    # 0 ^ negative
+        return None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise _EvalError(f"cannot apply {op} to {a!r} and {b!r}: {exc}") from None
+    return None if isinstance(v, complex) else v    # no real result: NULL
 
 
 @dataclass(frozen=True)
@@ -173,6 +224,11 @@ class ReferenceInterpreter:
         self.strict = strict
         self.functions = {**FUNCTIONS, **(functions or {})}
         self.published: dict[str, list[dict]] = {}
+        #: evaluation errors (the module docstring): (t0, t1, message) of the event evaluated
+        self.errors: list[tuple[int, int, str]] = []
+
+    def _error(self, err: AnalysisError, t0: int, t1: int) -> None:
+        self.errors.append((t0, t1, str(err)))
 
     # ---- streams -------------------------------------------------------------------------------
     def evaluate(self, q: StreamExpr) -> list[dict]:
@@ -202,20 +258,34 @@ class ReferenceInterpreter:
         return _by_end_time(events)
 
     def _eval_Select(self, q: Select) -> list[dict]:                       # 004 §2.2 σθ
-        return [e for e in self.evaluate(q.input) if self._holds(q.predicate, self._single(e))]
+        out = []
+        for e in self.evaluate(q.input):
+            try:
+                if self._holds(q.predicate, self._single(e)):
+                    out.append(e)
+            except _EvalError as err:              # the event is dropped here (module docstring)
+                self._error(err, e["t0"], e["t1"])
+        return out
 
     def _eval_Project(self, q: Project) -> list[dict]:                     # 004 §2.2 πX (with ρ)
         out = []
         for e in self.evaluate(q.input):
             ctx = self._single(e)
-            out.append(_event({i.name: self._value(i.expr, ctx) for i in q.items}, e["t0"], e["t1"]))
+            try:
+                out.append(_event({i.name: self._value(i.expr, ctx) for i in q.items}, e["t0"], e["t1"]))
+            except _EvalError as err:
+                self._error(err, e["t0"], e["t1"])
         return out
 
     def _eval_Aggregate(self, q: Aggregate) -> list[dict]:                 # 004 §2.2 αg
         out = []
         for e in self.evaluate(q.input):
             ctx = self._single(e)
-            added = {i.name: self._value(i.expr, ctx) for i in q.items}
+            try:
+                added = {i.name: self._value(i.expr, ctx) for i in q.items}
+            except _EvalError as err:
+                self._error(err, e["t0"], e["t1"])
+                continue
             out.append(_event({**_attrs(e), **added}, e["t0"], e["t1"]))
         return out
 
@@ -248,7 +318,12 @@ class ReferenceInterpreter:
                     continue
                 a2 = _attrs(e2)
                 ctx = _Context(plain=a2, left=a1, right=a2, duration=e2["t1"] - e1["t0"] + 1)
-                if self._holds(q.theta, ctx):
+                try:
+                    holds = self._holds(q.theta, ctx)
+                except _EvalError as err:          # θ raised: this event is skipped, as if θ failed
+                    self._error(err, e1["t0"], e2["t1"])
+                    continue
+                if holds:
                     out.append(_event(combine_attributes(a1, a2), e1["t0"], e2["t1"]))
                     break                          # θ-failing events before it were skipped
         return _by_end_time(out)
@@ -265,11 +340,16 @@ class ReferenceInterpreter:
                     continue
                 a2 = _attrs(e2)
                 ctx = _Context(plain=a2, left=first, right=a2, last=last, duration=e2["t1"] - t0 + 1)
-                if not self._holds(q.theta, ctx):
-                    continue                       # filter edge: skipped, the chain waits
-                aggregates = {i.name: self._value(i.expr, ctx) for i in q.aggregates}
+                try:
+                    if not self._holds(q.theta, ctx):
+                        continue                   # filter edge: skipped, the chain waits
+                    aggregates = {i.name: self._value(i.expr, ctx) for i in q.aggregates}
+                    ends = q.rebind is not None and not self._holds(q.rebind, ctx)
+                except _EvalError as err:          # the step raised: not taken, as if θ failed
+                    self._error(err, t0, e2["t1"])
+                    continue
                 out.append(_event({**combine_attributes(first, a2), **aggregates}, t0, e2["t1"]))
-                if q.rebind is not None and not self._holds(q.rebind, ctx):
+                if ends:
                     break                          # forward edge only: output, the chain ends
                 last = {**last, **a2, **aggregates}   # rebind edge: the chain continues from here
                 t1 = e2["t1"]
@@ -285,8 +365,13 @@ class ReferenceInterpreter:
         return p is None or self._value(p, ctx) is True
 
     def _lookup(self, a: Attr, ctx: _Context):
-        source = {Scope.PLAIN: ctx.plain, Scope.LEFT: ctx.left, Scope.RIGHT: ctx.right,
-                  Scope.LAST: ctx.last}[a.scope]
+        if a.scope is Scope.PLAIN and ctx.left is not None:
+            # inside NEXT / FOLD braces: the left event's (a chain's first event's) if it has the
+            # attribute, else the right event's (Cayuga's CEL compiler)
+            source = ctx.left if a.name in ctx.left else ctx.right
+        else:
+            source = {Scope.PLAIN: ctx.plain, Scope.LEFT: ctx.left, Scope.RIGHT: ctx.right,
+                      Scope.LAST: ctx.last}[a.scope]
         ref = a.name if a.scope is Scope.PLAIN else f"{a.scope.value}.{a.name}"
         if source is None:
             raise AnalysisError(f"{ref} cannot be read here")
@@ -308,16 +393,14 @@ class ReferenceInterpreter:
             a, b = self._value(e.left, ctx), self._value(e.right, ctx)
             if a is None or b is None:
                 return None
-            if e.op in "/%" and b == 0:
-                return None
-            return self._typed(_ARITH[e.op], a, b)
+            return _arith(e.op, a, b)
         if isinstance(e, Compare):
             a, b = self._value(e.left, ctx), self._value(e.right, ctx)
             if a is None or b is None:
                 return None
             if e.op == "LIKE":
                 if not (isinstance(a, str) and isinstance(b, str)):
-                    raise AnalysisError(f"LIKE needs strings, got {a!r} LIKE {b!r}")
+                    raise _EvalError(f"LIKE needs strings, got {a!r} LIKE {b!r}")
                 return _like(a, b)
             return self._typed(_COMPARE[e.op], a, b)
         if isinstance(e, Dur):
@@ -345,15 +428,15 @@ class ReferenceInterpreter:
     def _truth(self, e: Expr, ctx: _Context):
         v = self._value(e, ctx)
         if v is not None and not isinstance(v, bool):
-            raise AnalysisError(f"not a predicate: {e} is {v!r}")
+            raise _EvalError(f"not a predicate: {e} is {v!r}")
         return v
 
     @staticmethod
     def _typed(fn, *args):
         try:
             return fn(*args)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise AnalysisError(f"cannot apply {getattr(fn, '__name__', fn)} to {args!r}: {exc}") from None
+        except (TypeError, ValueError, ArithmeticError) as exc:
+            raise _EvalError(f"cannot apply {getattr(fn, '__name__', fn)} to {args!r}: {exc}") from None
 
 
 def rename_attributes(attrs: Mapping, mapping: Mapping) -> dict:
@@ -373,9 +456,10 @@ def evaluate(q: StreamExpr, streams: Mapping[str, Iterable[Mapping]], **options)
 
 
 def evaluate_queries(queries: Mapping[str, StreamExpr], streams: Mapping[str, Iterable[Mapping]],
-                     **options) -> dict[str, list[dict]]:
+                     errors: dict | None = None, **options) -> dict[str, list[dict]]:
     """Several queries, where one may read what another PUBLISHes (resubscription, 004 §2.3): each
-    query is evaluated after the queries whose published streams it reads.  Returns name → outputs."""
+    query is evaluated after the queries whose published streams it reads.  Returns name → outputs;
+    ``errors``, if given, receives name → the query's evaluation errors (``ReferenceInterpreter.errors``)."""
     producers: dict[str, str] = {}
     for qname, q in queries.items():
         for n in q.walk():
@@ -399,6 +483,8 @@ def evaluate_queries(queries: Mapping[str, StreamExpr], streams: Mapping[str, It
         interpreter = ReferenceInterpreter(available, **options)
         results[qname] = interpreter.evaluate(queries[qname])
         available.update(interpreter.published)
+        if errors is not None:
+            errors[qname] = interpreter.errors
         running.discard(qname)
 
     for qname in queries:

@@ -81,14 +81,15 @@ from sparksub.grammar.event_ast import (
     Aggregate, And, Attr, BinOp, Call, Compare, Const, Dur, Expr, Iteration, Neg, Not, Or, Project, Publish,
     Rename, Scope, Select, Sequence as SeqOp, Stream, StreamExpr, Union,
 )
-from sparksub.operators.cayuga_reference import combine_attributes
+from sparksub.grammar.event_analysis import combine_attributes
 from sparksub.operators.nfa import assigned_attributes, partition_key
 
 __all__ = [
     "EventQueryInfo", "EventClass", "EventPlan", "query_info", "query_streams", "assigned_attributes",
     "event_components", "component_key", "event_partition_plan", "replica_id", "key_partition",
     "partitions_of", "output_attributes", "unify_types", "output_column", "MatchLayout", "match_layout",
-    "matches_to_table", "match_output_schema", "ReplicaBase", "feed_events", "events_table", "rejected_events_table",
+    "matches_to_table", "match_output_schema", "ReplicaBase", "feed_events", "feed_errors", "events_table",
+    "rejected_events_table", "error_text",
     "EVENT_COLUMN_PREFIX", "FIXED_COLUMNS", "DEFAULT_EXECUTOR",
 ]
 
@@ -565,16 +566,24 @@ def events_table(columns: Mapping[str, pa.Array], t0, t1, seq) -> pa.Table:
     return pa.table(data)
 
 
+def feed_errors(executor) -> list:
+    """The executor's evaluation errors since the last call (``nfa.NFAEngine.take_errors``; none for an
+    executor class of the caller's without it)."""
+    take = getattr(executor, "take_errors", None)
+    return take() if take is not None else []
+
+
 def feed_events(executor, streams: Sequence[str], events: pa.Table, errors: list | None = None) -> list:
     """Feed a batch (:func:`events_table` columns) to ``executor`` in (t1, seq) order, each event under
     every name in ``streams`` (the spellings its queries use for the table), then ``flush()``.  Returns
     the matches (``nfa.Match``), in release order.
 
-    ``errors``: a list that collects ``(position in the sorted batch, exception)`` for each event on which
-    the executor raised (e.g. an ill-typed comparison), and the batch goes on with the next event — what the
-    executor did for that event before it raised stays, so a caller that wants the event set aside whole
-    feeds the batch again without it from the state before (``spark_events`` does); without ``errors`` the
-    exception propagates.  An error in ``flush()`` always propagates."""
+    A run-time evaluation error belongs to the query that raised it (DESIGN §7): the executor charges it
+    to that query alone (``nfa.EventError``: the event was dropped for that query at the operator that
+    raised) and goes on, so every other query of the replica — sharing its stream, its static index, its
+    family — keeps the event.  ``errors``: a list that receives ``(position in the sorted batch, EventError)``
+    for each (position None: charged while the last tick closed, at ``flush()``); without it they are
+    dropped (a replay).  Anything else the executor raises propagates (the replica failed)."""
     if events.num_rows:
         events = events.sort_by([("t1", "ascending"), ("seq", "ascending")])
     names = [c for c in events.column_names if c.startswith(EVENT_COLUMN_PREFIX)]
@@ -582,37 +591,57 @@ def feed_events(executor, streams: Sequence[str], events: pa.Table, errors: list
     values = [events.column(c).to_pylist() for c in names]
     t0s, t1s = events.column("t0").to_pylist(), events.column("t1").to_pylist()
     out = []
+    feed_errors(executor)                      # nothing of an earlier, failed batch
     for i in range(events.num_rows):
         ev = {a: v[i] for a, v in zip(attrs, values)}
         ev["t0"], ev["t1"] = t0s[i], t1s[i]
-        try:
-            for s in streams:
-                out.extend(executor.process(s, ev))
-        except Exception as err:  # noqa: BLE001 - the caller decides (errors=None: propagate)
-            if errors is None:
-                raise
-            errors.append((i, err))
+        for s in streams:
+            out.extend(executor.process(s, ev))
+        for err in feed_errors(executor):
+            if errors is not None:
+                errors.append((i, err))
     out.extend(executor.flush())
+    for err in feed_errors(executor):
+        if errors is not None:
+            errors.append((None, err))
     return out
 
 
 def rejected_events_table(events: pa.Table, errors: Sequence, schema: pa.Schema, group_id: str | None = None) -> pa.Table:
-    """``op = 'rejected'`` rows (``schema``: :func:`match_output_schema`) for the events of ``events``
-    (sorted as :func:`feed_events` sorts them) at the positions in ``errors`` (``(position, exception)``):
-    their ``seq``, ``t0``/``t1``, columns (under :func:`output_column` names) and the exception as ``reason``."""
+    """``op = 'rejected'`` rows (``schema``: :func:`match_output_schema`) for the errors of a batch fed by
+    :func:`feed_events` (``(position in the sorted batch or None, error)``): the event at that position
+    (its ``seq``, ``t0``/``t1``, columns under :func:`output_column` names), the error as ``reason``, and
+    for an ``nfa.EventError`` the query it was charged to as ``query`` (the event was rejected for that
+    query alone); without a position, the interval of the (published) event evaluated."""
     if events.num_rows:
         events = events.sort_by([("t1", "ascending"), ("seq", "ascending")])
-    idx = pa.array([i for i, _ in errors], pa.int64())
-    picked = events.take(idx)
     n = len(errors)
     data = {f.name: pa.nulls(n, f.type) for f in schema}
+    charged = [getattr(e, "query", None) for _, e in errors]
     data.update(op=pa.array(["rejected"] * n, pa.string()), group_id=pa.array([group_id] * n, pa.string()),
-                reason=pa.array([f"{type(e).__name__}: {e}" for _, e in errors], pa.string()))
-    for c in ("seq", "t0", "t1"):
-        data[c] = picked.column(c).cast(pa.int64())
+                query=pa.array(charged, pa.string()),
+                reason=pa.array([error_text(e) for _, e in errors], pa.string()))
+    at = [i for i, _ in errors]
+    known = [k for k, i in enumerate(at) if i is not None]
+    picked = events.take(pa.array([at[k] for k in known], pa.int64()))
+
+    def spread(col: pa.Array, t: pa.DataType, fill=None) -> pa.Array:
+        """``col`` (one value per known position) at those rows, ``fill(row)`` or NULL elsewhere."""
+        vals = iter(col.cast(t).to_pylist())
+        return pa.array([next(vals) if i is not None else (fill(k) if fill else None) for k, i in enumerate(at)], t)
+    data["seq"] = spread(picked.column("seq"), pa.int64())
+    for c in ("t0", "t1"):
+        data[c] = spread(picked.column(c), pa.int64(), lambda k, c=c: getattr(errors[k][1], c, None))
     for c in picked.column_names:
         if c.startswith(EVENT_COLUMN_PREFIX):
             col = output_column(c[len(EVENT_COLUMN_PREFIX):])
             if col in data:
-                data[col] = picked.column(c).cast(schema.field(col).type)
+                data[col] = spread(picked.column(c), schema.field(col).type)
     return pa.table(data, schema=schema)
+
+
+def error_text(err) -> str:
+    """The reason of a rejected row: an ``nfa.EventError`` names its query, anything else its type."""
+    if hasattr(err, "query") and hasattr(err, "message"):        # nfa.EventError
+        return f"event query {err.query!r} raised on this event ({err.stream}, t1={err.t1}): {err.message}"
+    return f"{type(err).__name__}: {err}"

@@ -81,12 +81,15 @@ def key_text(k) -> str:
 
 
 class _Notifications:
-    """Unicast rows, built column by column (a batch can carry hundreds of thousands of them)."""
+    """Unicast rows, built column by column (a batch can carry hundreds of thousands of them): the result
+    tuple's keys and, per row, the payload values of its two rows, projected per subscription at the end."""
 
-    __slots__ = ("subs", "ops", "seqs", "lefts", "rights", "_text")
+    __slots__ = ("group", "subs", "ops", "seqs", "lefts", "rights", "lvals", "rvals", "_text")
 
-    def __init__(self):
+    def __init__(self, group=None):
+        self.group = group
         self.subs, self.ops, self.seqs, self.lefts, self.rights = [], [], [], [], []
+        self.lvals, self.rvals = [], []
         self._text: dict = {}  # key -> its text (partners repeat across updates)
 
     def _t(self, k) -> str:
@@ -95,7 +98,8 @@ class _Notifications:
             t = self._text[k] = key_text(k)
         return t
 
-    def add(self, changes: dict, sign: int, seq: int) -> None:
+    def add(self, changes: dict, sign: int, seq: int, d: int = L, vals=None) -> None:
+        """The pairs ``changes`` of one incoming row of side ``d`` whose payload values are ``vals``."""
         # one pass per column over all pairs (usually one or two per subscription): no per-subscription calls
         subs = [sub for sub, pairs in changes.items() for _ in pairs]
         flat = [p for pairs in changes.values() for p in pairs]
@@ -106,13 +110,42 @@ class _Notifications:
         get, t = self._text.get, self._t
         self.lefts += [get(p[0]) or t(p[0]) for p in flat]
         self.rights += [get(p[1]) or t(p[1]) for p in flat]
+        if self.group is not None and any(self.group.payload):
+            partner = self.group.values[1 - d]
+            if d == L:
+                self.lvals += [vals] * m
+                self.rvals += [partner.get(p[1]) for p in flat]
+            else:
+                self.lvals += [partner.get(p[0]) for p in flat]
+                self.rvals += [vals] * m
+
+    def add_one(self, sub, pair: tuple, sign: int, seq: int, lv, rv) -> None:
+        self.subs.append(sub)
+        self.ops.append("insert" if sign > 0 else "delete")
+        self.seqs.append(seq)
+        self.lefts.append(self._t(pair[0]))
+        self.rights.append(self._t(pair[1]))
+        if self.group is not None and any(self.group.payload):
+            self.lvals.append(lv)
+            self.rvals.append(rv)
 
     def table(self, group_id: str) -> pa.Table:
         n = len(self.subs)
-        return pa.table({"subscription_id": pa.array(self.subs, pa.string()), "op": pa.array(self.ops, pa.string()),
-                         "seq": pa.array(self.seqs, pa.int64()),
-                         "group_id": pa.array([group_id] * n, pa.string()),
-                         "left_key": pa.array(self.lefts, pa.string()), "right_key": pa.array(self.rights, pa.string())})
+        out = {"subscription_id": pa.array(self.subs, pa.string()), "op": pa.array(self.ops, pa.string()),
+               "seq": pa.array(self.seqs, pa.int64()),
+               "group_id": pa.array([group_id] * n, pa.string()),
+               "left_key": pa.array(self.lefts, pa.string()), "right_key": pa.array(self.rights, pa.string())}
+        g = self.group
+        if g is not None and n and self.lvals:
+            # each row carries its subscription's selected columns (DESIGN §1), the others null; the columns
+            # travel under EVENT_PREFIX, as a FILTER notification's do, and get their names in the engine
+            cols: dict = {}
+            for i, (sub, lv, rv) in enumerate(zip(self.subs, self.lvals, self.rvals)):
+                for name, v in g.project(sub, lv, rv).items():
+                    cols.setdefault(name, [None] * n)[i] = v
+            for name, vals in cols.items():
+                out[EVENT_PREFIX + name] = _arrow_column(vals, g.output_types.get(name))
+        return pa.table(out)
 
 
 # ---- partitioning (issue 5 item 8) ---------------------------------------------------------------------------
@@ -165,10 +198,18 @@ def band_partitions(side: int, b: float, cuts: np.ndarray, reach: tuple[float, f
 
 
 # ---- subscriptions -------------------------------------------------------------------------------------------
+#: a registry column's value for a subscription that has no selection on that column (not an open range)
+NO_SELECTION = math.nan
+
+
 class JoinSubscriptions:
     """The registry of a join group (the engine's ``entry.points``): id <-> slot and one float64 column per
     bound end (SELECT_JOIN: a_lo, a_hi, c_lo, c_hi; BAND_JOIN: lo, hi and ``L:<col>:lo`` / ``L:<col>:hi`` …
-    per local selection, ±inf when a subscription leaves it open)."""
+    per local selection, ±inf for an open end).
+
+    A BAND_JOIN group holds templates with different selection columns; a subscription that does not
+    select on a column has NaN (:data:`NO_SELECTION`) in that column's two ends, never (−inf, +inf): SQL's
+    ``a >= -inf`` is not true for a NULL ``a``, while "no selection on a" keeps the row (issue 15 item 1)."""
 
     def __init__(self):
         self._slot_of: dict = {}
@@ -191,10 +232,10 @@ class JoinSubscriptions:
         start = len(self._ids)
         n = len(ids)
         for name in set(self.columns) | set(columns):
-            # a template without this selection leaves it open: ±inf (a ``…lo`` column's fill is −inf)
-            fill = -math.inf if name.endswith("lo") else math.inf
-            col = self.columns.setdefault(name, [fill] * start)
-            col.extend(np.asarray(columns[name], dtype=np.float64).tolist() if name in columns else [fill] * n)
+            # a template without this selection does not select on the column at all (NULLs pass): NaN
+            col = self.columns.setdefault(name, [NO_SELECTION] * start)
+            col.extend(np.asarray(columns[name], dtype=np.float64).tolist() if name in columns
+                       else [NO_SELECTION] * n)
         for j, i in enumerate(ids.tolist()):
             self._slot_of[i] = start + j
         self._ids.extend(ids.tolist())
@@ -226,11 +267,62 @@ class JoinSubscriptions:
 @dataclass
 class QueryChange:
     """Subscriptions added / removed between two update batches, as an entry of a partition's update log
-    (003 §4.2.3: the SSI follows query insertions and deletions without a rebuild)."""
+    (003 §4.2.3: the SSI follows query insertions and deletions without a rebuild); ``add_outputs`` the added
+    subscriptions' projections (one per id, see :class:`JoinGroupSnapshot`)."""
 
     add_ids: np.ndarray
     add_columns: dict
     remove_ids: tuple = ()
+    add_outputs: list = ()
+    output_types: dict | None = None
+
+
+# ---- projections: a subscription's SELECT list is its output (DESIGN §1; issue 15 item 8) ----------------------
+def side_columns(side: tuple) -> tuple:
+    """The columns a partition keeps of one side's rows: key, join column, selection columns, and the columns
+    the subscriptions' projections select (``side[4]``)."""
+    return tuple(dict.fromkeys((side[1], side[2], *side[3], *(side[4] if len(side) > 4 else ()))))
+
+
+def payload_columns(projections) -> tuple[tuple, tuple]:
+    """Per side, the columns the projections (each ``((name, side, column), ...)``) select, in first use order."""
+    out: tuple[dict, dict] = ({}, {})
+    for proj in projections:
+        for _, d, col in proj:
+            out[d][col] = None
+    return tuple(out[L]), tuple(out[R])
+
+
+def unify_types(a: pa.DataType | None, b: pa.DataType) -> pa.DataType:
+    """One Arrow type for a column two sources fill: equal types stay, numbers become float64, else text."""
+    if a is None or a == b:
+        return b
+    if all(pa.types.is_integer(t) or pa.types.is_floating(t) for t in (a, b)):
+        return pa.float64()
+    return pa.string()
+
+
+def output_types(projections, column_types: dict) -> dict:
+    """name -> Arrow type of every output column of ``projections`` (``column_types``: (side, column) -> type;
+    a name two projections fill from columns of different types gets :func:`unify_types`)."""
+    out: dict = {}
+    for proj in projections:
+        for name, d, col in proj:
+            out[name] = unify_types(out.get(name), column_types[(d, col)])
+    return out
+
+
+def message_column(table: str, column: str) -> str:
+    """A reformulated select-join message carries the result tuple's selected columns as ``table.column``."""
+    return f"{table}.{column}"
+
+
+def _arrow_column(values: list, typ: pa.DataType | None) -> pa.Array:
+    if typ is None:
+        return pa.array(values)
+    if pa.types.is_string(typ):
+        values = [None if v is None else v if isinstance(v, str) else key_text(v) for v in values]
+    return pa.array(values, typ)
 
 
 # ---- the group's definition and state (what Spark broadcasts) -------------------------------------------------
@@ -238,10 +330,13 @@ class QueryChange:
 class JoinGroupSnapshot:
     """One partition of a join group: its definition, the subscriptions and the partition's rows.
 
-    ``sides[d]`` = (table, key column, join column, selection columns) of the left (d = 0) / right table;
-    SELECT_JOIN's selection columns are ``(a,)`` / ``(c,)`` (empty when the template has none), BAND_JOIN's
-    the local-selection columns of its templates.  ``rows[d]`` = {column: list of values} of the partition's
-    rows of that table (the key, join and selection columns)."""
+    ``sides[d]`` = (table, key column, join column, selection columns, selected columns) of the left (d = 0)
+    / right table; SELECT_JOIN's selection columns are ``(a,)`` / ``(c,)`` (empty when the template has none),
+    BAND_JOIN's the local-selection columns of its templates; the selected columns those the projections read
+    (:func:`payload_columns`).  ``rows[d]`` = {column: list of values} of the partition's rows of that table
+    (:func:`side_columns`).  ``sub_outputs[i]`` is subscription i's projection, ``((name, side, column),
+    ...)``: its notifications and result rows carry those columns under those names (DESIGN §1);
+    ``output_types`` name -> Arrow type over all of them."""
 
     kind: str
     group_id: str           # the logical group (what notifications carry)
@@ -254,6 +349,9 @@ class JoinGroupSnapshot:
     router_mode: str = DYNAMIC
     router_plans: tuple = PAPER_PLANS
     domains: dict = field(default_factory=dict)
+    sub_outputs: list = ()
+    output_types: dict = field(default_factory=dict)
+    payload_types: dict = field(default_factory=dict)   # (side, column) -> Arrow type of a selected column
     stateless = False
 
     def build(self):
@@ -276,9 +374,18 @@ class _JoinGroup(ABC):
         self.sub_cols: dict = {}           # subscription id -> its bounds (SELECT_JOIN) / True (BAND_JOIN)
         self.notifications = 0
         self.updates = 0
+        # projections (DESIGN §1): subscription id -> ((name, side, column), ...); the rows' selected values
+        self.payload = tuple(tuple(side[4]) if len(side) > 4 else () for side in self.sides)
+        self.values: tuple[dict, dict] = ({}, {})   # key -> tuple of its payload values (joining rows only)
+        self._idx = tuple({c: i for i, c in enumerate(cols)} for cols in self.payload)
+        self.outputs: dict = {}
+        self.output_types = dict(snap.output_types)
         self._init_core()
-        self._add_queries(np.asarray(snap.sub_ids, dtype=object), snap.sub_columns)
+        ids = np.asarray(snap.sub_ids, dtype=object)
+        self._add_queries(ids, snap.sub_columns)
+        self._add_outputs(ids, snap.sub_outputs)
         self._load(snap.rows)
+        self._load_values(snap.rows)
 
     @abstractmethod
     def _row(self, d: int, row: dict):
@@ -301,6 +408,40 @@ class _JoinGroup(ABC):
         for i in ids:
             self.core.remove_query(i)
             self.sub_cols.pop(i, None)
+            self.outputs.pop(i, None)
+
+    def _add_outputs(self, ids, outputs) -> None:
+        if len(outputs):
+            self.outputs.update(zip(ids.tolist(), outputs))
+
+    def _load_values(self, rows) -> None:
+        for d in (L, R):
+            if not self.payload[d]:
+                continue
+            table = rows[d]
+            keys = table.get(self.sides[d][1], [])
+            cols = [table[c] for c in self.payload[d]]
+            inert = self.inert[d]
+            self.values[d].update((k, tuple(c[i] for c in cols)) for i, k in enumerate(keys) if k not in inert)
+
+    def project(self, sub_id, left: tuple | None, right: tuple | None) -> dict:
+        """The output row of ``sub_id`` for a result tuple whose rows' payload values are ``left`` / ``right``."""
+        proj = self.outputs.get(sub_id, ())
+        if not proj:
+            return {}
+        idx = self._idx
+        vals = (left, right)
+        return {name: vals[d][idx[d][col]] for name, d, col in proj}
+
+    def result_rows(self, sub_id) -> list[tuple[tuple, dict]]:
+        """``[((left key, right key), output row), ...]``: the current result of ``sub_id`` in this partition,
+        each tuple with its projection (DESIGN §1)."""
+        vl, vr = self.values
+        return [(pair, self.project(sub_id, vl.get(pair[0]), vr.get(pair[1]))) for pair in self.result(sub_id)]
+
+    @abstractmethod
+    def result(self, sub_id) -> list[tuple]:
+        """The current result tuples (left key, right key) of ``sub_id`` in this partition."""
 
     @abstractmethod
     def _insert(self, d: int, key, core_row) -> dict:
@@ -322,7 +463,11 @@ class _JoinGroup(ABC):
             if len(batch.remove_ids):
                 self._remove_queries(list(batch.remove_ids))
             if len(batch.add_ids):
-                self._add_queries(np.asarray(batch.add_ids, dtype=object), batch.add_columns)
+                ids = np.asarray(batch.add_ids, dtype=object)
+                self._add_queries(ids, batch.add_columns)
+                self._add_outputs(ids, batch.add_outputs)
+            if batch.output_types is not None:
+                self.output_types = dict(batch.output_types)
             return self._empty(mode)
         # delete before insert within one seq (an upsert's two rows): Spark's sort does not keep their order
         batch = batch.sort_by([("seq", "ascending"), ("op", "descending")])
@@ -330,10 +475,11 @@ class _JoinGroup(ABC):
         ops = batch.column("op").to_numpy()
         seqs = batch.column("seq").to_numpy()
         d0 = int(sides[0]) if len(sides) else L
-        names = [c for c in (self.sides[d0][1], self.sides[d0][2], *self.sides[d0][3])]
-        cols = {c: batch.column(EVENT_PREFIX + c).to_pylist() for c in dict.fromkeys(names)}
-        out = _Notifications()
-        self._collect = mode == "reformulated"
+        cols = {c: batch.column(EVENT_PREFIX + c).to_pylist() for c in side_columns(self.sides[d0])}
+        out = _Notifications(self)
+        # a band join has no reformulated form: in that mode it answers with its unicast rows (issue 15 item 6)
+        self._collect = mode == "reformulated" and self.kind == SELECT_JOIN
+        emit = mode == "unicast" or (mode == "reformulated" and not self._collect)
         n = batch.num_rows
         i = 0
         while i < n:
@@ -342,49 +488,65 @@ class _JoinGroup(ABC):
                 j += 1
             self._seq = seq = int(seqs[i])
             if j - i == 1:  # one row for this update: its changes are already net
-                changes, sign = self._one(int(sides[i]), ops[i], {c: cols[c][i] for c in cols})
-                if changes and mode == "unicast":
-                    out.add(changes, sign, seq)
-            else:  # an upsert's delete + insert: a result tuple it keeps cancels out
-                pending: dict = {}  # sub id -> Counter of pairs (+1 insert, -1 delete)
+                d = int(sides[i])
+                changes, sign, vals = self._one(d, ops[i], {c: cols[c][i] for c in cols})
+                if changes and emit:
+                    out.add(changes, sign, seq, d, vals)
+            else:  # an upsert's delete + insert: a result tuple it keeps, with the same output, cancels out
+                pending: dict = {}  # sub id -> Counter of (pair, output row) (+1 insert, -1 delete)
+                rows: dict = {}     # (sub, pair, output row) -> the rows' payload values (left, right)
                 for k in range(i, j):
-                    changes, sign = self._one(int(sides[k]), ops[k], {c: cols[c][k] for c in cols})
+                    d = int(sides[k])
+                    changes, sign, vals = self._one(d, ops[k], {c: cols[c][k] for c in cols})
+                    if not emit:
+                        continue
                     for sub, pairs in changes.items():
                         counter = pending.setdefault(sub, Counter())
                         for pair in pairs:
-                            counter[pair] += sign
-                if mode == "unicast":
-                    for sub, counter in pending.items():
-                        for pair, net in counter.items():
-                            if net:
-                                out.add({sub: [pair]}, net, seq)
+                            lv, rv = self._pair_values(d, pair, vals)
+                            # a kept pair whose selected columns changed leaves and re-enters (DESIGN §1)
+                            ident = (pair, tuple(self.project(sub, lv, rv).items()))
+                            counter[ident] += sign
+                            rows[(sub, ident)] = (lv, rv)
+                for sub, counter in pending.items():
+                    for ident, net in counter.items():
+                        if net:
+                            out.add_one(sub, ident[0], net, seq, *rows[(sub, ident)])
             i = j
         return self._table(out, mode)
 
-    def _one(self, d: int, op, row: dict) -> tuple[dict, int]:
-        """Apply one row: ({subscription: pairs}, +1 for the pairs it adds / -1 for those it removes)."""
+    def _one(self, d: int, op, row: dict) -> tuple[dict, int, tuple | None]:
+        """Apply one row: ({subscription: pairs}, +1 for the pairs it adds / -1 for those it removes, the
+        row's payload values as the pairs carry them: the old row's for a delete, the new one's for an insert)."""
         key = row[self.sides[d][1]]
         self.updates += 1
         if op == DELETE:
             if key in self.inert[d]:
                 self.inert[d].discard(key)
-                return {}, -1
-            return self._delete(d, key), -1
+                return {}, -1, None
+            changes = self._delete(d, key)
+            return changes, -1, self.values[d].pop(key, None)
         core_row = self._row(d, row)
         if core_row is None:
             self.inert[d].add(key)
-            return {}, 1
-        return self._insert(d, key, core_row), 1
+            return {}, 1, None
+        vals = self.values[d][key] = tuple(row[c] for c in self.payload[d])
+        return self._insert(d, key, core_row), 1, vals
+
+    def _pair_values(self, d: int, pair: tuple, vals) -> tuple:
+        """(left, right) payload values of a result tuple of the incoming row of side ``d`` (values ``vals``)."""
+        if d == L:
+            return vals, self.values[R].get(pair[1])
+        return self.values[L].get(pair[0]), vals
 
     def _empty(self, mode: str) -> pa.Table:
-        return self._table(_Notifications(), mode)
+        return self._table(_Notifications(self), mode)
 
     _collect = False  # reformulated mode: the select-join group records its messages (000 §4)
     _seq = 0
 
     def _table(self, out: "_Notifications", mode: str) -> pa.Table:
-        if mode == "reformulated":
-            raise ValueError(f"{self.kind} groups have no reformulated form (unicast only)")
+        # (BAND_JOIN in 'reformulated' mode: its unicast rows, never nothing -- issue 15 item 6)
         self.notifications += len(out.subs)
         return out.table(self.group_id)
 
@@ -471,18 +633,21 @@ class SelectJoinGroup(_JoinGroup):
         run = self.core.tables.partner(d).runs.get(b)
         if run is None:
             return
+        mine, partner = self.values[d].get(key), self.values[1 - d]
         for v, k in zip(run.xs, run.keys):
             lk, rk, lv, rv = (key, k, x, v) if d == L else (k, key, v, x)
-            self.messages.append((self._seq, op, key_text(lk), key_text(rk), lv, rv))
+            # the result tuple's selected columns travel with it: subscribers project them (DESIGN §1)
+            lp, rp = (mine, partner.get(k)) if d == L else (partner.get(k), mine)
+            self.messages.append((self._seq, op, key_text(lk), key_text(rk), lv, rv, lp, rp))
 
     def _table(self, out, mode: str) -> pa.Table:
         if mode != "reformulated":
             return super()._table(out, mode)
         msgs, self.messages = self.messages, []
         n = len(msgs)
-        cols = list(zip(*msgs)) if msgs else [[] for _ in range(6)]
+        cols = list(zip(*msgs)) if msgs else [[] for _ in range(8)]
         self.notifications += n
-        return pa.table({
+        out = pa.table({
             "group_id": pa.array([self.group_id] * n, pa.string()),
             "seq": pa.array(list(cols[0]), pa.int64()), "op": pa.array(list(cols[1]), pa.string()),
             "left_key": pa.array(list(cols[2]), pa.string()), "right_key": pa.array(list(cols[3]), pa.string()),
@@ -490,6 +655,13 @@ class SelectJoinGroup(_JoinGroup):
             # a subscriber applies one seq's messages in this order, whatever a shuffle does to the rows
             "msg_no": pa.array(np.arange(n, dtype=np.int64)),
         }, schema=JOIN_MESSAGE_SCHEMA)
+        for d, payload in ((L, cols[6]), (R, cols[7])):
+            types = self.snap.payload_types
+            for j, c in enumerate(self.payload[d]):
+                name = message_column(self.sides[d][0], c)
+                out = out.append_column(EVENT_PREFIX + name, _arrow_column([None if p is None else p[j] for p in payload],
+                                                                         types.get((d, c))))
+        return out
 
     def result(self, sub_id) -> list[tuple]:
         """The current result tuples (left key, right key) of ``sub_id`` in this partition (a scan of R)."""
@@ -552,10 +724,12 @@ class BandJoinGroup(_JoinGroup):
 
     @staticmethod
     def _where(columns: dict, j: int, d: int) -> dict | None:
+        """Subscription ``j``'s local selection on side ``d``: only the columns it selects on (a NaN end is
+        :data:`NO_SELECTION`: another template's column, which this subscription does not read)."""
         prefix = "L:" if d == L else "R:"
         where = {}
         for name, v in columns.items():
-            if name.startswith(prefix) and name.endswith(":lo"):
+            if name.startswith(prefix) and name.endswith(":lo") and not math.isnan(v[j]):
                 col = name[2:-3]
                 where[col] = (float(v[j]), float(columns[f"{prefix}{col}:hi"][j]))
         return where or None
@@ -601,13 +775,19 @@ class BandJoinGroup(_JoinGroup):
 class JoinSubscribers:
     """The network and the subscribers of a select-join group: each subscription is the stateless predicate
     ``a_lo <= left_value <= a_hi AND c_lo <= right_value <= c_hi`` (000 §4: p ∧ pR ∧ pS; the join predicate
-    holds by construction).  ``deliver(messages)`` -> the unicast rows (net per subscription and seq)."""
+    holds by construction).  ``deliver(messages)`` -> the unicast rows (net per subscription, seq and output
+    row), each with its subscription's selected columns (``outputs[i]``: ``((name, side, column), ...)``) taken
+    from the message's ``table.column`` values (:func:`message_column`; ``tables``: R's and S's names)."""
 
-    def __init__(self, group_id: str, ids: np.ndarray, columns: dict):
+    def __init__(self, group_id: str, ids: np.ndarray, columns: dict, outputs=(), tables=("", ""),
+                 output_types: dict | None = None):
         self.group_id = group_id
         self.ids = np.asarray(ids, dtype=object)
         self.bounds = np.stack([np.asarray(columns[k], dtype=np.float64)
                                 for k in ("a_lo", "a_hi", "c_lo", "c_hi")], axis=1) if len(ids) else np.zeros((0, 4))
+        self.outputs = list(outputs) if len(outputs) else [()] * len(self.ids)
+        self.tables = tables
+        self.output_types = dict(output_types or {})
 
     def deliver(self, messages: pa.Table) -> pa.Table:
         t = messages.sort_by([("seq", "ascending"), ("msg_no", "ascending")])
@@ -615,6 +795,12 @@ class JoinSubscribers:
         rv = t.column("right_value").to_numpy(zero_copy_only=False)
         lk, rk = t.column("left_key").to_pylist(), t.column("right_key").to_pylist()
         ops, seqs = t.column("op").to_pylist(), t.column("seq").to_numpy()
+        payload: dict = {}  # (side, column) -> the messages' values (None when the messages lack it)
+        for proj in self.outputs:
+            for _, d, col in proj:
+                if (d, col) not in payload:
+                    name = message_column(self.tables[d], col)
+                    payload[(d, col)] = t.column(name).to_pylist() if name in t.column_names else [None] * t.num_rows
         lo_a, hi_a, lo_c, hi_c = (self.bounds[:, i] for i in range(4))
         out = []
         pending: dict = {}
@@ -627,18 +813,28 @@ class JoinSubscribers:
             hit = np.flatnonzero((lo_a <= lv[i]) & (lv[i] <= hi_a) & (lo_c <= rv[i]) & (rv[i] <= hi_c))
             sign = 1 if ops[i] == "insert" else -1
             for s in hit.tolist():
-                pending.setdefault(self.ids[s], Counter())[(lk[i], rk[i])] += sign
+                row = tuple((name, payload[(d, col)][i]) for name, d, col in self.outputs[s])
+                pending.setdefault(self.ids[s], Counter())[(lk[i], rk[i], row)] += sign
         _emit(pending, current, self.group_id, out)
-        cols = list(zip(*out)) if out else [[] for _ in _UNICAST_COLUMNS]
-        return pa.table({c: pa.array(list(v), pa.int64() if c == "seq" else pa.string())
-                         for c, v in zip(_UNICAST_COLUMNS, cols)})
+        cols = list(zip(*out)) if out else [[] for _ in range(len(_UNICAST_COLUMNS) + 1)]
+        table = {c: pa.array(list(v), pa.int64() if c == "seq" else pa.string())
+                 for c, v in zip(_UNICAST_COLUMNS, cols)}
+        rows = cols[len(_UNICAST_COLUMNS)]
+        selected: dict = {}
+        for i, row in enumerate(rows):
+            for name, v in row:
+                selected.setdefault(name, [None] * len(rows))[i] = v
+        for name, vals in selected.items():
+            # a selected column named as one of ours comes out as ``event_<name>``, as in publish's output
+            table[name if name not in table else f"event_{name}"] = _arrow_column(vals, self.output_types.get(name))
+        return pa.table(table)
 
 
 def _emit(pending: dict, seq, group_id: str, out: list) -> None:
     for sub, counter in pending.items():
-        for (lk, rk), n in counter.items():
+        for (lk, rk, row), n in counter.items():
             if n:
-                out.append((sub, "insert" if n > 0 else "delete", int(seq), group_id, lk, rk))
+                out.append((sub, "insert" if n > 0 else "delete", int(seq), group_id, lk, rk, row))
     pending.clear()
 
 

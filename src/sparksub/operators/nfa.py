@@ -77,10 +77,23 @@ automaton S3
   renaming: $1.x -> x_1 when the new event has x (and x_1 -> x_1_1 ...), the new event's attributes keep
   their names
 
+Registration (``register``, ``compile_query``): every query is first resolved and checked against the
+declared schemas (``grammar.event_analysis``, issue 15 items 2–3): unqualified names inside the braces
+become ``$1.x`` / ``$2.x`` by Cayuga's rule, unknown attributes and ill-typed expressions are refused
+with their position; without a schema an unqualified name inside the braces is refused.
+
+Run-time errors (DESIGN §7; issue 15 item 3).  What the type check cannot rule out (a numeric overflow, a
+LIKE pattern read from an event, anything on undeclared types) raises where it is evaluated; the executor
+catches it there and charges it to the queries whose automata pass there (``EventError``, ``take_errors``):
+the event is dropped at that operator, or the NEXT / FOLD step is not taken, for them alone — the oracle's
+rule (``cayuga_reference``) — and every other query, sharing the stream, the static index or a prefix,
+goes on.  (Queries sharing the node that raised evaluate exactly the same thing, so each alone raises too.)
+
 Deviations from the oracle (documented, tested where it matters):
-- evaluation errors (``AnalysisError`` on ill-typed operations): the oracle evaluates every conjunct of a
-  pair it considers; the indexes skip pairs and conjuncts that cannot match (and a range index skips a
-  string compared with a number), so a query that raises in the oracle may not raise here;
+- evaluation errors: the oracle evaluates every conjunct of a pair it considers; the indexes skip pairs
+  and conjuncts that cannot match (and a range index skips a string compared with a number), so an error
+  the oracle reports may not be reported here — the matches are the same (an error fails the operator
+  or step, as a FALSE conjunct does);
 - an unknown function is an ``AnalysisError`` at compile time (the oracle raises when it evaluates it);
 - ``strict`` mode of the oracle is not offered;
 - a query registered while events are flowing shares the partial matches of equal prefixes already in
@@ -102,17 +115,19 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from sparksub.errors import AnalysisError, UnsupportedSubscription
+from sparksub.grammar.event_analysis import analyse_query, combine_attributes
 from sparksub.grammar.event_ast import (
     UNIT_SECONDS, Aggregate, And, Attr, BinOp, Call, Compare, Const, Dur, Expr, Iteration, Neg,
     Not, Or, Project, Publish, Rename, Scope, Select, Sequence, Stream, StreamExpr, Union, rebuild,
     unparse_expr,
 )
-from sparksub.operators.cayuga_reference import (
-    _ARITH, _COMPARE, FUNCTIONS, ReferenceInterpreter, _like, combine_attributes, rename_attributes,
-)
+from sparksub.grammar.sql_like import compile_like
+from sparksub.operators.event_values import COMPARISONS as _COMPARE
+from sparksub.operators.event_values import FUNCTIONS, apply_typed, arithmetic, like, rename_attributes
 
 __all__ = ["compile_query", "resolve_query", "CompiledQuery", "Automaton", "AutomatonNode",
-           "AutomatonEdge", "NFAEngine", "Match", "EVENT_SHAPES", "partition_key", "assigned_attributes"]
+           "AutomatonEdge", "NFAEngine", "Match", "EventError", "EVENT_SHAPES", "partition_key",
+           "assigned_attributes"]
 
 #: The shapes the compiler accepts (named in UnsupportedSubscription errors).
 EVENT_SHAPES = ("left-deep NEXT/FOLD chains over stateless FILTER/SELECT/RENAME pipelines",
@@ -120,13 +135,14 @@ EVENT_SHAPES = ("left-deep NEXT/FOLD chains over stateless FILTER/SELECT/RENAME 
                 "non-left-deep right inputs (compiled as published intermediate streams)",
                 "UNION (its inputs published into one merged stream)")
 
-_typed = ReferenceInterpreter._typed
+_typed = apply_typed
 _UNARY = (Select, Project, Aggregate, Rename)
 
 
 # ---------------------------------------------------------------------------------------------------
 # Expressions: compiled to closures fn(p, l, s, d) — p the event itself / $2, l $1, s $ (last), d DUR
-# Same semantics as ReferenceInterpreter._value (NULLs, Kleene logic, errors).
+# Same semantics as ReferenceInterpreter._value (NULLs, Kleene logic, errors; operators/event_values).
+# Queries are resolved first (grammar/event_analysis): no unqualified name is left inside the braces.
 # ---------------------------------------------------------------------------------------------------
 
 def _dur_ticks(e: Dur, seconds_per_tick: float):
@@ -153,25 +169,34 @@ def _compile_expr(e: Expr, functions: Mapping[str, Callable], spt: float) -> Cal
         return neg
     if isinstance(e, BinOp):
         fa, fb = _compile_expr(e.left, functions, spt), _compile_expr(e.right, functions, spt)
-        fn, divides = _ARITH[e.op], e.op in "/%"
+        op = e.op
 
         def arith(p, l, s, d):
             a, b = fa(p, l, s, d), fb(p, l, s, d)
-            if a is None or b is None or (divides and b == 0):
+            if a is None or b is None:
                 return None
-            return _typed(fn, a, b)
+            return arithmetic(op, a, b)
         return arith
     if isinstance(e, Compare):
         fa, fb = _compile_expr(e.left, functions, spt), _compile_expr(e.right, functions, spt)
+        if e.op == "LIKE" and isinstance(e.right, Const) and isinstance(e.right.value, str):
+            match = compile_like(e.right.value).match      # a constant pattern: compiled once
+
+            def like_const(p, l, s, d):
+                a = fa(p, l, s, d)
+                if a is None:
+                    return None
+                if not isinstance(a, str):
+                    raise AnalysisError(f"LIKE needs strings, got {a!r} LIKE {e.right.value!r}")
+                return match(a)
+            return like_const
         if e.op == "LIKE":
-            def like(p, l, s, d):
+            def like_(p, l, s, d):          # a pattern read from an event: linear time (issue 15 item 4)
                 a, b = fa(p, l, s, d), fb(p, l, s, d)
                 if a is None or b is None:
                     return None
-                if not (isinstance(a, str) and isinstance(b, str)):
-                    raise AnalysisError(f"LIKE needs strings, got {a!r} LIKE {b!r}")
-                return _like(a, b)
-            return like
+                return like(a, b)
+            return like_
         fn = _COMPARE[e.op]
 
         def compare(p, l, s, d):
@@ -631,17 +656,29 @@ def _min_bound(a, b):
     return b if a is None else (a if b is None else min(a, b))
 
 
+def analyse(name: str, query: StreamExpr | str, schemas: Mapping | None = None,
+            functions: Mapping[str, Callable] | None = None):
+    """``grammar.event_analysis.analyse_query`` of a query given as text or AST: its unqualified names
+    resolved (Cayuga's rule), names and types checked against ``schemas`` (stream -> {attribute: type}
+    or attribute names; None: unknown).  Returns the ``AnalysedQuery``; raises ``AnalysisError``."""
+    text = None
+    if isinstance(query, str):
+        from sparksub.grammar.events import parse_event_query
+        text, query = query, parse_event_query(query)
+    if not isinstance(query, StreamExpr):
+        raise AnalysisError(f"not an event query: {query!r}")
+    return analyse_query(query, schemas, name=name, text=text,
+                         functions=[f for f in (functions or {}) if f not in FUNCTIONS])
+
+
 def compile_query(name: str, query: StreamExpr | str, *, schemas: Mapping[str, Iterable[str]] | None = None,
                   seconds_per_tick: float = 1, functions: Mapping[str, Callable] | None = None,
                   publish_right_inputs: bool = True) -> CompiledQuery:
     """Compile one query (AST or CEL/algebra text) to its automata; raises a clear sparksub error for
-    shapes without an automaton (UNION or non-left-deep with ``publish_right_inputs=False``) and for
-    unknown functions.  ``schemas`` (stream -> attribute names) makes the renaming maps concrete."""
-    if isinstance(query, str):
-        from sparksub.grammar.events import parse_event_query
-        query = parse_event_query(query)
-    if not isinstance(query, StreamExpr):
-        raise AnalysisError(f"not an event query: {query!r}")
+    shapes without an automaton (UNION or non-left-deep with ``publish_right_inputs=False``), unknown
+    functions, and what ``analyse`` refuses.  ``schemas`` (stream -> attribute names, or {attribute:
+    type}) resolves unqualified names, checks names and types, and makes the renaming maps concrete."""
+    query = analyse(name, query, schemas, functions).query
     fns = {**FUNCTIONS, **(functions or {})}
     automata = []
     for rq in resolve_query(name, query, publish_right_inputs=publish_right_inputs):
@@ -716,6 +753,25 @@ class Match(NamedTuple):
 
     query: str
     event: dict
+
+
+class EventError(NamedTuple):
+    """A run-time evaluation error charged to the query that raised it (DESIGN §7): the event it was
+    evaluating (its stream — an input stream or a published one — and interval) and the message.  The
+    evaluation that raised failed for that query alone: the event was dropped at that operator, or the
+    NEXT / FOLD step was not taken (``cayuga_reference``'s module docstring); nothing else changed."""
+
+    query: str
+    stream: str
+    t0: int
+    t1: int
+    message: str
+
+
+class _Raised(NamedTuple):
+    """A memoised evaluation that raised (a static conjunct, a source's operators)."""
+
+    error: AnalysisError
 
 
 _RENAME_PLANS: dict = {}
@@ -1003,17 +1059,25 @@ class NFAEngine:
         self._tick: int | None = None
         self._serial = 0
         self._nodes_unshared = 0
+        self._user_of: dict[str, str] = {}                # resolved query -> the user query owning it
+        self._published_schemas: dict[str, Any] = {}      # stream -> its attributes (kinds), for readers
+        self._errors: dict[tuple, EventError] = {}        # evaluation errors not yet taken
+        self._current: tuple = ("", 0, 0)                 # (stream, t0, t1) of the event being ingested
         self._s = dict(events=0, guards_checked=0, conjuncts_evaluated=0, nodes_visited=0,
                        instances_visited=0, edges_evaluated=0, instances_created=0, instances_expired=0,
-                       instances_unmatchable=0, matches=0)
+                       instances_unmatchable=0, matches=0, evaluation_errors=0)
 
     # ---- registration ------------------------------------------------------------------------------
     def register(self, name: str, query: StreamExpr | str, *, schemas=None) -> CompiledQuery:
-        """Compile and add a query (AST or CEL/algebra text); returns its description."""
+        """Compile and add a query (AST or CEL/algebra text); returns its description.  ``schemas``
+        (stream -> {attribute: type}, or attribute names): the query is resolved and checked against
+        them and the streams earlier queries PUBLISH (``analyse``); without a schema, an unqualified
+        name inside NEXT / FOLD braces cannot be resolved and is refused."""
         if name in self.queries:
             raise AnalysisError(f"event query {name!r} is already registered")
-        compiled = compile_query(name, query, schemas=schemas, seconds_per_tick=self.spt, functions=self.fns,
-                                 publish_right_inputs=self.publish_right_inputs)
+        analysed = self._analyse(name, query, schemas)
+        compiled = compile_query(name, analysed.query, schemas=schemas, seconds_per_tick=self.spt,
+                                 functions=self.fns, publish_right_inputs=self.publish_right_inputs)
         resolved = resolve_query(name, compiled.query, publish_right_inputs=self.publish_right_inputs)
         for rq in resolved:
             for p in rq.publishes:
@@ -1030,12 +1094,19 @@ class NFAEngine:
                 self._union_sides.setdefault(rq.publishes[0], [None, None])[rq.union_side] = rq.name
         for rq in resolved:
             self._add(rq)
+            self._user_of[rq.name] = name
         self.queries[name] = compiled
         self._owned[name] = [rq.name for rq in resolved]
+        self._published_schemas.update(analysed.published)
         self._publisher = producers
         self._reorder([rq.name for rq in resolved])
         self._recompute_bounds(resolved)
         return compiled
+
+    def _analyse(self, name: str, query, schemas):
+        """``analyse`` against ``schemas`` and the streams registered queries PUBLISH (refused: raises)."""
+        known = dict(self._published_schemas) if schemas is None else {**self._published_schemas, **schemas}
+        return analyse(name, query, known or None, self.fns)
 
     @staticmethod
     def _check_acyclic(producers, resolved, new=None) -> None:
@@ -1202,12 +1273,14 @@ class NFAEngine:
         paths = []
         for qn in owned:
             rq = self._resolved.pop(qn)
+            self._user_of.pop(qn, None)
             paths.append([self._key(qn, step.op) for step in _decompose(rq.expr).steps])
             self._depth.pop(qn, None)
             for st in rq.expr.streams():
                 self._readers.get(st, set()).discard(qn)
             for p in rq.publishes:
                 self._publisher.pop(p, None)
+                self._published_schemas.pop(p, None)
                 self._union_sides.pop(p, None)
                 self._depth.pop(_UNION_FEED + p, None)
             self._pending_out.pop(qn, None)
@@ -1294,10 +1367,43 @@ class NFAEngine:
         out, self._released = self._released, []
         return out
 
-    def run(self, streams: Mapping[str, Iterable[Mapping]]) -> dict[str, list[dict]]:
+    def take_errors(self) -> list[EventError]:
+        """The evaluation errors since the last call, one per (query, event evaluated), in order: each
+        charged to the query that raised it (DESIGN §7; ``EventError``)."""
+        out = list(self._errors.values())
+        self._errors.clear()
+        return out
+
+    def _charge(self, where, error: AnalysisError) -> None:
+        """An evaluation at ``where`` (a start group, a node, a forward group) raised on the event being
+        ingested: it failed for the queries whose automata pass there, and only for them."""
+        stream, t0, t1 = self._current
+        self._s["evaluation_errors"] = self._s.get("evaluation_errors", 0) + 1
+        for q in self._queries_below(where):
+            self._errors.setdefault((q, stream, t0, t1), EventError(q, stream, t0, t1, str(error)))
+
+    def _queries_below(self, where) -> list[str]:
+        """The user queries whose outputs are reachable from a group or node (prefix sharing: all of
+        them evaluate exactly what raised there, so each alone would have raised too)."""
+        out: dict[str, None] = {}
+        todo, seen = [where], set()
+        while todo:
+            x = todo.pop()
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
+            if isinstance(x, _Group):
+                out.update((self._user_of.get(q, q), None) for q in x.outputs)
+                todo.extend(x.successors)
+            else:
+                todo.extend(x.groups.values())
+        return list(out)
+
+    def run(self, streams: Mapping[str, Iterable[Mapping]], errors: dict | None = None) -> dict[str, list[dict]]:
         """Like ``cayuga_reference.evaluate_queries``: every registered query over finite streams
         (events without t0/t1 are the n-th of their list; each stream ordered by t1, stable).
-        Returns query name -> output events in the oracle's order."""
+        Returns query name -> output events in the oracle's order; ``errors``, if given, receives
+        query name -> its ``EventError``s."""
         for s in streams:
             if s in self._publisher:
                 raise AnalysisError(f"stream {s!r} is published twice (or is an input stream)")
@@ -1323,6 +1429,12 @@ class NFAEngine:
                 results[m.query].append(m.event)
         for m in self.flush():
             results[m.query].append(m.event)
+        taken = self.take_errors()
+        if errors is not None:
+            for q in self.queries:
+                errors.setdefault(q, [])
+            for err in taken:
+                errors.setdefault(err.query, []).append(err)
         return results
 
     def _expire(self, now: int) -> None:
@@ -1349,6 +1461,7 @@ class NFAEngine:
         self._s["events"] += 1
         if index is None:
             return
+        self._current = (stream, t0, t1)
         key = (t1, pos)
         conj_memo: dict[int, bool] = {}
         out_memo: dict[Any, dict | None] = {}
@@ -1361,8 +1474,10 @@ class NFAEngine:
         seen = set()
         d = t1 - t0 + 1
 
-        def guard(cids) -> tuple[bool, bool]:
-            """(holds, deferred) of a conjunction of the event's static conjuncts, each evaluated once per event."""
+        def guard(cids) -> tuple[bool, bool, AnalysisError | None]:
+            """(holds, deferred, error) of a conjunction of the event's static conjuncts, each evaluated
+            once per event.  A FILTER conjunct that raises fails the guard with its error (charged to the
+            guard's consumers); one of θ's is deferred: evaluated again on pairs only, as the oracle does."""
             s["guards_checked"] += 1
             deferred = False
             for cid in cids:
@@ -1371,34 +1486,47 @@ class NFAEngine:
                     s["conjuncts_evaluated"] += 1
                     try:
                         v = fns[cid](attrs, None, None, d)
-                    except AnalysisError:
-                        if cid not in index.deferrable:
-                            raise
-                        v = _ERROR     # θ's: the oracle evaluates it only on a pair; so do we
+                    except AnalysisError as err:
+                        v = _ERROR if cid in index.deferrable else _Raised(err)
                     conj_memo[cid] = v
                 if v is _ERROR:
                     deferred = True
+                elif type(v) is _Raised:
+                    return False, deferred, v.error
                 elif not v:
-                    return False, deferred
-            return True, deferred
+                    return False, deferred, None
+            return True, deferred, None
+
+        def source_guard(src) -> bool:
+            """The source's own selections, evaluated again when a θ conjunct of the guard raised."""
+            return all([f(attrs, None, None, d) for f in src.guard_fns])
 
         for gid in gids:
             if gid in seen:
                 continue
             seen.add(gid)
-            ok, deferred = guard(index.guards[gid])
+            ok, deferred, err = guard(index.guards[gid])
+            if err is not None:
+                for consumer in index.consumers[gid]:
+                    self._charge(consumer, err)
             if not ok:
                 continue
             for consumer in index.consumers[gid]:
                 src = consumer.source
-                if deferred and not all([f(attrs, None, None, d) for f in src.guard_fns]):
-                    continue       # (a conjunct that raised is the source's own: raise, as the oracle)
-                if not src.post.ops:
-                    r = attrs
-                elif id(src) in out_memo:
-                    r = out_memo[id(src)]
-                else:
-                    r = out_memo[id(src)] = src.post.apply(attrs, t0, t1)
+                try:
+                    if deferred and not source_guard(src):
+                        continue
+                    if not src.post.ops:
+                        r = attrs
+                    elif id(src) in out_memo:
+                        r = out_memo[id(src)]
+                    else:
+                        r = out_memo[id(src)] = src.post.apply(attrs, t0, t1)
+                except AnalysisError as raised:
+                    r = out_memo[id(src)] = _Raised(raised)
+                if type(r) is _Raised:
+                    self._charge(consumer, r.error)       # dropped at the source's operators
+                    continue
                 if r is None:
                     continue
                 if isinstance(consumer, _Group):
@@ -1415,8 +1543,14 @@ class NFAEngine:
             except (AnalysisError, TypeError):
                 k, nodes = _ALL, reg.nodes()
             for node in nodes:
-                ok, deferred = guard(node.guard_ids)
-                if ok and deferred and not all([f(attrs, None, None, d) for f in node.source.guard_fns]):
+                ok, deferred, err = guard(node.guard_ids)
+                if err is not None:
+                    self._charge(node, err)
+                try:
+                    if ok and deferred and not source_guard(node.source):
+                        ok = False
+                except AnalysisError as raised:
+                    self._charge(node, raised)
                     ok = False
                 if ok:
                     self._step(node, attrs, t0, t1, deferred, k)
@@ -1467,14 +1601,19 @@ class NFAEngine:
                 d = t1 - inst.t0 + 1
                 s["edges_evaluated"] += 1
                 left, last = inst.left, inst.last
-                if not all([f(r, left, last, d) for f in theta]):   # all evaluated, as the oracle's AND
-                    continue                        # filter edge (¬θ): bindings unchanged
+                try:
+                    if not all([f(r, left, last, d) for f in theta]):   # all evaluated, as the oracle's AND
+                        continue                    # filter edge (¬θ): bindings unchanged
+                    if node.fold:
+                        aggs = {n: f(r, left, last, d) for n, f in node.aggregates}
+                        rebind = node.rebind is None or node.rebind(r, left, last, d)
+                except AnalysisError as err:        # the step raised: not taken, for this node's queries
+                    self._charge(node, err)
+                    continue
                 if not node.fold:                   # NEXT: first match only, the instance moves on
                     self._remove(inst)
                     self._forward(node, _combine(left, r), inst.t0, t1, (t1, inst.key))
                     continue
-                aggs = {n: f(r, left, last, d) for n, f in node.aggregates}
-                rebind = node.rebind is None or node.rebind(r, left, last, d)
                 if node.rebind is not None:
                     s["edges_evaluated"] += 1
                 out = _combine(left, r)
@@ -1497,7 +1636,11 @@ class NFAEngine:
             self._fire(g, attrs, t0, t1, key)
 
     def _fire(self, g: _Group, attrs: dict, t0: int, t1: int, key) -> None:
-        out = g.ops.apply(attrs, t0, t1) if g.ops.ops else attrs
+        try:
+            out = g.ops.apply(attrs, t0, t1) if g.ops.ops else attrs
+        except AnalysisError as err:        # an outer selection / projection raised: this output is dropped
+            self._charge(g, err)
+            return
         if out is None:
             return
         for n in g.successors:

@@ -44,8 +44,10 @@ Indexes (004 §3.2, per family).
 Deviations from ``NFAEngine``: a query registered while events flow does not join instances already in
 progress (its rows are not in them); slot values of one column are compared as numpy values (numbers as
 int64 when every value is an int, else float64; an integer constant beyond 2**53 among floats loses
-precision); a comparison of a string with a numeric slot (or the reverse) is FALSE for ``=``, TRUE for
-``!=`` and an ``AnalysisError`` otherwise, as the oracle's — but only for the rows actually visited;
+precision); a comparison of a string with a numeric slot (or the reverse; possible only on undeclared
+types, the registration check refuses it otherwise) is FALSE for ``=``, TRUE for ``!=`` and an evaluation
+error otherwise — charged, like every run-time error, to the rows (queries) evaluated, for them alone
+(``NFAEngine._charge``; issue 15 item 3) — but only for the rows actually visited;
 the queries of one family matched by one output share its event dict (treat ``Match.event`` as read-only).
 
 >>> eng = FamilyEngine()
@@ -77,8 +79,8 @@ from sparksub.grammar.event_ast import (
     rebuild, unparse_cel,
 )
 from sparksub.operators.nfa import (
-    NFAEngine, _chain_bounds, _combine, _compile_expr, _Conjunct, _conjuncts, _decompose, _dur_ticks,
-    _equality_key, _holds_fn, _is_static, _Ops, _scopes, Match, resolve_query,
+    EventError, NFAEngine, _chain_bounds, _combine, _compile_expr, _Conjunct, _conjuncts, _decompose,
+    _dur_ticks, _equality_key, _holds_fn, _is_static, _Ops, _scopes, Match, resolve_query,
 )
 
 __all__ = ["FamilyEngine", "template_of"]
@@ -246,7 +248,7 @@ class _Vec:
             if y is None:
                 return np.zeros(len(rows), bool)
             if not _is_num(y):
-                raise AnalysisError(f"cannot apply {self.arith[0]} to a number and {y!r} in {self.expr}")
+                raise AnalysisError(f"cannot apply {self.arith[0]} to a number and {y!r} in {_slot_text(self.expr)}")
             op, slot_left = self.arith
             if op == "+":
                 col = col + y
@@ -257,7 +259,7 @@ class _Vec:
         if (self.kind == "num") != _is_num(a):
             if self.op in ("=", "!="):
                 return np.full(len(rows), self.op == "!=")
-            raise AnalysisError(f"cannot compare {a!r} with the constants of {self.expr}")
+            raise AnalysisError(f"cannot compare {a!r} with the constants of {_slot_text(self.expr)}")
         return _NP_CMP[self.op](a, col)
 
 
@@ -520,6 +522,12 @@ _EMPTY = np.zeros(0, np.int64)
 _UNINDEXED = ("__unindexed__",)
 
 
+def _node_rows(node: "_FNode") -> np.ndarray:
+    """The rows (queries) with an entry at ``node``."""
+    parts = [rows for b in node.buckets.values() for _, rows in b.values()]
+    return np.unique(np.concatenate(parts)) if parts else _EMPTY
+
+
 # ---------------------------------------------------------------------------------------------------
 # The engine
 # ---------------------------------------------------------------------------------------------------
@@ -547,12 +555,9 @@ class FamilyEngine(NFAEngine):
             return super().register(name, query, schemas=schemas)
         if name in self.queries:
             raise AnalysisError(f"event query {name!r} is already registered")
-        ast = query
-        if isinstance(query, str):
-            from sparksub.grammar.events import parse_event_query
-            ast = parse_event_query(query)
+        ast = self._analyse(name, query, schemas).query          # resolved, names and types checked
         resolved = resolve_query(name, ast, publish_right_inputs=self.publish_right_inputs)
-        if len(resolved) != 1 or resolved[0].publishes or schemas is not None:
+        if len(resolved) != 1 or resolved[0].publishes:
             return super().register(name, ast, schemas=schemas)
         template, values, kinds = template_of(resolved[0].expr)
         key = (template, tuple(kinds))
@@ -616,6 +621,7 @@ class FamilyEngine(NFAEngine):
     def _ingest(self, stream: str, attrs: dict, t0: int, t1: int) -> None:
         pos = self._positions.get(stream, 0)
         super()._ingest(stream, attrs, t0, t1)
+        self._current = (stream, t0, t1)
         fams = self._fam_by_stream.get(stream)
         if fams:
             for fam in fams:
@@ -631,24 +637,39 @@ class FamilyEngine(NFAEngine):
                 self._fam_insert(inst, rows, fresh)
             self._fam_pending_inst = []
 
+    def _charge_rows(self, fam: _Family, rows, error: AnalysisError) -> None:
+        """An evaluation for ``rows`` of a family raised on the event being ingested: it failed for those
+        queries alone (DESIGN §7; ``NFAEngine._charge``)."""
+        stream, t0, t1 = self._current
+        self._s["evaluation_errors"] = self._s.get("evaluation_errors", 0) + 1
+        rows = np.flatnonzero(fam.live()) if rows is None else fam.alive(np.asarray(rows, np.int64))
+        for r in rows.tolist():
+            q = fam.names[r]
+            self._errors.setdefault((q, stream, t0, t1), EventError(q, stream, t0, t1, str(error)))
+
     def _fam_start(self, fam: _Family, attrs: dict, t0: int, t1: int, key) -> None:
         s = self._s
         s["guards_checked"] += 1
         if fam.bounds_dirty:
             self._family_bounds(fam)
-        rows, used = fam.start_rows(attrs)
-        if not len(rows):
+        rows = None
+        try:
+            rows, used = fam.start_rows(attrs)
+            if not len(rows):
+                return
+            out, vecs = fam.start.run(attrs, t0, t1)      # the slot-free conjuncts and the transforms
+            if out is None:
+                return
+            d = t1 - t0 + 1
+            for v, ev in vecs:
+                if v not in used:                       # the index answered the access conjuncts
+                    s["conjuncts_evaluated"] += 1
+                    rows = rows[v.holds(fam, rows, ev, None, None, d)]
+                    if not len(rows):
+                        return
+        except AnalysisError as err:                    # the start filter raised: no start for these rows
+            self._charge_rows(fam, rows, err)
             return
-        out, vecs = fam.start.run(attrs, t0, t1)      # the slot-free conjuncts and the transforms
-        if out is None:
-            return
-        d = t1 - t0 + 1
-        for v, ev in vecs:
-            if v not in used:                       # the index answered the access conjuncts
-                s["conjuncts_evaluated"] += 1
-                rows = rows[v.holds(fam, rows, ev, None, None, d)]
-                if not len(rows):
-                    return
         rows = fam.alive(rows)
         if len(rows):
             self._fam_emit(fam, 0, out, t0, t1, key, rows)
@@ -746,7 +767,11 @@ class FamilyEngine(NFAEngine):
         """An event of the node's right input at every affected entry (004 §2.3 edges)."""
         s = self._s
         s["nodes_visited"] += 1
-        r, right_vecs = node.right.run(attrs, t0, t1)
+        try:
+            r, right_vecs = node.right.run(attrs, t0, t1)
+        except AnalysisError as err:                # dropped from the right input of this node's rows
+            self._charge_rows(node.fam, _node_rows(node), err)
+            return
         if r is None:
             return
         theta = node.theta_dynamic
@@ -825,8 +850,12 @@ class FamilyEngine(NFAEngine):
             sizes = np.fromiter((len(e[1]) for e in taken), np.int64, len(taken))
             rows = np.concatenate([e[1] for e in taken])
             ok = np.ones(len(rows), bool)
-            for vec in r_only:
-                ok &= vec.holds(fam, rows, r, None, None, 1)
+            try:
+                for vec in r_only:
+                    ok &= vec.holds(fam, rows, r, None, None, 1)
+            except AnalysisError as err:            # the outer selection raised: these outputs are dropped
+                self._charge_rows(fam, rows, err)
+                return
             alive = np.add.reduceat(ok, np.concatenate(([0], np.cumsum(sizes)[:-1]))) > 0
             taken = [e for e, a in zip(taken, alive) if a]
         for inst, rows in taken:
@@ -847,19 +876,32 @@ class FamilyEngine(NFAEngine):
             d = t1 - inst.t0 + 1
             left, last = inst.left, inst.last
             s["edges_evaluated"] += 1
-            if not all([f(r, left, last, d) for f in theta]):
-                continue                        # filter edge for every row
-            if right_vecs or theta_vec:
-                hold = np.ones(len(rows), bool)
-                for v, ev in right_vecs:
-                    hold &= v.holds(fam, rows, ev, None, None, de)
-                for v in theta_vec:
-                    hold &= v.holds(fam, rows, r, left, last, d)
-                if not hold.any():
-                    continue
-                moving, staying = rows[hold], rows[~hold]
-            else:
-                moving, staying = rows, _EMPTY
+            charged = rows                      # the rows an error here is charged to
+            try:
+                if not all([f(r, left, last, d) for f in theta]):
+                    continue                    # filter edge for every row
+                if right_vecs or theta_vec:
+                    hold = np.ones(len(rows), bool)
+                    for v, ev in right_vecs:
+                        hold &= v.holds(fam, rows, ev, None, None, de)
+                    for v in theta_vec:
+                        hold &= v.holds(fam, rows, r, left, last, d)
+                    if not hold.any():
+                        continue
+                    moving, staying = rows[hold], rows[~hold]
+                else:
+                    moving, staying = rows, _EMPTY
+                if node.fold:                   # the step's aggregates and F's selection, before any change
+                    charged = moving
+                    aggs = {n: f(r, left, last, d) for n, f in node.aggregates}
+                    stops = node.rebind is not None and not node.rebind(r, left, last, d)
+                    if not stops and node.rebind_vec:
+                        keep = np.ones(len(moving), bool)
+                        for v in node.rebind_vec:
+                            keep &= v.holds(fam, moving, r, left, last, d)
+            except AnalysisError as err:        # the step raised: not taken, for these rows alone
+                self._charge_rows(fam, charged, err)
+                continue
             if not node.fold:                   # NEXT: the moving rows' first match
                 if len(staying):
                     entry[1] = staying
@@ -867,17 +909,13 @@ class FamilyEngine(NFAEngine):
                     self._fam_drop_entry(inst, eid)
                 self._fam_forward(node, left, r, None, inst.t0, t1, (t1, inst.key), moving)
                 continue
-            aggs = {n: f(r, left, last, d) for n, f in node.aggregates}
             if node.rebind is None and not node.rebind_vec:
                 cont = moving
             else:
                 s["edges_evaluated"] += 1
-                if node.rebind is not None and not node.rebind(r, left, last, d):
+                if stops:
                     cont = _EMPTY
                 elif node.rebind_vec:
-                    keep = np.ones(len(moving), bool)
-                    for v in node.rebind_vec:
-                        keep &= v.holds(fam, moving, r, left, last, d)
                     cont = moving[keep]
                 else:
                     cont = moving
@@ -916,23 +954,27 @@ class FamilyEngine(NFAEngine):
         fam = node.fam
         self._s["edges_evaluated"] += 1
         d = t1 - t0 + 1
-        if node.post_early:
-            keys = r.keys()
-            for v in node.post_early:
-                if v.dur or (v.reads <= keys and not (aggs and not v.reads.isdisjoint(aggs))):
-                    rows = rows[v.holds(fam, rows, r, None, None, d)]
-                    if not len(rows):
-                        return
-        out = _combine(left, r)
-        if aggs:
-            out.update(aggs)
-        out, vecs = node.post.run(out, t0, t1)
-        if out is None:
-            return
-        for v, ev in vecs:
-            rows = rows[v.holds(fam, rows, ev, None, None, d)]
-            if not len(rows):
+        try:
+            if node.post_early:
+                keys = r.keys()
+                for v in node.post_early:
+                    if v.dur or (v.reads <= keys and not (aggs and not v.reads.isdisjoint(aggs))):
+                        rows = rows[v.holds(fam, rows, r, None, None, d)]
+                        if not len(rows):
+                            return
+            out = _combine(left, r)
+            if aggs:
+                out.update(aggs)
+            out, vecs = node.post.run(out, t0, t1)
+            if out is None:
                 return
+            for v, ev in vecs:
+                rows = rows[v.holds(fam, rows, ev, None, None, d)]
+                if not len(rows):
+                    return
+        except AnalysisError as err:            # an outer selection / projection raised: output dropped
+            self._charge_rows(fam, rows, err)
+            return
         self._fam_emit(fam, node.k, out, t0, t1, key, fam.alive(rows))
 
     def _expire(self, now: int) -> None:

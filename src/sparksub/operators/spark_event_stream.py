@@ -38,9 +38,14 @@ of equal ``t1`` keep that order, as the oracle keeps list order (a stable sort b
 part).  Disorder inside a micro-batch is thus repaired.  An event whose ``t1`` is smaller than its
 replica's tick (it came in a later micro-batch than events that end after it) is **rejected**: a row with
 ``op = 'rejected'``, its ``t0``/``t1``, its columns and a ``reason``, and the stream goes on.  So is an
-event with null ``t0`` and ``t1`` or ``t0 > t1`` (once, by the first class) and one on which a query
-raises (e.g. an ill-typed comparison: the executor's ``AnalysisError``; instances already made for that
-event stay).  An event with only one of ``t0``/``t1`` is instantaneous (``t0 = t1``), as in the oracle.
+event with a null ``t0`` or ``t1`` or ``t0 > t1`` (once, by the first class; reason
+``row_validation.interval_reason``, as ``publish`` words it) and one on which a query
+raises for the whole replica (an error of the executor itself).  A run-time evaluation error (a numeric
+overflow, say; the registration check refuses ill-typed queries) belongs to the query that raised it
+(DESIGN §7): the executor charges it to that query alone -- a ``rejected`` row whose ``query`` names it --
+and every other query of the replica keeps the event.  (``Engine.stream`` checks every row with
+``row_validation`` before it reaches this operator, as ``publish`` does: there, a stream with only one of
+the columns ``t0``/``t1`` is instantaneous.)
 
 **Release of matches.**  The executor releases a tick's matches when the tick closes (a larger ``t1``
 arrives, or ``flush()``).  After ``flush()`` the tick stays open: events of the same ``t1`` in a later
@@ -72,7 +77,7 @@ import pyarrow as pa
 
 from sparksub.errors import AnalysisError
 from sparksub.operators import event_partitions as evp
-from sparksub.operators import spark_stream
+from sparksub.operators import row_validation, spark_stream
 from sparksub.operators.nfa import resolve_query
 from sparksub.operators.spark_join_stream import _plain
 from sparksub.operators.spark_stream import REJECTED, _Deferred
@@ -330,7 +335,8 @@ def apply_event_micro_batch(spec: EventStreamSpec, rid: str, pdf: pd.DataFrame, 
     ords = pdf["ev_ord"].to_numpy(dtype=np.int64)
     values = [pdf[f"a{i}"].tolist() for i in range(len(spec.columns))]
     first = spec.classes[0].id == c.id
-    matches, rejected = [], []  # rejected: (event, t0, t1, order, reason)
+    matches, rejected = [], []  # rejected: (event, t0, t1, order, reason[, query charged])
+    evp.feed_errors(executor)   # nothing left of an earlier, failed micro-batch
 
     def event(i):
         return {col: _plain(vs[i], whole) for col, vs, whole in zip(spec.columns, values, spec.integral)}
@@ -338,13 +344,7 @@ def apply_event_micro_batch(spec: EventStreamSpec, rid: str, pdf: pd.DataFrame, 
     good = []
     for i in range(len(pdf)):
         t0, t1 = t0s[i], t1s[i]
-        reason = None
-        if t0 is None and t1 is None:
-            reason = "null t0 and t1"
-        elif t0 is None or t1 is None:
-            t0 = t1 = t1 if t0 is None else t0
-        elif t0 > t1:
-            reason = f"t0={t0} > t1={t1}"
+        reason = row_validation.interval_reason(t0, t1)  # as publish words it (the engine checks before)
         if reason is None:
             good.append((t1, int(ords[i]), t0, i))
         elif first:
@@ -365,9 +365,14 @@ def apply_event_micro_batch(spec: EventStreamSpec, rid: str, pdf: pd.DataFrame, 
             rejected.append(({k: v for k, v in ev.items() if k not in ("t0", "t1")}, t0, t1, o,
                              f"event of {spec.stream!r} ({rid}): {e}"))
             continue
+        for err in evp.feed_errors(executor):           # charged to the query that raised, alone
+            rejected.append(({k: v for k, v in ev.items() if k not in ("t0", "t1")}, t0, t1, o,
+                             f"event of {spec.stream!r} ({rid}): {evp.error_text(err)}", err.query))
         tick = t1
     if c.flush:
         matches.extend(executor.flush())
+        for err in evp.feed_errors(executor):
+            rejected.append(({}, err.t0, err.t1, None, f"{err.stream} ({rid}): {evp.error_text(err)}", err.query))
     state.update((c.fingerprint, applied + 1, tick, executor.snapshot()))
     cached.holder = (query_id, run_id, rid, applied + 1)
     out = evp.matches_to_table(matches, spec.layout, rid, spec.schema)
@@ -385,9 +390,10 @@ def _rejected_table(spec: EventStreamSpec, rid: str, rows: list, ordered: bool) 
     """Rejected events: op, group_id, reason, t0, t1, seq (the order column's value) and their columns."""
     schema, n = spec.schema, len(rows)
     data = {f.name: pa.nulls(n, f.type) for f in schema}
-    events, t0s, t1s, ords, reasons = (list(x) for x in zip(*rows))
+    events, t0s, t1s, ords, reasons = (list(x) for x in zip(*(r[:5] for r in rows)))
     data.update(op=pa.array([REJECTED] * n, pa.string()), group_id=pa.array([rid] * n, pa.string()),
-                reason=pa.array(reasons, pa.string()), t0=pa.array(t0s, pa.int64()), t1=pa.array(t1s, pa.int64()))
+                reason=pa.array(reasons, pa.string()), t0=pa.array(t0s, pa.int64()), t1=pa.array(t1s, pa.int64()),
+                query=pa.array([r[5] if len(r) > 5 else None for r in rows], pa.string()))
     if ordered:
         data["seq"] = pa.array(ords, pa.int64())
     for c in spec.columns:

@@ -11,10 +11,11 @@ position), so a warm worker feeds only the new batch; a cold one (new executor, 
 recomputed partition) rebuilds from the base and replays the log with the matches discarded.  Either way
 the output is the same (the executor is deterministic).  A replica whose executor fails yields one
 ``op = 'error'`` row naming the failure instead of its matches — the other replicas' matches still come
-out (DESIGN §7) — and its batch is not logged: the next task rebuilds it from base + log.  An event on
-which the executor raises (an ill-typed comparison, say) is set aside for that replica: one ``op =
-'rejected'`` row with the error as ``reason``, and the batch is fed again without it; the driver logs the
-batch without it, so a replay never meets it.
+out (DESIGN §7) — and its batch is not logged: the next task rebuilds it from base + log.  A run-time
+evaluation error (a numeric overflow, say: the registration check refuses ill-typed queries) belongs to
+the query that raised it: the executor charges it to that query alone, which yields one ``op =
+'rejected'`` row naming the query (``query``) and the event; every other query of the replica keeps the
+event, and the batch is logged whole (a replay meets the same error and drops it again).
 
 The job: the events, one row per (event, replica it reaches) with the replica id in ``replica``, are
 repartitioned by ``replica``, sorted by (replica, t1, seq) within each partition, and run by
@@ -86,28 +87,15 @@ def remember(replica: EventReplica, position: int, executor) -> None:
 
 
 def _feed(replica: EventReplica, streams: tuple, events: pa.Table, schema: pa.Schema):
-    """Feed a batch to the replica's executor: (executor, matches, rejected rows or None).  An event on
-    which the executor raises is set aside whole: the batch is fed again without it, from the replica's
-    state before the batch (rebuilt from base + log), until no event raises; the driver logs the batch
-    without those events, so a replay never meets them."""
+    """Feed a batch to the replica's executor: (executor, matches, rejected rows or None).  Each run-time
+    evaluation error is charged to the query that raised it (``feed_events``): a ``rejected`` row naming
+    that query and the event; the other queries keep the event."""
     executor = materialize(replica)
-    bad: dict[int, Exception] = {}
-    todo = events
-    while True:
-        errors: list = []
-        matches = feed_events(executor, streams, todo, errors)
-        if not errors:
-            break
-        order = todo.sort_by([("t1", "ascending"), ("seq", "ascending")]).column("seq").to_pylist()
-        bad.update({order[i]: err for i, err in errors})
-        todo = events.filter(pc.invert(pc.is_in(events.column("seq"), pa.array(list(bad), pa.int64()))))
-        executor = materialize(replica)              # (the cache entry is gone: base + log)
-    if not bad:
+    errors: list = []
+    matches = feed_events(executor, streams, events, errors)
+    if not errors:
         return executor, matches, None
-    picked = events.filter(pc.is_in(events.column("seq"), pa.array(list(bad), pa.int64())))
-    picked = picked.sort_by([("t1", "ascending"), ("seq", "ascending")])
-    errs = [(i, bad[q]) for i, q in enumerate(picked.column("seq").to_pylist())]
-    return executor, matches, rejected_events_table(picked, errs, schema, replica.replica_id)
+    return executor, matches, rejected_events_table(events, errors, schema, replica.replica_id)
 
 
 def _error_table(schema: pa.Schema, rid: str, err: Exception) -> pa.Table:

@@ -21,6 +21,7 @@ import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
 from sparksub.jvm.bridge import subscription_group
+from sparksub.operators import row_validation
 from sparksub.operators.range_min_group import GroupSnapshot, RangeMinGroup
 
 __all__ = ["GroupReplica", "materialize", "remember", "run_groups", "plan_string"]
@@ -95,6 +96,15 @@ def _operator(replicas: dict[str, GroupReplica], mode: str, schema: pa.Schema, f
         for gid, parts in pending.items():
             replica = replicas[gid]
             table = pa.Table.from_batches(parts).sort_by("seq")
+            if "reason" in table.column_names:   # a stream's rows set aside upstream (stream_groups): emit them
+                bad = pa.compute.is_valid(table.column("reason"))
+                rejected = table.filter(bad)
+                if rejected.num_rows:
+                    yield from row_validation.rejected_rows(schema, rejected.column("seq"),
+                                                            rejected.column("reason").to_pylist()).to_batches()
+                table = table.filter(pa.compute.invert(bad)).drop_columns(["reason"])
+                if not table.num_rows:
+                    continue
             try:
                 group = materialize(replica)
                 out = group.apply(table, mode)
@@ -152,12 +162,16 @@ def _plan(spark, replicas, batch: pa.Table, mode: str, schema: pa.Schema, failur
 def stream_groups(events, replicas: dict[str, GroupReplica], mode: str, schema: pa.Schema,
                   name: str = "filter_group"):
     """Stateless groups (FILTER) over a streaming DataFrame of events (columns group_id-free:
-    the batch columns but ``group_id``).  Every event goes to every shard (001 is stateless per
+    the batch columns but ``group_id``; with a ``reason`` column, the rows that have one come out once as
+    ``rejected``).  Every event goes to every shard (001 is stateless per
     event: shards only split the subscriptions), one partition per shard, as ``run_groups``;
     nothing is kept between micro-batches, so no state store is involved."""
     from pyspark.sql import functions as F
     rids = sorted(replicas)
-    df = events.withColumn("group_id", F.explode(F.array(*[F.lit(r) for r in rids])))
+    shards = F.array(*[F.lit(r) for r in rids])
+    if "reason" in events.columns:   # rows set aside upstream (their reason): to the first shard, which emits them
+        shards = F.when(F.col("reason").isNull(), shards).otherwise(F.array(F.lit(rids[0])))
+    df = events.withColumn("group_id", F.explode(shards))
     df = df.repartition(max(len(rids), 1), "group_id")
     return df.mapInArrow(_operator(replicas, mode, schema, None, name), _ddl(schema))
 

@@ -23,8 +23,8 @@ the MapState plus the broadcast base (static side, subscriptions).  The first mi
 MapState with the partition's share of the engine's rows of the table.
 
 Order, ``seq`` and malformed rows as ``spark_stream``: rows apply in ``_seq`` order (else input order, ``seq
-= (applied << 32) + rank``); a delete of an unknown key is rejected by the operator; rejected rows are
-emitted once (by the first group).  An upsert of a known key is the delete of its old row and the insert of
+= (micro-batch id << 32) + rank``, both from ``spark_stream.checked_updates``, which also sets malformed rows
+aside); a delete of an unknown key is rejected by the operator (emitted once, by the first group).  An upsert of a known key is the delete of its old row and the insert of
 the new one, netted per result tuple (``join_groups``).
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from sparksub.operators import spark_stream
 from sparksub.operators.filter_group import EVENT_PREFIX
-from sparksub.operators.join_groups import key_text
+from sparksub.operators.join_groups import key_text, side_columns
 from sparksub.operators.range_min_group import DELETE, UPSERT
 from sparksub.operators.spark_stream import REJECTED, _Deferred
 
@@ -257,8 +257,7 @@ def _group_for(spec, gs: JoinStreamGroup, rid: str, part: int, state: JoinStream
 def _build(spec: JoinStreamSpec, gs: JoinStreamGroup, rid: str, rows):
     """The partition's operator: the base (static side, subscriptions) with the streamed side's rows."""
     snap = gs.snapshot()
-    side = snap.sides[gs.side]
-    wanted = (side[1], side[2], *side[3])
+    wanted = side_columns(snap.sides[gs.side])
     idx = [spec.columns.index(c) for c in wanted]
     rows = list(rows)
     streamed = {c: [r[i] for r in rows] for c, i in zip(wanted, idx)}

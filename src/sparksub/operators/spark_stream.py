@@ -9,8 +9,11 @@ notifications. The plan (names as Spark's EXPLAIN prints them)::
                                  named after the operator families it runs)
     +- Exchange hashpartitioning(group_id), REQUIRED_BY_STATEFUL_OPERATOR
        +- Generate explode([group structs])                       every row goes to every group
-          +- MapInArrow range_min_group_stream_order(...)         input order (only without ``_seq``)
-             +- <the user's streaming source>
+          +- Filter isnull(sparksub_reason)                       the valid rows (checked_updates)
+             +- MapInArrow range_min_group_stream_order(...)      seq from the input order (only without ``_seq``)
+                +- Exchange RoundRobinPartitioning(1)
+                   +- MapInArrow range_min_group_stream_check(...)   row_validation.check_rows
+                      +- <the user's streaming source>
 
 **State** (Spark's state store, RocksDB, per ``group_id``):
 
@@ -36,23 +39,23 @@ broadcast base snapshot. On the first micro-batch (no state yet) the rows come f
 and are written into the MapState. State writes per micro-batch: one MapState write per distinct key
 touched (one round trip each to the JVM), one ListState put, one ValueState update.
 
-**Order.** Within one micro-batch rows apply in ascending ``_seq`` when the stream has that integer
-column (``seq`` of the notifications = ``_seq``). Without it the order is derived by
-``range_min_group_stream_order``: ``(input partition id << 33) + row position in the partition`` (what
-``monotonically_increasing_id()`` computes -- that function itself is not allowed on streams), and the
-notifications carry ``seq = (applied << 32) + rank`` where ``applied`` is the micro-batch's ordinal
-for this stream (0-based, micro-batches without rows do not count) and ``rank`` the row's position in
-that order. A file source replays a micro-batch from the same files (the offset log records them),
-split the same way while ``spark.sql.files.maxPartitionBytes``/``openCostInBytes`` and the default
-parallelism are unchanged, so the derived order is deterministic on replay; rows of one file keep
+**Order.** Every row gets its ``seq`` in ``checked_updates``, before any path sees it (the range groups
+here, FILTER, joins and event queries alike): ``_seq`` when the stream has that integer column; without
+it ``(micro-batch id << 32) + rank``, the rank in input order -- ``(input partition id << 33) + row position
+in the partition``, what ``monotonically_increasing_id()`` computes (that function itself is not allowed on
+streams) --, ranked in one task after a one-partition exchange. Within one micro-batch rows apply in
+``seq`` order. A file source replays a micro-batch, under the same id, from the same files (the offset log
+records them), split the same way while ``spark.sql.files.maxPartitionBytes``/``openCostInBytes`` and the
+default parallelism are unchanged, so the derived order is deterministic on replay; rows of one file keep
 their line order, but Spark orders the splits of *several* files in one micro-batch by size, not by
 name: give the stream a ``_seq`` when that order matters.
 
-**Malformed rows** (DESIGN §7) are set aside, counted, and emitted with ``op = 'rejected'`` and a
-``reason``; the stream goes on. Row-local checks run in Spark SQL (null key, unknown ``_op``, null
-``_seq``, a value that does not cast to the column's type, NaN in a numeric column of an upsert); a
-delete of an unknown key is found by the operator (it needs the state). Every group sees every row and
-skips the rejected ones; only the first group (by id) emits them, so each appears once.
+**Malformed rows** (DESIGN §7) are found by ``row_validation.check_rows`` -- the check ``publish`` makes,
+with the same reasons: null key, unknown ``_op``, null ``_seq``, a value that does not cast to the
+column's type, NaN or ±inf in a numeric column of an upsert -- and emitted once (``rejected_updates``:
+``op = 'rejected'``, ``seq``, ``reason``, counted in ``stream_stats``); the stream goes on, and a replayed
+micro-batch replays its rejections. The engine hands the paths only the valid rows. A delete of an
+unknown key is found by the operator (it needs the state): the first group (by id) emits it.
 """
 from __future__ import annotations
 
@@ -66,12 +69,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from sparksub.errors import BadUpdate
+from sparksub.operators import row_validation
 from sparksub.operators.range_min_group import DELETE, UPSERT, with_reason
 
-__all__ = ["run_stream", "stream_stats", "output_schema", "typed_updates", "REJECTED", "STAT_NAMES"]
+__all__ = ["run_stream", "stream_stats", "output_schema", "checked_updates", "valid_updates", "rejected_updates",
+           "typed_updates", "new_stream_id", "REJECTED", "STAT_NAMES"]
 
-REJECTED = "rejected"
+REJECTED = row_validation.REJECTED
 STAT_NAMES = ("micro_batches", "seeded", "cache_hits", "caught_up", "rebuilt", "updates", "rejected",
               "notifications")
 #: Micro-batches of valid rows kept in the state (a ring of ListStates), to bring a stale cached index
@@ -144,18 +148,223 @@ class StreamSpec:
     schema: pa.Schema         # output_schema(mode's schema)
     groups: dict              # group_id -> GroupSpec
     primary: str              # the group that emits rejected rows
-    seq_given: bool           # the stream has _seq: seq = _seq; else seq = (applied << 32) + rank
+    seq_given: bool           # ord is the seq (checked_updates numbers every row); else seq = (applied << 32) + rank
     stats: object = None      # an Accumulator of dict counters, or None (e.g. Spark Connect)
 
 
 # ---- Spark side (driver) ---------------------------------------------------------------------------
 
+#: Columns the row check adds to a stream of updates (``checked_updates``); no leading underscore, which
+#: PySpark's state API would rename.
+OP_COLUMN, SEQ_COLUMN, REASON_COLUMN = "sparksub_op", "sparksub_seq", "sparksub_reason"
+_ORD_COLUMN = "sparksub_ord"
+#: The local property Spark's micro-batch execution sets on every task of a micro-batch.
+_BATCH_ID = "streaming.sql.batchId"
+
+
+def checked_updates(streaming_df, table_def, name: str = "updates"):
+    """The stream of updates to ``table_def``, every row checked by ``row_validation.check_rows`` -- the
+    checks ``publish`` makes, in a ``mapInArrow`` task named ``<name>_check`` -- and numbered: the table's
+    columns in their canonical Spark types, an event stream's ``t0``/``t1`` (bigint; one given alone fills
+    the other), ``sparksub_op`` (tinyint UPSERT/DELETE), ``sparksub_seq`` and ``sparksub_reason`` (null:
+    valid).  ``sparksub_seq`` is ``_seq`` when the stream has that column, else ``(micro-batch id << 32) +
+    rank``, the rank of the row in input order (input partitions in turn, each in row order), computed in
+    one task (``<name>_order``, after a one-partition exchange) because a rank needs the whole micro-batch;
+    a replayed micro-batch has the same id and, from the same files, the same order.  Batch-level errors
+    (unknown or missing columns, a non-integer ``_seq``/``t0``/``t1`` column) raise ``BadUpdate`` here."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import ByteType, LongType, StringType, StructField, StructType
+
+    shape = row_validation.RowShape.of(table_def)
+    source = to_arrow_schema(streaming_df.schema)
+    row_validation.check_rows(source.empty_table(), shape, extra=("_op", "_seq"), all_columns=True)
+    cols = streaming_df.columns
+    ticks = (("t0", "t1") if table_def.key is None and ("t0" in cols or "t1" in cols) else ())
+    ticks = tuple(t for t in ticks if t not in shape.names)
+    seq_given = "_seq" in cols
+    data = [StructField(c, _spark_type(_canonical_type(t))) for c, t in table_def.columns]
+    data += [StructField(t, LongType()) for t in ticks]
+    checked_schema = StructType(data + [StructField(OP_COLUMN, ByteType(), False),
+                                        StructField(SEQ_COLUMN if seq_given else _ORD_COLUMN, LongType()),
+                                        StructField(REASON_COLUMN, StringType())])
+    check = _check_function(shape, to_arrow_schema(checked_schema), ticks, seq_given, f"{name}_check")
+    checked = streaming_df.mapInArrow(check, checked_schema)
+    if seq_given:
+        return checked
+    ordered_schema = StructType(data + [StructField(OP_COLUMN, ByteType(), False), StructField(SEQ_COLUMN, LongType()),
+                                        StructField(REASON_COLUMN, StringType())])
+    order = _order_function(to_arrow_schema(ordered_schema), f"{name}_order")
+    return checked.repartition(1).mapInArrow(order, ordered_schema)
+
+
+def _check_function(shape, out: pa.Schema, ticks: tuple, seq_given: bool, name: str):
+    def check(batches):
+        """``row_validation.check_rows`` on each batch; ``sparksub_ord`` = (input partition id << 33) + position
+        in the partition (what ``monotonically_increasing_id`` computes; not allowed on streams) unless the
+        stream has ``_seq``."""
+        from pyspark import TaskContext
+        tc = TaskContext.get()
+        pos = (tc.partitionId() if tc is not None else 0) << 33
+        for rb in batches:
+            n = rb.num_rows
+            c = row_validation.check_rows(pa.Table.from_batches([rb]), shape, extra=("_op", "_seq"),
+                                          all_columns=True)
+            arrays = [c.columns[col] for col in shape.names]
+            arrays += [c.t0 if t == "t0" else c.t1 for t in ticks]
+            order = c.seqs if seq_given else pa.array(np.arange(pos, pos + n, dtype=np.int64))
+            pos += n
+            arrays += [pa.array(c.ops, pa.int8()), order, pa.array(c.reasons, pa.string())]
+            yield pa.RecordBatch.from_arrays([a.cast(f.type) for a, f in zip(arrays, out)], schema=out)
+    check.__name__ = name  # what Spark's EXPLAIN prints
+    return check
+
+
+def _order_function(out: pa.Schema, name: str):
+    def order(batches):
+        """The micro-batch's rows (all of them: one partition) by ``sparksub_ord``, ``sparksub_seq`` =
+        (micro-batch id << 32) + rank."""
+        from pyspark import TaskContext
+        tables = [pa.Table.from_batches([rb]) for rb in batches if rb.num_rows]
+        if not tables:
+            return
+        table = pa.concat_tables(tables).sort_by(_ORD_COLUMN)
+        tc = TaskContext.get()
+        batch_id = int((tc.getLocalProperty(_BATCH_ID) if tc is not None else None) or 0)
+        seqs = (np.int64(batch_id) << np.int64(32)) + np.arange(table.num_rows, dtype=np.int64)
+        table = table.set_column(table.column_names.index(_ORD_COLUMN), SEQ_COLUMN, pa.array(seqs))
+        for rb in table.cast(out).to_batches():
+            yield rb
+    order.__name__ = name
+    return order
+
+
+def rejected_updates(checked, table_def, stream_id: str | None = None, name: str = "updates"):
+    """The rows ``checked_updates`` set aside, as ``publish`` emits them (``row_validation.rejected_rows``):
+    ``op = 'rejected'``, ``seq``, ``reason``, ``group_id`` null; on an event stream also the event's columns
+    (named as match rows name them) and ``t0``/``t1``.  Counted in the stream's ``rejected`` stat."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from sparksub.operators.event_partitions import output_column
+
+    fields = [StructField("subscription_id", StringType()), StructField("op", StringType()),
+              StructField("seq", LongType()), StructField("group_id", StringType()), StructField("reason", StringType())]
+    carried = {}
+    if table_def.key is None:   # an event: its columns and interval come along, as in publish
+        carried = {c: output_column(c) for c in table_def.column_names}
+        fields += [StructField(carried[c], _spark_type(_canonical_type(t))) for c, t in table_def.columns]
+        fields += [StructField(t, LongType()) for t in ("t0", "t1") if t not in carried.values()]
+        carried.update({t: t for t in ("t0", "t1") if t in checked.columns and t not in carried})
+    out = StructType(fields)
+    schema = to_arrow_schema(out)
+    acc = _STATS.get(stream_id) if stream_id is not None else None
+
+    def rejected(batches):
+        for rb in batches:
+            if not rb.num_rows:
+                continue
+            columns = {out: rb.column(c) for c, out in carried.items()}
+            table = row_validation.rejected_rows(schema, rb.column(SEQ_COLUMN), rb.column(REASON_COLUMN).to_pylist(),
+                                                 columns)
+            if acc is not None:
+                acc.add({"rejected": table.num_rows})
+            yield from table.to_batches()
+    rejected.__name__ = f"{name}_rejected"
+    return checked.where(F.col(REASON_COLUMN).isNotNull()).mapInArrow(rejected, out)
+
+
+def valid_updates(checked):
+    """The rows ``checked_updates`` found valid."""
+    from pyspark.sql import functions as F
+    return checked.where(F.col(REASON_COLUMN).isNull())
+
+
+def new_stream_id(spark) -> str:
+    """A new stream's id, with its counters (``stream_stats``) registered."""
+    stream_id = uuid.uuid4().hex
+    _new_stats(spark, stream_id)
+    return stream_id
+
+
+def known_key_updates(checked, table_def, initial_keys, name: str = "updates"):
+    """``checked`` (valid rows of ``checked_updates``) with a delete of a key the table does not hold given
+    its reason (``row_validation.unknown_key_reason``), as ``publish`` finds it in its rows.  For a stream
+    no other operator keeps the table's rows for (FILTER alone on a keyed table): one ValueState per key
+    (``present``), seeded from ``initial_keys`` (a ``_Deferred`` of the pickled set of keys when the stream
+    starts), grouped by the key (``<name>_keys`` in EXPLAIN)."""
+    spec = KeySpec(table_def.name, initial_keys)
+    return _transform_with_state(checked.groupBy(table_def.key), _key_processor_class()(spec), checked.schema,
+                                 f"{name}_keys")
+
+
+@dataclass
+class KeySpec:
+    table: str
+    initial: _Deferred   # pickled set of the keys the table held when the stream started
+
+    def initial_keys(self) -> set:
+        raw = self.initial.get()
+        return pickle.loads(raw.value if hasattr(raw, "value") else raw)
+
+
+def _key_processor_class():
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class KeyPresence(StatefulProcessor):
+        """One key's rows of one micro-batch, in seq order: a delete while the key is absent is rejected."""
+
+        def __init__(self, spec: KeySpec):
+            self.spec, self.keys = spec, None
+
+        def init(self, handle) -> None:
+            self.present = handle.getValueState("present", "present boolean")
+
+        def handleInputRows(self, key, rows, timerValues):
+            frames = [pdf for pdf in rows if len(pdf)]
+            if frames:
+                pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+                yield apply_key_presence(self.spec, key[0], pdf, self.present, self)
+
+        def close(self) -> None:
+            pass
+
+    return KeyPresence
+
+
+def apply_key_presence(spec: KeySpec, key, pdf: pd.DataFrame, present, cache) -> pd.DataFrame:
+    """``pdf`` (one key's checked rows) with the reason of each delete of an absent key; ``present`` the key's
+    ValueState (or a look-alike); ``cache.keys`` holds the initial keys once loaded."""
+    pdf = pdf.iloc[np.argsort(pdf[SEQ_COLUMN].to_numpy(), kind="stable")].reset_index(drop=True)
+    if present.exists():
+        here = bool(present.get()[0])
+    else:
+        if cache.keys is None:
+            cache.keys = spec.initial_keys()
+        here = key in cache.keys
+    reasons = pdf[REASON_COLUMN].tolist()
+    for i, op in enumerate(pdf[OP_COLUMN].tolist()):
+        if reasons[i] is not None and reasons[i] == reasons[i]:
+            continue
+        if op == DELETE:
+            if not here:
+                reasons[i] = row_validation.unknown_key_reason(key.item() if isinstance(key, np.generic) else key,
+                                                               spec.table)
+                continue
+            here = False
+        else:
+            here = True
+    present.update((here,))
+    return pdf.assign(**{REASON_COLUMN: pd.Series(reasons, dtype=object)})
+
+
 @dataclass
 class TypedUpdates:
-    """A stream of updates to one table, checked row by row in Spark SQL (shared by the range and join
-    streams): ``df`` the table's columns (+ ``_op``, ``_seq``/``_ord``), ``typed`` each column cast to its
-    canonical type, ``op`` the lower-cased ``_op``, ``order`` the apply order, ``reason`` why a row is
-    rejected (null when valid), ``key`` the typed key (never null), ``key_type`` its canonical type."""
+    """A stream of updates to one table as the range and join streams read it (from ``checked_updates``):
+    ``df`` the checked stream, ``typed`` each table column (canonical type), ``op`` ``'upsert'``/``'delete'``,
+    ``order`` the apply order (= the ``seq`` of notifications), ``reason`` why a row is rejected (null when
+    valid), ``key`` the key (never null), ``key_type`` its canonical type; ``seq_given``: ``order`` is the
+    ``seq`` (always, now that ``checked_updates`` numbers every row)."""
     df: object
     typed: dict
     op: object
@@ -167,67 +376,28 @@ class TypedUpdates:
 
 
 def typed_updates(streaming_df, table_def) -> TypedUpdates:
-    """Check the stream's columns (unknown or missing ones raise ``BadUpdate``) and build the row-local
-    checks of DESIGN §7 as Spark SQL columns (module docstring: malformed rows)."""
+    """``streaming_df`` (raw, or already ``checked_updates``) as :class:`TypedUpdates`: unknown or missing
+    columns raise ``BadUpdate``; malformed rows carry their reason (module docstring)."""
     from pyspark.sql import functions as F
 
-    cols = list(streaming_df.columns)
-    names = table_def.column_names
-    unknown = sorted(set(cols) - set(names) - {"_op", "_seq"})
-    if unknown:
-        raise BadUpdate(f"unknown column(s) {unknown} in the stream of updates to {table_def.name!r} "
-                        f"(columns: {', '.join(names)}, and optional _op, _seq)")
-    missing = [c for c in names if c not in cols]
-    if missing:
-        raise BadUpdate(f"the stream of updates to {table_def.name!r} lacks column(s) {missing}")
-    types = dict(streaming_df.dtypes)
-    seq_given = "_seq" in cols
-    if seq_given and types["_seq"] not in _INTEGRAL:
-        raise BadUpdate(f"_seq must be an integer column, got {types['_seq']}", None, "_seq")
-
-    df = streaming_df.select(*names, *(["_op"] if "_op" in cols else []), *(["_seq"] if seq_given else []))
-    if seq_given:
-        order = F.coalesce(F.col("_seq").cast("bigint"), F.lit(_NO_SEQ).cast("bigint"))
-    else:
-        df = df.mapInArrow(_order_function(), _add_field(df.schema, "_ord"))
-        order = F.col("_ord")
-
-    tname = table_def.name
-    op = F.lower(F.col("_op").cast("string")) if "_op" in cols else F.lit(None).cast("string")
-    is_delete = F.coalesce(op == F.lit("delete"), F.lit(False))
-    typed = {}
-    reason = F.when(F.col(table_def.key).isNull(),
-                    F.lit(f"null key {table_def.key!r} in an update to {tname!r}"))
-    if "_op" in cols:
-        reason = reason.when(op.isNotNull() & ~op.isin("upsert", "delete"),
-                             F.concat(F.lit("_op must be 'upsert' or 'delete', got '"),
-                                      F.col("_op").cast("string"), F.lit("'")))
-    if seq_given:
-        reason = reason.when(F.col("_seq").isNull(), F.lit("null _seq"))
-    for c, ctype in table_def.columns:
-        target = _canonical_type(ctype)
-        typed[c] = F.col(c) if types[c] == target else F.col(c).try_cast(target)
-        if types[c] != target:
-            reason = reason.when(~is_delete & F.col(c).isNotNull() & typed[c].isNull(),
-                                 F.concat(F.lit(f"column {c!r} of {tname!r} is {ctype}, cannot read "),
-                                          F.col(c).cast("string")))
-        if target == "double":
-            reason = reason.when(~is_delete & F.coalesce(F.isnan(typed[c]), F.lit(False)),
-                                 F.lit(f"NaN in numeric column {c!r} of {tname!r} "
-                                       f"(use null for a missing value)"))
+    df = streaming_df if REASON_COLUMN in streaming_df.columns else checked_updates(streaming_df, table_def)
+    typed = {c: F.col(c) for c in table_def.column_names}
+    op = F.when(F.col(OP_COLUMN) == F.lit(DELETE), F.lit("delete")).otherwise(F.lit("upsert"))
+    order = F.coalesce(F.col(SEQ_COLUMN), F.lit(_NO_SEQ).cast("bigint"))
     key_type = _canonical_type(table_def.type_of(table_def.key))
     key = typed[table_def.key]
     if key_type in ("bigint", "double"):  # keep a pandas integer column free of nulls (rejected anyway)
         key = F.coalesce(key, F.lit(0).cast(key_type))
-
-    return TypedUpdates(df, typed, op, order, reason, key, key_type, seq_given)
+    return TypedUpdates(df, typed, op, order, F.col(REASON_COLUMN), key, key_type, True)
 
 
 def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: pa.Schema,
-               engine_uid: str, name: str = "range_min_group_stream"):
+               engine_uid: str, name: str = "range_min_group_stream", stream_id: str | None = None):
     """The streaming DataFrame of notifications. ``groups``: group_id -> (x column, y column or None,
     base, y is text, second box attribute or None), ``base`` being the broadcast pickled snapshot (``GroupReplica.base``); ``name``:
-    what Spark's EXPLAIN calls the stateful operator."""
+    what Spark's EXPLAIN calls the stateful operator; ``stream_id``: the stream's counters (``new_stream_id``;
+    None: new ones).  ``streaming_df``: raw updates, or ``checked_updates`` (then rows with a reason are
+    emitted as ``rejected`` by the first group; the engine passes only the valid ones)."""
     from pyspark.sql import functions as F
 
     u = typed_updates(streaming_df, table_def)
@@ -252,8 +422,9 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
                       order.alias("ord"), reason.alias("reason"))
               .select("g.group_id", "key", "g.x", "g.y", "g.t", "g.x2", "op", "ord", "reason"))
 
-    stream_id = uuid.uuid4().hex
-    stats = _new_stats(spark, stream_id)
+    if stream_id is None:
+        stream_id = new_stream_id(spark)
+    stats = _STATS.get(stream_id)
     spec = StreamSpec(engine_uid, stream_id, tname, key_type, mode, output_schema(schema),
                       {gid: GroupSpec(gid, x, y, _Deferred(base), text, x2)
                        for gid, (x, y, base, text, x2) in groups.items()},
@@ -320,22 +491,11 @@ def _transform_with_state(grouped, processor, out_ddl: str, name: str):
                 fn.__name__ = old
 
 
-def _order_function():
-    def range_min_group_stream_order(batches):
-        """Append ``_ord`` = (partition id << 33) + position in the partition (= monotonically_increasing_id)."""
-        from pyspark import TaskContext
-        tc = TaskContext.get()
-        base = (tc.partitionId() if tc is not None else 0) << 33
-        i = 0
-        for rb in batches:
-            yield rb.append_column("_ord", pa.array(np.arange(base + i, base + i + rb.num_rows, dtype=np.int64)))
-            i += rb.num_rows
-    return range_min_group_stream_order
-
-
-def _add_field(schema, name: str):
-    from pyspark.sql.types import LongType, StructField, StructType
-    return StructType(list(schema.fields) + [StructField(name, LongType(), False)])
+def _spark_type(canonical: str):
+    """The PySpark type of a canonical Spark SQL type name (``_canonical_type``)."""
+    from pyspark.sql import types as T
+    return {"bigint": T.LongType(), "double": T.DoubleType(), "string": T.StringType(), "boolean": T.BooleanType(),
+            "timestamp": T.TimestampType(), "date": T.DateType()}[canonical]
 
 
 def _canonical_type(spark_type: str) -> str:
@@ -423,7 +583,7 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
                     final[k] = None
                     valid[i], valid_ops[i] = True, DELETE
                 else:
-                    reason = f"delete of unknown key {k!r} from {spec.table!r}"
+                    reason = row_validation.unknown_key_reason(k, spec.table)
             else:
                 final[k] = (xs[i], ys[i], ts[i], x2s[i])
                 valid[i], valid_ops[i] = True, UPSERT
@@ -550,8 +710,7 @@ def _output(spec: StreamSpec, gid: str, notes, rej_seq, rej_reason) -> pa.Table:
         cols = {f.name: pa.nulls(m, f.type) for f in schema}
         cols["op"] = pa.array([REJECTED] * m, pa.string())
         cols["seq"] = pa.array(rej_seq, pa.int64())
-        cols["group_id"] = pa.array([gid] * m, pa.string())
-        cols["reason"] = pa.array(rej_reason, pa.string())
+        cols["reason"] = pa.array(rej_reason, pa.string())   # group_id null: the row belongs to no group
         parts.append(pa.table(cols, schema=schema))
     if not parts:
         return schema.empty_table()

@@ -90,5 +90,12 @@ class Catalog:
     def __contains__(self, name: str) -> bool:
         return name.lower() in self._tables
 
+    def copy(self) -> "Catalog":
+        """A catalog with the same tables, to which tables can be added without changing this one (a
+        script's check, ``Engine._check_script``; TableDefs are immutable)."""
+        out = Catalog()
+        out._tables = dict(self._tables)
+        return out
+
     def __iter__(self):
         return iter(self._tables.values())

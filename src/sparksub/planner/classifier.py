@@ -25,7 +25,7 @@ from sparksub.catalyst_rules.executor import RuleApplication
 from sparksub.catalyst_rules.rules import BATCHES
 from sparksub.errors import InvalidSubscription, UnsupportedSubscription
 from sparksub.planner import ir
-from sparksub.planner.catalog import Catalog
+from sparksub.planner.catalog import NUMERIC_TYPES, Catalog
 from sparksub.planner.logical import to_logical
 
 __all__ = ["SUPPORTED_CLASSES", "Planned", "plan_subscription", "bind_range", "bind_box", "bind_filter_columns",
@@ -133,7 +133,39 @@ def parameters_of(node: ir.Node) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _eval(v: ir.Value | None, params: dict[str, np.ndarray], n: int, default: float) -> np.ndarray:
+def _who(ids, i: int) -> str:
+    return f"subscription {ids[i]!r}" if ids is not None else f"row {i}"
+
+
+def numeric_parameter(name: str, col, ids=None) -> np.ndarray:
+    """A parameter column bound where a number belongs, as float64 (None -> NaN, for the callers' NULL
+    checks).  Booleans (``True`` is not 1.0 here), strings and numbers beyond DOUBLE's range are refused
+    with an InvalidSubscription naming the first offending subscription and value."""
+    col = np.asarray(col)
+    if col.dtype.kind in "iuf":
+        return col.astype(np.float64)
+    values = col.tolist()
+    bad = 0  # a column of booleans, strings, dates: its first row names the problem
+    if col.dtype.kind == "O":
+        bad = next((i for i, x in enumerate(values) if x is not None and (
+            isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)))), None)
+        if bad is None:
+            out = np.empty(len(values), dtype=np.float64)
+            for i, x in enumerate(values):
+                try:
+                    out[i] = np.nan if x is None else float(x)
+                except OverflowError:
+                    raise InvalidSubscription(f"{_who(ids, i)} binds parameter :{name} to {str(x)[:30]}..., "
+                                              f"beyond the range of DOUBLE") from None
+            return out
+    if not values:
+        return np.zeros(0, dtype=np.float64)
+    x = values[bad]
+    raise InvalidSubscription(f"{_who(ids, bad)} binds parameter :{name} to {x!r:.40} "
+                              f"({type(x).__name__}), not a number")
+
+
+def _eval(v: ir.Value | None, params: dict[str, np.ndarray], n: int, default: float, ids=None) -> np.ndarray:
     if v is None:
         return np.full(n, default)
     if isinstance(v, ir.Const):
@@ -142,17 +174,13 @@ def _eval(v: ir.Value | None, params: dict[str, np.ndarray], n: int, default: fl
         if v.name not in params:
             raise InvalidSubscription(f"missing parameter column {v.name!r} (needed for :{v.name})")
         col = np.asarray(params[v.name])
-        try:
-            col = col.astype(np.float64)
-        except (TypeError, ValueError):
-            raise InvalidSubscription(f"parameter {v.name!r} is not numeric (dtype {col.dtype})") from None
         if col.shape != (n,):
             raise InvalidSubscription(f"parameter {v.name!r} has {col.size} values, expected {n}")
-        return col
+        return numeric_parameter(v.name, col, ids)
     if isinstance(v, ir.Neg):
         # -(-inf) would be +inf: an absent end never reaches here (None is handled above).
-        return -_eval(v.of, params, n, default)
-    return _step(v, _eval(v.of, params, n, default))
+        return -_eval(v.of, params, n, default, ids)
+    return _step(v, _eval(v.of, params, n, default, ids))
 
 
 def _step(v: ir.Succ | ir.Pred, inner) -> np.ndarray:
@@ -185,8 +213,8 @@ def bind_box(node: ir.BoxMinGroupScan | ir.BoxTopkGroupScan, params: dict[str, n
 
 
 def _bind_bounds(low, high, column: str, params, n: int, ids) -> tuple[np.ndarray, np.ndarray]:
-    x1 = _eval(low, params, n, -np.inf)
-    x2 = _eval(high, params, n, np.inf)
+    x1 = _eval(low, params, n, -np.inf, ids)
+    x2 = _eval(high, params, n, np.inf, ids)
     bad = np.isnan(x1) | np.isnan(x2) | (x1 > x2)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -251,20 +279,24 @@ def bind_band_join(node: ir.BandJoinGroupScan, params: dict[str, np.ndarray], n:
 
 
 def bind_filter_columns(node: ir.FilterGroupScan, params: dict[str, np.ndarray], n: int,
-                        ids: np.ndarray | None = None) -> list[list[tuple]]:
+                        ids: np.ndarray | None = None, types: dict[str, str] | None = None) -> list[list[tuple]]:
     """The constants of ``n`` FILTER subscriptions of one template, bound: each disjunct as a list of
     ``(attr, op, column)`` with the constants as columns (scalars where the template fixes them),
     the form ``FilterGroup.register_block`` takes.  NULL/NaN constants and empty BETWEEN ranges
     raise :class:`InvalidSubscription` naming the first offending subscription; nothing is bound
-    row by row.
+    row by row.  ``types`` (column -> Spark type, the table's): a parameter compared with a numeric
+    column must hold numbers (not booleans), one compared with a string column strings.
     """
     columns = {}
+    compared = _parameter_columns(node)
     for name in parameters_of(node):
         if name not in params:
             raise InvalidSubscription(f"missing parameter column {name!r} (needed for :{name})")
         col = np.asarray(params[name])
         if col.shape != (n,):
             raise InvalidSubscription(f"parameter {name!r} has {col.size} values, expected {n}")
+        for attr in compared.get(name, ()):
+            _check_parameter_type(name, col, attr, (types or {}).get(attr), ids)
         bad = np.flatnonzero(_is_missing(col))
         if len(bad):
             who = f"subscription {ids[bad[0]]!r}" if ids is not None else f"row {bad[0]}"
@@ -308,6 +340,41 @@ def bind_filter_columns(node: ir.FilterGroupScan, params: dict[str, np.ndarray],
                 preds.append((attr, op, value(vals[0])))
         out.append(preds)
     return out
+
+
+def _parameter_columns(node: ir.FilterGroupScan) -> dict[str, set[str]]:
+    """Per parameter, the columns a FILTER template compares it with."""
+    out: dict[str, set[str]] = {}
+
+    def param_of(v):
+        while isinstance(v, (ir.Succ, ir.Pred, ir.Neg)):
+            v = v.of
+        return v.name if isinstance(v, ir.Param) else None
+    for conj in node.disjuncts:
+        for attr, _, values in conj:
+            for v in values:
+                if param_of(v) is not None:
+                    out.setdefault(param_of(v), set()).add(attr)
+    return out
+
+
+def _check_parameter_type(name: str, col: np.ndarray, attr: str, spark_type: str | None, ids) -> None:
+    """A FILTER parameter's values against the type of the column they are compared with (the literal
+    check is ``logical._check_constant``'s)."""
+    if spark_type in NUMERIC_TYPES:
+        numeric_parameter(name, col, ids)
+        return
+    if spark_type != "string":
+        return  # booleans, dates: left to the filter core
+    if col.dtype.kind in "US":
+        return
+    values = col.tolist()
+    bad = next((i for i, x in enumerate(values) if x is not None and not isinstance(x, str)
+                and not (isinstance(x, float) and x != x)), None)
+    if bad is not None:
+        x = values[bad]
+        raise InvalidSubscription(f"{_who(ids, bad)} binds parameter :{name} to {x!r:.40} "
+                                  f"({type(x).__name__}), but column {attr!r} is a string")
 
 
 def _is_missing(col: np.ndarray) -> np.ndarray:

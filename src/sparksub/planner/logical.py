@@ -15,19 +15,72 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sparksub.errors import AnalysisError
+from sparksub.errors import AnalysisError, InvalidSubscription, UnsupportedSubscription
+from sparksub.grammar.statements import position
 from sparksub.planner import ir
-from sparksub.planner.catalog import Catalog
+from sparksub.planner.catalog import NUMERIC_TYPES, Catalog
 
 __all__ = ["to_logical"]
 
 _CMP = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _AGG = {exp.Min: "MIN", exp.Max: "MAX", exp.Count: "COUNT", exp.Sum: "SUM", exp.Avg: "AVG"}
+#: the largest LIMIT k (k per subscription is an int64 column)
+MAX_K = 2**63 - 1
+
+
+def _located(err: AnalysisError, *nodes: exp.Expression) -> AnalysisError:
+    """``err`` pointing at the first of ``nodes`` whose place in the statement's text is known (DESIGN §7:
+    what and where); ``err`` itself when none is (a TRUE literal has no place of its own)."""
+    if err.line is not None:
+        return err
+    where = next((w for w in map(position, nodes) if w is not None), None)
+    return err if where is None else AnalysisError(err.message, *where)
+
+
+def _unsupported(shape: str) -> UnsupportedSubscription:
+    # classifier imports this module: its list of classes is imported when an error needs it
+    from sparksub.planner.classifier import SUPPORTED_CLASSES
+    return UnsupportedSubscription(shape, SUPPORTED_CLASSES)
+
+
+def _column_type(col: exp.Column, table) -> str:
+    """The column's type; an unknown column is an AnalysisError pointing at it."""
+    try:
+        return table.type_of(col.name)
+    except AnalysisError as err:
+        raise _located(err, col) from None
+
+
+def _kind(spark_type: str) -> str:
+    return "number" if spark_type in NUMERIC_TYPES else spark_type
+
+
+def _check_constant(col: exp.Expression, const: exp.Expression, table) -> None:
+    """A column compared with a constant of another kind (``risk > 'abc'``, ``per = TRUE``, ``sector = 1``)
+    is an AnalysisError pointing at the constant: Spark would cast one side (and fail, or compare strings
+    with numbers), our operators compare values of the column's type (DESIGN §7: a type mismatch)."""
+    if not isinstance(col, exp.Column) or isinstance(col.this, exp.Star):
+        return
+    if isinstance(const, exp.Neg):
+        const = const.this
+    if isinstance(const, exp.Boolean):
+        kind = "boolean"
+    elif isinstance(const, exp.Literal):
+        kind = "string" if const.is_string else "number"
+    else:
+        return
+    ctype = _column_type(col, table)
+    if ctype not in NUMERIC_TYPES and ctype not in ("string", "boolean"):
+        return  # dates and timestamps: Spark reads string constants as them
+    if _kind(ctype) != kind:
+        shown = const.sql(dialect="spark")
+        raise _located(AnalysisError(f"column {col.name!r} of table {table.name!r} is {ctype}, compared with "
+                                     f"the {kind} {shown}"), const, col)
 
 
 def _operand(e: exp.Expression, table) -> ir.ColumnRef | ir.Const | ir.Param | None:
     if isinstance(e, exp.Column):
-        table.type_of(e.name)  # unknown column -> AnalysisError
+        _column_type(e, table)  # unknown column -> AnalysisError
         return ir.ColumnRef(e.name)
     if isinstance(e, exp.Paren):
         return _operand(e.this, table)
@@ -43,6 +96,15 @@ def _operand(e: exp.Expression, table) -> ir.ColumnRef | ir.Const | ir.Param | N
 
 
 def _predicate(e: exp.Expression, table) -> ir.Predicate:
+    if isinstance(e, tuple(_CMP)):
+        _check_constant(e.this, e.expression, table)
+        _check_constant(e.expression, e.this, table)
+    elif isinstance(e, exp.Between):
+        _check_constant(e.this, e.args["low"], table)
+        _check_constant(e.this, e.args["high"], table)
+    elif isinstance(e, exp.In):
+        for v in e.expressions:
+            _check_constant(e.this, v, table)
     for cls, op in _CMP.items():
         if type(e) is cls:
             left, right = _operand(e.this, table), _operand(e.expression, table)
@@ -76,7 +138,7 @@ def _predicate(e: exp.Expression, table) -> ir.Predicate:
                 and isinstance(high, (ir.Const, ir.Param)):
             return ir.Between(col.name, low, high)
     for col in e.find_all(exp.Column):
-        table.type_of(col.name)
+        _column_type(col, table)
     return ir.Opaque(e.sql(dialect="spark"))
 
 
@@ -98,21 +160,38 @@ def _conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
     return [e]
 
 
-def to_logical(select: exp.Expression, catalog: Catalog) -> ir.Node:
+def _check_shape(select: exp.Expression) -> None:
+    """What no class is, refused before the tables are read, as an UnsupportedSubscription naming the
+    shape: set operations, WITH (a CTE is not ignored), subqueries anywhere, GROUP BY."""
     if not isinstance(select, exp.Select):
-        raise AnalysisError(f"a subscription is a single SELECT, not {type(select).__name__}")
+        raise _unsupported(f"{type(select).__name__}[{select.sql(dialect='spark')}] (a subscription is one SELECT)")
+    with_ = select.args.get("with_") or select.args.get("with")
+    if with_ is not None:
+        raise _unsupported(f"With[{with_.sql(dialect='spark')}] (a common table expression)")
+    for node in select.walk():
+        if node is not select and isinstance(node, (exp.Query, exp.Subquery)):
+            raise _unsupported(f"Subquery[{node.sql(dialect='spark')}]")
+    group = select.args.get("group")
+    if group is not None:
+        keys = ", ".join(g.sql(dialect="spark") for g in group.expressions)
+        raise _unsupported(f"GroupBy[{keys}]({select.sql(dialect='spark')})")
+
+
+def to_logical(select: exp.Expression, catalog: Catalog) -> ir.Node:
+    _check_shape(select)
     from_ = select.args.get("from_") or select.args.get("from")
     if from_ is None or not isinstance(from_.this, exp.Table):
         raise AnalysisError("a subscription reads FROM one declared table")
     if select.args.get("joins"):
         return _join_to_logical(select, from_.this, catalog)
-    table = catalog.get(from_.this.name)
+    try:
+        table = catalog.get(from_.this.name)
+    except AnalysisError as err:
+        raise _located(err, from_.this) from None
     node: ir.Node = ir.Scan(table.name)
     where = select.args.get("where")
     if where is not None:
         node = ir.Filter(node, tuple(_predicate(c, table) for c in _conjuncts(where.this)))
-    if select.args.get("group"):
-        raise AnalysisError("GROUP BY subscriptions are not supported")
     projections = select.expressions
     aggs = [p for p in projections if type(p.unalias()) in _AGG]
     if aggs:
@@ -124,10 +203,12 @@ def to_logical(select: exp.Expression, catalog: Catalog) -> ir.Node:
         if isinstance(arg, exp.Star) or arg is None:
             column = None
         elif isinstance(arg, exp.Column):
-            table.type_of(arg.name)
+            _column_type(arg, table)
             column = arg.name
         else:
-            raise AnalysisError(f"aggregate over an expression is not supported: {agg.sql('spark')}")
+            for col in arg.find_all(exp.Column):
+                _column_type(col, table)  # an unknown column is named first
+            raise _unsupported(f"Aggregate[{agg.sql('spark')}] (an aggregate over an expression)")
         node = ir.Aggregate(node, _AGG[type(agg)], column)
     else:
         cols = []
@@ -136,7 +217,7 @@ def to_logical(select: exp.Expression, catalog: Catalog) -> ir.Node:
             if isinstance(inner, exp.Star):
                 cols.append("*")
             elif isinstance(inner, exp.Column):
-                table.type_of(inner.name)
+                _column_type(inner, table)
                 cols.append(inner.name)
             else:
                 cols.append(inner.sql("spark"))
@@ -303,8 +384,6 @@ def _join_to_logical(select: exp.Select, first: exp.Table, catalog: Catalog) -> 
         node = ir.Join(node, sides[i], tuple(cross) if i == len(kinds) else (), kind)
     if top:
         node = ir.Filter(node, tuple(top))
-    if select.args.get("group"):
-        raise AnalysisError("GROUP BY subscriptions are not supported")
     cols = []
     aggs = [p for p in select.expressions if type(p.unalias()) in _AGG]
     if aggs:
@@ -350,6 +429,14 @@ def _order_and_limit(node, select: exp.Select, table):
         node = ir.Sort(node, tuple((o.this.sql("spark"), bool(o.args.get("desc"))) for o in order.expressions))
     limit = select.args.get("limit")
     if limit is not None:
+        lit = limit.expression
+        if isinstance(lit, exp.Literal) and not lit.is_string:
+            try:
+                k = int(lit.this)   # exactly: 2**63 is one more than the largest k, but equal as a float
+            except ValueError:
+                k = float(lit.this)
+            if k > MAX_K:
+                raise InvalidSubscription(f"LIMIT {lit.this[:40]}: k is a positive integer up to {MAX_K}")
         n = _operand(limit.expression, table)
         node = ir.Limit(node, n if isinstance(n, (ir.Const, ir.Param)) else ir.Const(float("nan")))
     return node

@@ -30,7 +30,8 @@ import scala.collection.immutable.Seq;
 public class StatementParser implements ParserInterface {
   private static final String LEAD = "(?is)^(?:\\s|--[^\\n]*(?:\\n|$)|/\\*.*?\\*/)*";
   static final Pattern OURS = Pattern.compile(LEAD
-      + "(?:(?:CREATE|DROP|EXPLAIN)\\s+SUBSCRIPTION|SHOW\\s+SUBSCRIPTIONS|(?:CREATE|DROP)\\s+EVENT\\s+QUERY)\\b.*");
+      // SHOW SUBSCRIPTIONS and SHOW SUBSCRIPTION GROUPS (and a typo after SHOW SUBSCRIPTION: our parser names it)
+      + "(?:(?:CREATE|DROP|EXPLAIN)\\s+SUBSCRIPTION|SHOW\\s+SUBSCRIPTIONS?|(?:CREATE|DROP)\\s+EVENT\\s+QUERY)\\b.*");
   // A table of ours: one with a PRIMARY KEY (each upsert an update) or USING sparksub (an event stream).
   static final Pattern OUR_TABLE = Pattern.compile(LEAD
       + "CREATE\\s+TABLE\\b.*(?:\\bPRIMARY\\s+KEY\\b|\\bUSING\\s+sparksub\\b).*");

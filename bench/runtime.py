@@ -1,0 +1,1317 @@
+#!/usr/bin/env python
+"""End-to-end runtime benchmark (issue 16, "Measure"): every subscription class through ``Engine.publish`` and
+``Engine.stream`` beside its pure operator on the same data, per-call fixed cost, rebuilds, and driver / Python
+worker memory, in one run::
+
+    python bench/runtime.py                      # full run, local[2] (~35-45 min under load, see bench/README.md)
+    python bench/runtime.py --quick              # smaller tables, batches 1K / 10K, few reps (~5-8 min)
+    python bench/runtime.py --master 'local-cluster[2,1,2048]' --quick   # two executor JVMs (~20 s more to start)
+    python bench/runtime.py --baseline docs/benchmarks/runtime_baseline.json   # + "previous runtime" columns
+    python bench/runtime.py --pause 90           # two of the 20 warm publishes after a 90 s idle pause
+                                                 #   (full run: 90 by default; --quick: 0 = no pause)
+
+Writes (merged by run label = master + full/quick, so a local[2] full run and a local-cluster quick run sit
+side by side) ``--json`` (default ``docs/benchmarks/runtime.json``), and from every run in it
+``docs/benchmarks/runtime.md`` and ``docs/benchmarks/runtime.png``.  The figures of the runtime before issue 16
+are in ``docs/benchmarks/runtime_baseline.json`` (written with ``--json`` pointing there).
+
+**Classes and workloads** (fixed seeds; one engine per class, so that a publish runs that class's group only):
+
+* RANGE_MIN (unicast and reformulated), RANGE_TOPK (k = 5, unicast, fewer subscriptions: its per-update cost
+  is the highest) and RANGE_AGG (SUM, reformulated: its
+  unicast rows are every subscription whose range holds the update, ~1,100 per update here): ``stock(symbol,
+  risk, per)`` of bench/range_min.py (000 Table 1: X, Y uniform in [0, 10000], ranges with midpoint
+  N(5000, 1500) and length |N(1000, 1000)|), updates its reflected random walk on Y with 0.5% spikes;
+* FILTER: the same table and updates, ``symbol = :sym AND per BETWEEN :plo AND :phi`` (symbol uniform, PER
+  range length U(0, 4000) widened to a grid of 250: few distinct predicates, ~0.2 matches per update);
+* SELECT_JOIN / BAND_JOIN: bench/joins_engine.py's tables and subscriptions (003 Table 4.1's shape, range
+  lengths 100; bands around 5 centres), updates = new R rows;
+* EVENT: bench/events.py's stock stream and its S2/S3/S4-like CEL queries (each with its own constants),
+  events with t0 = t1 = position.
+
+**Figures.**  *publish*: rows/s = batch / median wall time of ``publish(...)`` + ``count()`` of its
+output, after one warm-up batch of 1K (the first call, cold, is reported apart); *pure*: the group operator's
+``apply`` (the class's public group class built from the same rows and subscriptions; events:
+``event_partitions.feed_events`` into a ``FamilyEngine``) on the same batches in the same order, in this
+process, one core, no Spark; ratio = e2e / pure.  *stream*: a bounded parquet file source of N micro-batches
+(``maxFilesPerTrigger = 1``, rows with ``_seq``) through ``Engine.stream`` into a ``noop`` sink, ``processAllAvailable()``, rows/s
+per micro-batch (input rows / ``triggerExecution``) after the first, median.  *fixed cost*: median wall time
+of a 1-row publish.  *rebuilds*: ``engine.stats()`` exposes no rebuild counter at this commit, so a bench-side
+probe counts them: a ``sitecustomize`` put on the Python workers' path only (never on the driver's) wraps
+``spark_groups.materialize`` and ``spark_events.materialize`` and logs, per task, whether the worker's cache
+held the group at the replica's base and position ("hit"), held it behind ("caught up": log batches
+replayed) or not at all ("rebuild": base + whole log).  The stream's own counters
+(``spark_stream.stream_stats``) are given where they exist.  *zero-rebuild check*: 20 consecutive warm publishes
+of 1K per class (classes interleaved), with ``--pause`` seconds of idleness before the 11th and the 20th.
+*memory*: in a fresh child process per size (10K, 100K, 1M range-MIN subscriptions on 100K rows; 3 unicast
+publishes of 1K, ``result()`` of one subscription, 2 reformulated publishes of 10K): the child's VmRSS, and the
+Python workers' (every Python process under the Spark JVMs, from /proc; VmRSS summed, PSS beside it since forked
+workers share pages), per executor JVM on ``local-cluster``.
+
+Every figure is wall clock on a shared machine: the load average is recorded per part; compare ratios
+measured side by side (e2e / pure, now / previous) rather than absolute rates across runs.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # the pure-operator figures are for one core
+
+import argparse
+import gc
+import json
+import math
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import fmt_num, load_avg, log, machine, md_table  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+OUT_DIR = REPO / "docs" / "benchmarks"
+BASELINE_JSON = OUT_DIR / "runtime_baseline.json"
+CLUSTER = "local-cluster[2,1,2048]"
+
+RANGE_TEMPLATE = "SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi"
+TOPK_TEMPLATE = "SELECT * FROM stock WHERE risk BETWEEN :lo AND :hi ORDER BY per LIMIT 5"
+AGG_TEMPLATE = "SELECT SUM(per) FROM stock WHERE risk BETWEEN :lo AND :hi"
+FILTER_TEMPLATE = "SELECT * FROM stock WHERE symbol = :sym AND per BETWEEN :plo AND :phi"
+#: FILTER subscriptions' PER range lengths are U(0, this): ~0.2 matches per update at 1 subscription per symbol
+FILTER_PER_LENGTH = 4_000.0
+FILTER_PER_STEP = 250.0
+SJ_TEMPLATE = ("SELECT * FROM r JOIN s ON r.b = s.b WHERE r.a BETWEEN :alo AND :ahi "
+               "AND s.c BETWEEN :clo AND :chi")
+BJ_TEMPLATE = "SELECT * FROM r JOIN s ON s.b - r.b BETWEEN :lo AND :hi"
+TOPK_K = 5
+ZERO_REBUILD_PUBLISHES = 20
+SEED = 7
+
+
+# ============================================================================================ sizes
+@dataclass
+class Sizes:
+    objects: int            # rows of stock (range classes, FILTER)
+    range_subs: int         # RANGE_MIN / AGG subscriptions
+    topk_subs: int          # RANGE_TOPK subscriptions (its unicast index and Paint cost most per update)
+    filter_subs: int
+    join_rows: int          # rows of r and of s
+    sj_subs: int
+    bj_subs: int
+    event_queries: int
+    batches: list           # [(batch size, timed repetitions)]; one warm-up batch of 1K comes first
+    fixed_reps: int         # 1-row publishes
+    stream_batch: int
+    stream_batches: int     # micro-batches (files)
+    rss_subs: list          # range subscriptions per memory child
+    rss_rows: int
+
+
+FULL = Sizes(objects=100_000, range_subs=10_000, topk_subs=2_000, filter_subs=100_000, join_rows=50_000,
+             sj_subs=5_000, bj_subs=1_000, event_queries=1_000, batches=[(1_000, 5), (10_000, 3), (100_000, 1)],
+             fixed_reps=5, stream_batch=10_000, stream_batches=4, rss_subs=[10_000, 100_000, 1_000_000],
+             rss_rows=100_000)
+QUICK = Sizes(objects=20_000, range_subs=5_000, topk_subs=1_000, filter_subs=20_000, join_rows=20_000, sj_subs=2_000,
+              bj_subs=500, event_queries=300, batches=[(1_000, 3), (10_000, 2)], fixed_reps=5,
+              stream_batch=5_000, stream_batches=3, rss_subs=[10_000, 1_000_000], rss_rows=100_000)
+#: for developing the script only (--tiny): every part on toy sizes
+TINY = Sizes(objects=5_000, range_subs=1_000, topk_subs=500, filter_subs=2_000, join_rows=3_000, sj_subs=300, bj_subs=200,
+             event_queries=100, batches=[(1_000, 2), (3_000, 1)], fixed_reps=3, stream_batch=1_000, stream_batches=3,
+             rss_subs=[10_000], rss_rows=10_000)
+
+
+# ============================================================================================ /proc probes
+def _status_kb(pid: int, field_name: str) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def rss_mb(pid: int | None = None) -> float:
+    kb = _status_kb(pid or os.getpid(), "VmRSS")
+    return (kb or 0) / 1024
+
+
+def pss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
+def _process_table() -> dict:
+    """pid -> (parent pid, command line) of every process we can read."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        out[int(d.name)] = (ppid, cmd)
+    return out
+
+
+def spark_processes() -> dict:
+    """This process's Spark JVMs and their Python workers, from /proc: {"driver_jvm": pid or None,
+    "executors": {label: {"jvm": pid, "python": [pids]}}}.  In local mode the one executor is the driver
+    JVM; on local-cluster each ``CoarseGrainedExecutorBackend`` JVM is one."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    mine, todo = [], [os.getpid()]
+    while todo:
+        p = todo.pop()
+        for c in children.get(p, []):
+            mine.append(c)
+            todo.append(c)
+    is_java = {p for p in mine if "java" in table[p][1].split(" ", 1)[0]}
+    driver = next((p for p in is_java if "SparkSubmit" in table[p][1]), None)
+    executors = {}
+    for p in mine:
+        if p in is_java or "python" not in table[p][1].split(" ", 1)[0]:
+            continue
+        a = table[p][0]
+        while a in table and a not in is_java and a != os.getpid():
+            a = table[a][0]
+        if a not in is_java:
+            continue
+        label = "driver JVM (local executor)" if a == driver else f"executor JVM {a}"
+        executors.setdefault(label, {"jvm": a, "python": []})["python"].append(p)
+    for p in is_java:
+        if "CoarseGrainedExecutorBackend" in table[p][1]:
+            executors.setdefault(f"executor JVM {p}", {"jvm": p, "python": []})
+    return {"driver_jvm": driver, "executors": executors}
+
+
+def memory_snapshot() -> dict:
+    procs = spark_processes()
+    per = {}
+    for label, e in sorted(procs["executors"].items()):
+        per[label] = {"jvm_rss_mb": rss_mb(e["jvm"]) if label.startswith("executor") else None,
+                      "python_processes": len(e["python"]),
+                      "python_rss_mb": sum(rss_mb(p) for p in e["python"]),
+                      "python_pss_mb": sum(pss_mb(p) for p in e["python"])}
+    return {"driver_rss_mb": rss_mb(), "driver_jvm_rss_mb": rss_mb(procs["driver_jvm"]) if procs["driver_jvm"] else None,
+            "python_workers": sum(v["python_processes"] for v in per.values()),
+            "python_rss_mb": sum(v["python_rss_mb"] for v in per.values()),
+            "python_pss_mb": sum(v["python_pss_mb"] for v in per.values()), "executors": per}
+
+
+def worker_pids() -> dict:
+    """pid -> executor label of every Python worker under this process's Spark JVMs."""
+    return {p: label for label, e in spark_processes()["executors"].items() for p in e["python"]}
+
+
+# ============================================================================================ rebuild probe
+PROBE_SOURCE = textwrap.dedent('''
+    # bench/runtime.py's rebuild probe: put on the Python workers' path only (PYTHONPATH of the Spark JVM).
+    # Wraps the worker caches' materialize(): per call, one line "time pid engine_uid replica status replayed"
+    # (status hit = the cache held the replica at its base and position; caught_up = at its base but behind:
+    # log batches replayed; rebuild = not cached or another base: built from base + the whole log).
+    import os, sys, time
+    _DIR = os.environ.get("SPARKSUB_BENCH_PROBE")
+    _TARGETS = {"sparksub.operators.spark_groups": "group_id", "sparksub.operators.spark_events": "replica_id"}
+
+    def _wrap(module, attr):
+        inner, cache = module.materialize, module._CACHE
+
+        def materialize(replica):
+            try:
+                key = (replica.engine_uid, getattr(replica, attr))
+                entry = cache.get(key)
+                upto = len(replica.log)
+                if entry is not None and entry[0] == replica.base_id and entry[1] <= upto:
+                    status, replayed = ("hit" if entry[1] == upto else "caught_up"), upto - entry[1]
+                else:
+                    status, replayed = "rebuild", upto
+                with open(os.path.join(_DIR, "%d.log" % os.getpid()), "a") as fh:
+                    fh.write("%.3f\\t%d\\t%s\\t%s\\t%s\\t%d\\n" % (time.time(), os.getpid(), key[0], key[1], status,
+                                                               replayed))
+            except Exception:
+                pass
+            return inner(replica)
+        module.materialize = materialize
+
+    if _DIR:
+        import importlib.abc
+
+        class _Loader(importlib.abc.Loader):
+            def __init__(self, inner, attr):
+                self.inner, self.attr = inner, attr
+
+            def create_module(self, spec):
+                return self.inner.create_module(spec)
+
+            def exec_module(self, module):
+                self.inner.exec_module(module)
+                try:
+                    _wrap(module, self.attr)
+                except Exception:
+                    pass
+
+        class _Finder(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name not in _TARGETS:
+                    return None
+                for finder in sys.meta_path:
+                    if finder is self or not hasattr(finder, "find_spec"):
+                        continue
+                    spec = finder.find_spec(name, path, target)
+                    if spec is not None and spec.loader is not None:
+                        spec.loader = _Loader(spec.loader, _TARGETS[name])
+                        return spec
+                return None
+
+        sys.meta_path.insert(0, _Finder())
+''')
+
+
+class RebuildProbe:
+    """Reads the probe's logs (one file per worker process) incrementally."""
+
+    def __init__(self, root: Path):
+        self.site = root / "site"
+        self.logs = root / "logs"
+        self.site.mkdir(parents=True)
+        self.logs.mkdir(parents=True)
+        (self.site / "sitecustomize.py").write_text(PROBE_SOURCE)
+        self._offsets: dict[str, int] = {}
+
+    def env(self) -> dict:
+        path = os.environ.get("PYTHONPATH", "")
+        return {"PYTHONPATH": f"{self.site}:{path}" if path else str(self.site),
+                "SPARKSUB_BENCH_PROBE": str(self.logs)}
+
+    def install(self) -> None:
+        """Before the JVM starts: its environment (and so the workers') gets the probe; this process's
+        own sys.path does not change."""
+        os.environ.update(self.env())
+
+    def read(self) -> list[dict]:
+        out = []
+        for f in sorted(self.logs.glob("*.log")):
+            off = self._offsets.get(f.name, 0)
+            with open(f) as fh:
+                fh.seek(off)
+                data = fh.read()
+            end = data.rfind("\n") + 1
+            self._offsets[f.name] = off + end
+            for line in data[:end].splitlines():
+                t, pid, uid, rid, status, replayed = line.split("\t")
+                out.append({"t": float(t), "pid": int(pid), "engine": uid, "replica": rid, "status": status,
+                            "replayed": int(replayed)})
+        return out
+
+
+def count_rebuilds(records: list[dict], uid: str) -> dict:
+    mine = [r for r in records if r["engine"] == uid]
+    return {"tasks": len(mine), "rebuilds": sum(r["status"] == "rebuild" for r in mine),
+            "caught_up": sum(r["status"] == "caught_up" for r in mine),
+            "replayed_batches": sum(r["replayed"] for r in mine if r["status"] != "hit")}
+
+
+# ============================================================================================ workloads
+def _range_data(sizes: Sizes, n_updates: int):
+    import range_min as rm
+    keys, xs, ys = rm.make_objects(sizes.objects)
+    stream = rm.make_updates(ys, n_updates)
+    return rm, keys, xs, ys, stream
+
+
+class ClassBench:
+    """One class's engine, its pure operator and its update stream (positions 0, 1, ... in order)."""
+
+    name = ""
+    klass = ""
+    mode = "unicast"
+    table = ""
+
+    def engine(self, spark):
+        raise NotImplementedError
+
+    def user_rows(self, lo: int, hi: int) -> pa.Table:
+        """Updates lo..hi-1 as rows of the user's table (what publish gets)."""
+        raise NotImplementedError
+
+    def pure(self):
+        """A fresh pure operator with the initial rows and every subscription; returns (operator, build s)."""
+        raise NotImplementedError
+
+    def pure_apply(self, op, batch) -> int:
+        """Apply one :meth:`pure_batch` to the pure operator; returns its output rows."""
+        raise NotImplementedError
+
+    def pure_batch(self, lo: int, hi: int, seq0: int):
+        """The operator's batch for updates lo..hi-1 (built before the clock starts)."""
+        raise NotImplementedError
+
+    def stream_schema(self) -> str:
+        raise NotImplementedError
+
+
+class RangeBench(ClassBench):
+    table = "stock"
+
+    def __init__(self, name, klass, mode, template, sizes: Sizes, n_updates: int, subs: int):
+        self.name, self.klass, self.mode, self.template = name, klass, mode, template
+        rm, self.keys, self.xs, self.ys, self.stream = _range_data(sizes, n_updates)
+        self.rm = rm
+        self.ids, self.lo, self.hi = rm.make_subscriptions(subs)
+        self.ids = self.ids.astype(str)
+        self.subs = subs
+
+    def engine(self, spark):
+        from sparksub import Engine
+        e = Engine(spark)
+        e.sql("CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)")
+        e.load("stock", pa.table({"symbol": self.keys.astype(str), "risk": self.xs, "per": self.ys}))
+        e.subscribe_many(self.template, {"id": self.ids, "lo": self.lo, "hi": self.hi})
+        return e
+
+    def user_rows(self, lo, hi):
+        return self.rm.stock_batch(self.keys, self.xs, self.stream, lo, hi)
+
+    def pure_batch(self, lo, hi, seq0):
+        return self.rm.group_batch(self.keys, self.xs, self.stream, lo, hi, seq0 - lo)
+
+    def pure(self):
+        t0 = time.perf_counter()
+        if self.klass == "RANGE_MIN":
+            from sparksub.operators.range_min_group import RangeMinGroup
+            g = RangeMinGroup(self.name, "stock", "risk", "per", False)
+            g.points.add(self.ids.astype(object), self.lo, self.hi)
+            g.load(self.keys, self.xs, self.ys)
+        else:
+            from sparksub.operators.range_groups import RangeClassSnapshot
+            option = False if self.klass == "RANGE_TOPK" else "sum"
+            k = np.full(self.subs, TOPK_K if self.klass == "RANGE_TOPK" else 1, dtype=np.int64)
+            g = RangeClassSnapshot(self.klass, self.name, "stock", "risk", "per", option, self.ids.astype(object),
+                                   self.lo.copy(), self.hi.copy(), k, self.keys, self.xs.copy(),
+                                   self.ys.copy()).build()
+        return g, time.perf_counter() - t0
+
+    def pure_apply(self, op, batch) -> int:
+        return op.apply(batch, self.mode).num_rows
+
+    def stream_schema(self):
+        return "symbol string, risk double, per double"
+
+
+class FilterBench(RangeBench):
+    def __init__(self, sizes: Sizes, n_updates: int):
+        super().__init__("FILTER", "FILTER", "unicast", FILTER_TEMPLATE, sizes, n_updates, 0)
+        r = np.random.default_rng(SEED + 1)
+        m = sizes.filter_subs
+        sym = self.keys[r.integers(0, len(self.keys), m)].astype(str)
+        pmid, plen = r.uniform(0, 10_000, m), r.uniform(0, FILTER_PER_LENGTH, m)
+        # bounds on a grid of FILTER_PER_STEP: few distinct predicates, so phase 1 (001 §3: every predicate
+        # an event satisfies) stays small and the figure is the runtime's, not a predicate-index stress test
+        self.fsubs = {"id": np.array([f"f{i}" for i in range(m)]), "sym": sym,
+                      "plo": np.floor((pmid - plen / 2) / FILTER_PER_STEP) * FILTER_PER_STEP,
+                      "phi": np.ceil((pmid + plen / 2) / FILTER_PER_STEP) * FILTER_PER_STEP}
+        self.subs = m
+
+    def engine(self, spark):
+        from sparksub import Engine
+        e = Engine(spark)
+        e.sql("CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)")
+        e.load("stock", pa.table({"symbol": self.keys.astype(str), "risk": self.xs, "per": self.ys}))
+        e.subscribe_many(self.template, self.fsubs)
+        return e
+
+    def pure_batch(self, lo, hi, seq0):
+        from sparksub.operators.filter_group import EVENT_PREFIX
+        b = self.user_rows(lo, hi)
+        return pa.table({**{EVENT_PREFIX + c: b.column(c) for c in b.column_names},
+                         "op": pa.array(np.zeros(b.num_rows, np.int8), pa.int8()),
+                         "seq": pa.array(np.arange(seq0, seq0 + b.num_rows, dtype=np.int64), pa.int64())})
+
+    def pure(self):
+        from sparksub.operators.filter_group import Block, FilterGroup
+        t0 = time.perf_counter()
+        g = FilterGroup("FILTER", "stock", [("symbol", pa.string()), ("risk", pa.float64()), ("per", pa.float64())])
+        s = self.fsubs
+        g.register_block(Block(s["id"].astype(object), [[("symbol", "=", s["sym"].astype(object)),
+                                                          ("per", "between", (s["plo"], s["phi"]))]], ("*",)))
+        return g, time.perf_counter() - t0
+
+
+class JoinBench(ClassBench):
+    table = "r"
+
+    def __init__(self, klass: str, sizes: Sizes, n_updates: int):
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import joins_engine as je
+        from sparksub.operators.router import synthetic_workload
+        self.name = self.klass = klass
+        rng = np.random.default_rng(3)
+        n = sizes.join_rows
+        if klass == "SELECT_JOIN":
+            m = sizes.sj_subs
+            r_rows, s_rows, q_rows = synthetic_workload(rng, n, m, a_length=100.0, c_length=100.0)
+            q = np.array([x[1:] for x in q_rows])
+            self.sub_cols = {"a_lo": q[:, 0], "a_hi": q[:, 1], "c_lo": q[:, 2], "c_hi": q[:, 3]}
+            self.subs_param = {"id": np.array([f"q{i}" for i in range(m)]), "alo": q[:, 0], "ahi": q[:, 1],
+                               "clo": q[:, 2], "chi": q[:, 3]}
+        else:
+            m = sizes.bj_subs
+            r_rows, s_rows = je.band_tables(rng, n)
+            centres = rng.uniform(-3000, 3000, 5)
+            c = centres[rng.integers(0, 5, m)]
+            w = np.abs(rng.normal(0, 0.0001, m))
+            self.sub_cols = {"lo": c - w, "hi": c + w}
+            self.subs_param = {"id": np.array([f"q{i}" for i in range(m)]), "lo": c - w, "hi": c + w}
+        self.subs = m
+        self.r = {"rk": np.arange(n, dtype=np.int64), "a": np.array([x[1] for x in r_rows]),
+                  "b": np.array([x[2] for x in r_rows])}
+        self.s = {"sk": np.arange(n, dtype=np.int64), "b": np.array([x[1] for x in s_rows]),
+                  "c": np.array([x[2] for x in s_rows])}
+        erng = np.random.default_rng(4)
+        self.new_a = erng.uniform(0, 10_000, n_updates)
+        self.new_b = (erng.integers(0, 10_001, n_updates) if klass == "SELECT_JOIN"
+                      else erng.uniform(0, 10_000, n_updates))
+        self.n0 = n
+        self.btype = "BIGINT" if klass == "SELECT_JOIN" else "DOUBLE"
+
+    def engine(self, spark):
+        from sparksub import Engine
+        e = Engine(spark)
+        e.sql(f"CREATE TABLE r (rk BIGINT PRIMARY KEY, a DOUBLE, b {self.btype})")
+        e.sql(f"CREATE TABLE s (sk BIGINT PRIMARY KEY, b {self.btype}, c DOUBLE)")
+        e.load("r", pa.table(self.r))
+        e.load("s", pa.table(self.s))
+        e.subscribe_many(SJ_TEMPLATE if self.klass == "SELECT_JOIN" else BJ_TEMPLATE, self.subs_param)
+        return e
+
+    def user_rows(self, lo, hi):
+        b = self.new_b[lo:hi]
+        return pa.table({"rk": np.arange(self.n0 + lo, self.n0 + hi, dtype=np.int64), "a": self.new_a[lo:hi],
+                         "b": pa.array(b, pa.int64() if self.klass == "SELECT_JOIN" else pa.float64())})
+
+    def pure_batch(self, lo, hi, seq0):
+        from sparksub.operators.filter_group import EVENT_PREFIX
+        b = self.user_rows(lo, hi)
+        n = b.num_rows
+        return pa.table({**{EVENT_PREFIX + c: b.column(c) for c in b.column_names},
+                         "op": pa.array(np.zeros(n, np.int8), pa.int8()),
+                         "seq": pa.array(np.arange(seq0, seq0 + n, dtype=np.int64), pa.int64()),
+                         "j_side": pa.array(np.zeros(n, np.int8), pa.int8())})
+
+    def pure(self):
+        from sparksub.operators.join_groups import JoinGroupSnapshot
+        t0 = time.perf_counter()
+        if self.klass == "SELECT_JOIN":
+            sides = (("r", "rk", "b", ("a",)), ("s", "sk", "b", ("c",)))
+
+            def span(*vs):
+                v = np.concatenate([np.asarray(x, dtype=np.float64) for x in vs])
+                return float(v.min()), float(v.max()) + 1.0
+            domains = {"A": span(self.r["a"]), "C": span(self.s["c"]), "B": span(self.r["b"], self.s["b"])}
+            rows = ({c: self.r[c].tolist() for c in ("rk", "b", "a")}, {c: self.s[c].tolist() for c in ("sk", "b", "c")})
+        else:
+            sides = (("r", "rk", "b", ()), ("s", "sk", "b", ()))
+            domains = {}
+            rows = ({c: self.r[c].tolist() for c in ("rk", "b")}, {c: self.s[c].tolist() for c in ("sk", "b")})
+        snap = JoinGroupSnapshot(self.klass, self.klass, self.klass + "#0", sides, True,
+                                 self.subs_param["id"].astype(object), self.sub_cols, rows, domains=domains)
+        g = snap.build()
+        return g, time.perf_counter() - t0
+
+    def pure_apply(self, op, batch) -> int:
+        return op.apply(batch, self.mode).num_rows
+
+    def stream_schema(self):
+        return f"rk bigint, a double, b {self.btype.lower()}"
+
+
+class EventBench(ClassBench):
+    name = klass = "EVENT"
+    table = "Stock"
+
+    def __init__(self, sizes: Sizes, n_updates: int):
+        import events as ev
+        self.events, names, w, hist = ev.make_stream(n_updates)
+        self.queries, _ = ev.make_queries(sizes.event_queries, names, w, hist)
+        self.subs = len(self.queries)
+        self.name_col = np.array([e["Name"] for e in self.events], dtype=object)
+        self.price = np.array([e["Price"] for e in self.events], dtype=np.float64)
+        self.volume = np.array([e["Volume"] for e in self.events], dtype=np.int64)
+
+    def engine(self, spark):
+        from sparksub import Engine
+        e = Engine(spark)
+        e.sql("CREATE TABLE Stock (Name STRING, Price DOUBLE, Volume BIGINT)")
+        for name, text in self.queries.items():
+            e.register_event_query(name, text)
+        return e
+
+    def user_rows(self, lo, hi):
+        t = np.arange(lo, hi, dtype=np.int64)
+        return pa.table({"Name": pa.array(self.name_col[lo:hi].tolist(), pa.string()), "Price": self.price[lo:hi],
+                         "Volume": self.volume[lo:hi], "t0": t, "t1": t})
+
+    def pure_batch(self, lo, hi, seq0):
+        from sparksub.operators.event_partitions import events_table
+        t = list(range(lo, hi))
+        return events_table({"Name": pa.array(self.name_col[lo:hi].tolist(), pa.string()),
+                             "Price": pa.array(self.price[lo:hi]), "Volume": pa.array(self.volume[lo:hi])},
+                            t, t, list(range(seq0, seq0 + hi - lo)))
+
+    def pure(self):
+        from sparksub.operators.nfa_families import FamilyEngine
+        t0 = time.perf_counter()
+        ex = FamilyEngine()
+        for name, text in self.queries.items():
+            ex.register(name, text)
+        return ex, time.perf_counter() - t0
+
+    def pure_apply(self, op, batch) -> int:
+        from sparksub.operators.event_partitions import feed_events
+        return len(feed_events(op, ["Stock"], batch))
+
+    def stream_schema(self):
+        return "Name string, Price double, Volume bigint, t0 bigint, t1 bigint"
+
+
+def make_benches(sizes: Sizes, n_updates: int, only: list | None) -> list[ClassBench]:
+    makers = {
+        "RANGE_MIN unicast": lambda: RangeBench("RANGE_MIN unicast", "RANGE_MIN", "unicast", RANGE_TEMPLATE, sizes,
+                                                n_updates, sizes.range_subs),
+        "RANGE_MIN reformulated": lambda: RangeBench("RANGE_MIN reformulated", "RANGE_MIN", "reformulated",
+                                                     RANGE_TEMPLATE, sizes, n_updates, sizes.range_subs),
+        "RANGE_TOPK": lambda: RangeBench("RANGE_TOPK", "RANGE_TOPK", "unicast", TOPK_TEMPLATE, sizes, n_updates,
+                                         sizes.topk_subs),
+        "RANGE_AGG": lambda: RangeBench("RANGE_AGG", "RANGE_AGG", "reformulated", AGG_TEMPLATE, sizes, n_updates,
+                                        sizes.range_subs),
+        "FILTER": lambda: FilterBench(sizes, n_updates),
+        "SELECT_JOIN": lambda: JoinBench("SELECT_JOIN", sizes, n_updates),
+        "BAND_JOIN": lambda: JoinBench("BAND_JOIN", sizes, n_updates),
+        "EVENT": lambda: EventBench(sizes, n_updates),
+    }
+    names = [n for n in makers if not only or any(o.lower() in n.lower() for o in only)]
+    return [makers[n]() for n in names]
+
+
+# ============================================================================================ measuring
+def timed_publish(e, bench: ClassBench, lo: int, hi: int) -> tuple[float, int]:
+    rows = bench.user_rows(lo, hi)
+    t0 = time.perf_counter()
+    n = e.publish(bench.table, rows, bench.mode).count()
+    return time.perf_counter() - t0, n
+
+
+@dataclass
+class Cursor:
+    """Position in a class's update stream and the seq the engine gives the next row."""
+    pos: int = 0
+    seq: int = 0
+
+    def take(self, n: int) -> tuple[int, int, int]:
+        lo, seq0 = self.pos, self.seq
+        self.pos += n
+        self.seq += n
+        return lo, lo + n, seq0
+
+
+def publish_part(spark, bench: ClassBench, sizes: Sizes, probe: RebuildProbe | None) -> tuple[dict, object, Cursor]:
+    """Registration, the cold first call, the timed batches and the 1-row calls through the engine, then
+    the pure operator on the same batches in the same order."""
+    res = {"class": bench.name, "klass": bench.klass, "mode": bench.mode, "subscriptions": bench.subs,
+           "load_start": load_avg()}
+    t0 = time.perf_counter()
+    e = bench.engine(spark)
+    res["register_s"] = time.perf_counter() - t0
+    cur = Cursor()
+    plan = [("warm", 1_000, 1)] + [("batch", b, r) for b, r in sizes.batches] + [("fixed", 1, sizes.fixed_reps)]
+    calls = []  # (kind, batch, lo, hi, seq0, e2e seconds, rows)
+    if probe is not None:
+        probe.read()
+    for kind, size, reps in plan:
+        for _ in range(reps):
+            lo, hi, seq0 = cur.take(size)
+            dt, n = timed_publish(e, bench, lo, hi)
+            rb = count_rebuilds(probe.read(), e.uid) if probe is not None else None
+            calls.append((kind, size, lo, hi, seq0, dt, n, rb))
+        log(f"  {bench.name}: publish {kind} {size:,} x{reps}: median "
+            f"{statistics.median(c[5] for c in calls if c[0] == kind and c[1] == size):.3f} s")
+    # the pure operator: same rows, same subscriptions, same batches in the same order (one core, no Spark)
+    gc.collect()
+    op, build_s = bench.pure()
+    res["pure_build_s"] = build_s
+    pure_t, pure_rows = [], []
+    for kind, size, lo, hi, seq0, *_ in calls:
+        batch = bench.pure_batch(lo, hi, seq0)
+        t0 = time.perf_counter()
+        n = bench.pure_apply(op, batch)
+        pure_t.append(time.perf_counter() - t0)
+        pure_rows.append(n)
+    del op
+    gc.collect()
+    res["first_call_s"] = calls[0][5]
+    res["first_call_rebuilds"] = calls[0][7]
+    res["batches"] = []
+    for size, _ in sizes.batches:
+        idx = [i for i, c in enumerate(calls) if c[0] == "batch" and c[1] == size]
+        e2e = statistics.median(calls[i][5] for i in idx)
+        pure = statistics.median(pure_t[i] for i in idx)
+        rb = [calls[i][7] for i in idx if calls[i][7] is not None]
+        res["batches"].append({
+            "batch": size, "reps": len(idx), "e2e_s": e2e, "e2e_rows_s": size / e2e,
+            "e2e_times": [calls[i][5] for i in idx], "pure_s": pure, "pure_rows_s": size / pure,
+            "ratio": (size / e2e) / (size / pure),
+            "out_rows_per_update": sum(calls[i][6] for i in idx) / (size * len(idx)),
+            "pure_out_rows_per_update": sum(pure_rows[i] for i in idx) / (size * len(idx)),
+            "rebuilds": sum(r["rebuilds"] for r in rb) if rb else None,
+            "caught_up": sum(r["caught_up"] for r in rb) if rb else None})
+    idx = [i for i, c in enumerate(calls) if c[0] == "fixed"]
+    res["fixed_cost_s"] = statistics.median(calls[i][5] for i in idx)
+    res["fixed_times"] = [calls[i][5] for i in idx]
+    res["pure_1row_s"] = statistics.median(pure_t[i] for i in idx)
+    res["stats_rebuild_counter"] = _stats_rebuilds(e)
+    res["load_end"] = load_avg()
+    for b in res["batches"]:
+        log(f"  {bench.name} batch {b['batch']:>7,}: e2e {b['e2e_rows_s']:>9,.0f} rows/s, pure "
+            f"{b['pure_rows_s']:>9,.0f} rows/s, e2e/pure {b['ratio']:.1%}, rebuilds {b['rebuilds']}, "
+            f"out rows/update {b['out_rows_per_update']:.2f} (pure {b['pure_out_rows_per_update']:.2f})")
+    log(f"  {bench.name}: 1-row publish {res['fixed_cost_s']:.3f} s; first call {res['first_call_s']:.2f} s; "
+        f"pure build {build_s:.2f} s")
+    return res, e, cur
+
+
+def _stats_rebuilds(e) -> str:
+    """Whether engine.stats() exposes a rebuild counter (issue 16 adds one); checked by key name."""
+    try:
+        st = e.stats()
+    except Exception as err:  # noqa: BLE001 - reported, the bench goes on
+        return f"stats() failed: {type(err).__name__}"
+    keys = sorted({k for v in st.values() if isinstance(v, dict) for k in v if "rebuil" in str(k).lower()})
+    return ", ".join(keys) if keys else "not exposed"
+
+
+def zero_rebuild_part(live: list, pause: float, probe: RebuildProbe | None) -> list[dict]:
+    """20 consecutive warm publishes of 1K per class (classes interleaved), after one warm-up publish each;
+    with ``pause`` > 0, that many idle seconds before the 11th and the 20th."""
+    n = ZERO_REBUILD_PUBLISHES
+    pauses = {10, n - 1} if pause > 0 else set()
+    out = {b.name: {"class": b.name, "times": [], "rebuilds": [], "caught_up": [], "worker_restarts": [],
+                    "pause_s": pause, "after_pause": sorted(pauses), "by_executor": {}} for b, _, _ in live}
+    seen = {b.name: set(worker_pids()) for b, _, _ in live}
+    for b, e, cur in live:  # warm-up (a log compaction or a cold worker after the throughput part)
+        lo, hi, _ = cur.take(1_000)
+        timed_publish(e, b, lo, hi)
+    if probe is not None:
+        probe.read()
+    for i in range(n):
+        if i in pauses:
+            log(f"  idle {pause:.0f} s before publish {i + 1} ...")
+            time.sleep(pause)
+        for b, e, cur in live:
+            lo, hi, _ = cur.take(1_000)
+            dt, _ = timed_publish(e, b, lo, hi)
+            workers = worker_pids()
+            records = probe.read() if probe is not None else []
+            rb = count_rebuilds(records, e.uid) if probe is not None else None
+            r = out[b.name]
+            r["times"].append(dt)
+            r["rebuilds"].append(rb["rebuilds"] if rb else None)
+            r["caught_up"].append(rb["caught_up"] if rb else None)
+            # Python workers that did not exist after this class's previous publish (idle ones die after 60 s)
+            r["worker_restarts"].append(len(set(workers) - seen[b.name]))
+            seen[b.name] = set(workers)
+            for rec in records:
+                if rec["engine"] == e.uid:
+                    x = r["by_executor"].setdefault(workers.get(rec["pid"], "?"), {"tasks": 0, "rebuilds": 0})
+                    x["tasks"] += 1
+                    x["rebuilds"] += rec["status"] == "rebuild"
+    for r in out.values():
+        rb = [x for x in r["rebuilds"] if x is not None]
+        r["total_rebuilds"] = sum(rb) if rb else None
+        r["publishes_with_rebuild"] = sum(1 for x in rb if x) if rb else None
+        r["median_s"] = statistics.median(r["times"])
+        r["max_s"] = max(r["times"])
+        r["after_pause_s"] = [r["times"][i] for i in sorted(pauses)]
+        log(f"  {r['class']}: 20 warm publishes: rebuilds {r['total_rebuilds']} in {r['publishes_with_rebuild']} "
+            f"publishes; median {r['median_s']:.3f} s, max {r['max_s']:.2f} s"
+            + (f"; after the pauses {', '.join(f'{t:.2f}' for t in r['after_pause_s'])} s" if pauses else ""))
+    return list(out.values())
+
+
+def stream_part(spark, bench: ClassBench, e, cur: Cursor, sizes: Sizes, work: Path) -> dict:
+    """A bounded file source of N micro-batches through Engine.stream into a noop sink."""
+    src = work / f"src_{bench.name.replace(' ', '_')}"
+    ck = work / f"ck_{bench.name.replace(' ', '_')}"
+    src.mkdir(parents=True)
+    now = time.time() - 1000
+    for j in range(sizes.stream_batches):
+        lo, hi, seq0 = cur.take(sizes.stream_batch)
+        path = src / f"part-{j:03d}.parquet"
+        # with _seq: at 2c381f8 a FILTER stream without it fails (monotonically_increasing_id on a stream)
+        rows = bench.user_rows(lo, hi)
+        pq.write_table(rows.append_column("_seq", pa.array(np.arange(seq0, seq0 + rows.num_rows), pa.int64())), path)
+        os.utime(path, (now + j, now + j))  # the file source takes the oldest first
+    res = {"class": bench.name, "mode": bench.mode, "micro_batch": sizes.stream_batch,
+           "micro_batches": sizes.stream_batches, "load_start": load_avg()}
+    q = None
+    try:
+        sdf = spark.readStream.schema(bench.stream_schema() + ", _seq bigint").option("maxFilesPerTrigger", 1) \
+            .parquet(str(src))
+        out = e.stream(bench.table, sdf, bench.mode)
+        t0 = time.perf_counter()
+        q = out.writeStream.format("noop").option("checkpointLocation", str(ck)).outputMode("append").start()
+        q.processAllAvailable()
+        res["total_s"] = time.perf_counter() - t0
+        prog = [p for p in q.recentProgress if p.get("numInputRows", 0) > 0]
+        rates = [p["numInputRows"] / max(p["durationMs"]["triggerExecution"] / 1000, 1e-9) for p in prog]
+        res["rows_s_per_batch"] = rates
+        res["first_batch_s"] = prog[0]["durationMs"]["triggerExecution"] / 1000 if prog else None
+        res["rows_s"] = statistics.median(rates[1:]) if len(rates) > 1 else (rates[0] if rates else None)
+        res["stream_stats"] = _stream_stats(out)
+        log(f"  {bench.name}: stream {sizes.stream_batches} x {sizes.stream_batch:,}: median "
+            f"{res['rows_s'] or 0:,.0f} rows/s after the first ({res['first_batch_s'] or 0:.1f} s); "
+            f"counters {res['stream_stats']}")
+    except Exception as err:  # noqa: BLE001 - a class that cannot stream is reported, not fatal
+        res["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+        log(f"  {bench.name}: stream failed: {res['error']}")
+    finally:
+        if q is not None:
+            q.stop()
+    res["load_end"] = load_avg()
+    return res
+
+
+def _stream_stats(df):
+    try:
+        from sparksub.operators import spark_stream
+        return spark_stream.stream_stats(df)
+    except Exception:  # noqa: BLE001 - only the range groups' stream has counters at this commit
+        return None
+
+
+# ============================================================================================ memory children
+def rss_child(master: str, subs: int, rows: int) -> dict:
+    """In a fresh process: driver and worker memory with ``subs`` range-MIN subscriptions on ``rows`` rows."""
+    import range_min as rm
+
+    from sparksub import Engine
+    out = {"subscriptions": subs, "rows": rows, "master": master}
+    keys, xs, ys = rm.make_objects(rows)
+    ids, lo, hi = rm.make_subscriptions(subs)
+    stream = rm.make_updates(ys, 40_000)
+    gc.collect()
+    out["driver_start_mb"] = rss_mb()
+    spark = _session(master, "sparksub-bench-runtime-rss")
+    out["driver_session_mb"] = rss_mb()
+    e = Engine(spark)
+    e.sql("CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)")
+    e.load("stock", pa.table({"symbol": keys.astype(str), "risk": xs, "per": ys}))
+    gc.collect()
+    out["driver_loaded_mb"] = rss_mb()
+    t0 = time.perf_counter()
+    e.subscribe_many(RANGE_TEMPLATE, {"id": ids.astype(str), "lo": lo, "hi": hi})
+    out["subscribe_s"] = time.perf_counter() - t0
+    del ids, lo, hi
+    gc.collect()
+    out["driver_subscribed_mb"] = rss_mb()
+    # unicast first: the driver does not build the group for it (the workers do); result() then builds it on
+    # the driver; a reformulated publish seeds deliver()'s subscriber side there as well
+    times, pos = [], 0
+    for j in range(3):
+        t0 = time.perf_counter()
+        e.publish("stock", rm.stock_batch(keys, xs, stream, pos, pos + 1_000), "unicast").count()
+        times.append(time.perf_counter() - t0)
+        pos += 1_000
+    out["publish_unicast_1k_s"] = times
+    gc.collect()
+    out["driver_published_mb"] = rss_mb()
+    out["after_publish"] = memory_snapshot()
+    e.result("q0")
+    gc.collect()
+    out["driver_after_result_mb"] = rss_mb()
+    times = []
+    for j in range(2):
+        t0 = time.perf_counter()
+        e.publish("stock", rm.stock_batch(keys, xs, stream, pos, pos + 10_000), "reformulated").count()
+        times.append(time.perf_counter() - t0)
+        pos += 10_000
+    out["publish_reformulated_10k_s"] = times
+    gc.collect()
+    out["driver_after_reformulated_mb"] = rss_mb()
+    out["after_reformulated"] = memory_snapshot()
+    spark.stop()
+    return out
+
+
+def run_rss_children(master: str, sizes: Sizes, probe_env: dict) -> list[dict]:
+    res = []
+    for m in sizes.rss_subs:
+        log(f"  memory child: {m:,} subscriptions x {sizes.rss_rows:,} rows on {master} ...")
+        env = {**os.environ, **probe_env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run([sys.executable, __file__, "--rss-child", str(m), "--rss-rows", str(sizes.rss_rows),
+                                   "--master", master], capture_output=True, text=True, timeout=1800, env=env)
+            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RSS ")), None)
+            if line is None:
+                res.append({"subscriptions": m, "error": (proc.stderr or proc.stdout)[-600:]})
+                log(f"    failed: {res[-1]['error'][-300:]}")
+                continue
+            r = json.loads(line[4:])
+        except subprocess.TimeoutExpired:
+            res.append({"subscriptions": m, "error": "timeout"})
+            continue
+        r["wall_s"] = time.perf_counter() - t0
+        res.append(r)
+        a = r["after_publish"]
+        z = r["after_reformulated"]
+        log(f"    driver {r['driver_published_mb']:.0f} MB after unicast publishes, {r['driver_after_result_mb']:.0f} "
+            f"MB after result(), {r['driver_after_reformulated_mb']:.0f} MB after reformulated ones; Python workers "
+            f"{a['python_rss_mb']:.0f} / {z['python_rss_mb']:.0f} MB RSS in {z['python_workers']} processes; " + "; ".join(
+                f"{k}: Python {v['python_rss_mb']:.0f} MB" for k, v in z["executors"].items()))
+    return res
+
+
+# ============================================================================================ session
+def _session(master: str, app: str):
+    from sparksub.engine import spark_session
+    conf = {}
+    if master.startswith("local-cluster"):
+        conf = {"spark.executorEnv.PYSPARK_PYTHON": sys.executable}
+        for k in ("PYTHONPATH", "SPARKSUB_BENCH_PROBE"):
+            if os.environ.get(k):
+                conf[f"spark.executorEnv.{k}"] = os.environ[k]
+    return spark_session(master, app, **conf)
+
+
+def code_under_test() -> dict:
+    """Which sparksub this process runs: its path, and the git commit (dirty or not) of its checkout."""
+    import sparksub
+    src = Path(sparksub.__file__).resolve().parent
+    out = {"sparksub": str(src)}
+    try:
+        out["commit"] = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True,
+                                       text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--", "."], capture_output=True,
+                               text=True).stdout.strip()
+        out["dirty"] = bool(dirty)
+    except (OSError, subprocess.CalledProcessError):
+        out["commit"], out["dirty"] = None, None
+    return out
+
+
+def worker_code_path(spark) -> str:
+    """Where the Python workers import sparksub from (must be the code under test)."""
+    def where(_):
+        import sparksub
+        yield sparksub.__file__
+    return sorted(set(spark.sparkContext.parallelize([0, 1], 2).mapPartitions(where).collect()))
+
+
+# ============================================================================================ report
+def run_label(master: str, quick: bool) -> str:
+    return f"{master} {'quick' if quick else 'full'}"
+
+
+def _prev_run(baseline: dict | None, label: str, master: str) -> dict | None:
+    if not baseline:
+        return None
+    runs = baseline.get("runs", {})
+    return runs.get(label) or next((r for r in runs.values() if r.get("master") == master), None)
+
+
+def _ratio(a, b) -> str:
+    if a is None or b is None or not b:
+        return "n/a"
+    return f"{a / b:.2f}x"
+
+
+def _mb(v) -> str:
+    return "n/a" if v is None else f"{v:,.0f}"
+
+
+def report_run(run: dict) -> list[str]:
+    L = []
+    prev = run.get("previous")
+    info = run["machine"]
+    code = run["code"]
+    L.append(f"## {run['label']}\n")
+    argv = run["argv"].replace(str(REPO) + "/", "")
+    L.append(f"`python bench/runtime.py {argv}` on {info['date']} (total {run['elapsed_s'] / 60:.1f} min), "
+             f"sparksub at commit `{(code.get('commit') or '?')[:10]}`"
+             f"{' (with uncommitted changes)' if code.get('dirty') else ''} ({code['sparksub']}; workers: "
+             f"{', '.join(run.get('worker_code', [])) or '?'}). Master `{run['master']}`. "
+             f"Load average (1/5/15 min) at start {run['load_start']}, at end {run['load_end']}"
+             + (f"; previous runtime's figures from `{run['previous_source']}` (commit "
+                f"`{(prev['code'].get('commit') or '?')[:10]}`, {prev['machine']['date']}, load at start "
+                f"{prev['load_start']})" if prev else "") + ".\n")
+    s = run["sizes"]
+    L.append(f"Sizes: stock {s['objects']:,} rows, {s['range_subs']:,} range subscriptions per range class, "
+             f"{s['filter_subs']:,} FILTER subscriptions; r and s {s['join_rows']:,} rows each, {s['sj_subs']:,} "
+             f"SELECT_JOIN and {s['bj_subs']:,} BAND_JOIN subscriptions; {s['event_queries']:,} event queries. "
+             f"Batches (size x timed repetitions): {', '.join(f'{b:,} x {r}' for b, r in s['batches'])}; "
+             f"{s['fixed_reps']} 1-row publishes.\n")
+
+    # ---- publish
+    L.append("### publish: end to end vs the pure operator\n")
+    prev_pub = {(p["class"], b["batch"]): b for p in (prev or {}).get("publish", []) for b in p["batches"]}
+    hdr = ["class", "mode", "batch", "e2e rows/s", "pure rows/s", "e2e / pure", "s per batch (median)",
+           "out rows/update", "rebuilds (probe)", "load at class start"]
+    if prev:
+        hdr += ["previous e2e rows/s", "now / previous", "previous e2e / pure"]
+    rows = []
+    for p in run["publish"]:
+        for b in p["batches"]:
+            r = [p["class"], p["mode"], f"{b['batch']:,}", fmt_num(b["e2e_rows_s"]), fmt_num(b["pure_rows_s"]),
+                 f"{100 * b['ratio']:.1f}%", f"{b['e2e_s']:.3f}", fmt_num(b["out_rows_per_update"]),
+                 "n/a" if b["rebuilds"] is None else f"{b['rebuilds']} (+{b['caught_up']} caught up)",
+                 p["load_start"].split("/")[0]]
+            if prev:
+                q = prev_pub.get((p["class"], b["batch"]))
+                r += [fmt_num(q["e2e_rows_s"]) if q else "n/a", _ratio(b["e2e_rows_s"], q and q["e2e_rows_s"]),
+                      f"{100 * q['ratio']:.1f}%" if q else "n/a"]
+            rows.append(r)
+    L.append(md_table(hdr, rows) + "\n")
+    L.append("Per class: registration, the first (cold) call and the per-call fixed cost:\n")
+    prev_cls = {p["class"]: p for p in (prev or {}).get("publish", [])}
+    hdr = ["class", "subscriptions", "register s", "first call s", "rebuilds in the first call",
+           "1-row publish s (median)", "pure 1-row ms", "pure build s", "rebuild counter in engine.stats()"]
+    if prev:
+        hdr += ["previous 1-row publish s", "now / previous"]
+    rows = []
+    for p in run["publish"]:
+        fr = p.get("first_call_rebuilds")
+        r = [p["class"], f"{p['subscriptions']:,}", f"{p['register_s']:.2f}", f"{p['first_call_s']:.2f}",
+             "n/a" if fr is None else str(fr["rebuilds"]), f"{p['fixed_cost_s']:.3f}",
+             f"{1e3 * p['pure_1row_s']:.2f}", f"{p['pure_build_s']:.2f}", p["stats_rebuild_counter"]]
+        if prev:
+            q = prev_cls.get(p["class"])
+            r += [f"{q['fixed_cost_s']:.3f}" if q else "n/a", _ratio(p["fixed_cost_s"], q and q["fixed_cost_s"])]
+        rows.append(r)
+    L.append(md_table(hdr, rows) + "\n")
+
+    # ---- stream
+    if run.get("stream"):
+        L.append("### stream: a bounded file source through Engine.stream\n")
+        prev_st = {x["class"]: x for x in (prev or {}).get("stream", [])}
+        hdr = ["class", "mode", "micro-batch rows", "micro-batches", "rows/s per micro-batch after the first (median)",
+               "first micro-batch s", "all rows/s per micro-batch", "stream counters (spark_stream.stream_stats)"]
+        if prev:
+            hdr += ["previous rows/s", "now / previous"]
+        rows = []
+        for x in run["stream"]:
+            if "error" in x:
+                r = [x["class"], x["mode"], f"{x['micro_batch']:,}", str(x["micro_batches"]), "failed", "",
+                     x["error"][:160], ""]
+            else:
+                st = x.get("stream_stats")
+                r = [x["class"], x["mode"], f"{x['micro_batch']:,}", str(x["micro_batches"]), fmt_num(x["rows_s"]),
+                     fmt_num(x["first_batch_s"]), ", ".join(fmt_num(v) for v in x["rows_s_per_batch"]),
+                     ", ".join(f"{k} {v}" for k, v in st.items() if k in ("seeded", "cache_hits", "caught_up",
+                                                                          "rebuilt")) if st else "none"]
+            if prev:
+                q = prev_st.get(x["class"])
+                r += [fmt_num(q.get("rows_s")) if q else "n/a", _ratio(x.get("rows_s"), q and q.get("rows_s"))]
+            rows.append(r)
+        L.append(md_table(hdr, rows) + "\n")
+
+    # ---- zero rebuilds
+    if run.get("zero_rebuild"):
+        z0 = run["zero_rebuild"][0]
+        L.append(f"### zero-rebuild check: {ZERO_REBUILD_PUBLISHES} consecutive warm publishes of 1K per class\n")
+        L.append("Classes interleaved (one publish of each class in turn), after one warm-up publish each; "
+                 + (f"{z0['pause_s']:.0f} s idle before publishes "
+                    f"{', '.join(str(i + 1) for i in z0['after_pause'])}" if z0["pause_s"] else "no pause")
+                 + ". Rebuilds from the probe; new workers = Python worker processes that did not exist after "
+                   "the class's previous publish (Spark ends a Python worker idle for 60 s).\n")
+        prev_z = {x["class"]: x for x in (prev or {}).get("zero_rebuild", [])}
+        multi = any(len(x.get("by_executor", {})) > 1 for x in run["zero_rebuild"])
+        hdr = ["class", "rebuilds (total)", "publishes with a rebuild", "caught up", "new workers",
+               "median s", "max s", "after the pauses s"] + (["tasks / rebuilds per executor"] if multi else [])
+        if prev:
+            hdr += ["previous rebuilds", "previous publishes with a rebuild"]
+        rows = []
+        for x in run["zero_rebuild"]:
+            r = [x["class"], str(x["total_rebuilds"]), str(x["publishes_with_rebuild"]),
+                 str(sum(c for c in x["caught_up"] if c)), str(sum(x["worker_restarts"])),
+                 f"{x['median_s']:.3f}", f"{x['max_s']:.2f}", ", ".join(f"{t:.2f}" for t in x["after_pause_s"]) or "-"]
+            if multi:
+                r.append("; ".join(f"{k}: {v['tasks']} / {v['rebuilds']}" for k, v in sorted(x["by_executor"].items())))
+            if prev:
+                q = prev_z.get(x["class"])
+                r += [str(q["total_rebuilds"]) if q else "n/a", str(q["publishes_with_rebuild"]) if q else "n/a"]
+            rows.append(r)
+        L.append(md_table(hdr, rows) + "\n")
+
+    # ---- memory
+    if run.get("rss"):
+        L.append(f"### memory: range-MIN subscriptions on {run['sizes']['rss_rows']:,} rows (a fresh process per "
+                 f"size)\n")
+        L.append("All in MB. Driver = the child's Python VmRSS: after the SparkSession started; after `load` of the "
+                 "rows; after `subscribe_many`; after 3 unicast publishes of 1K (the workers build the group, the "
+                 "driver does not); after `result()` of one subscription (which builds the group on the driver); "
+                 "after 2 reformulated publishes of 10K (which seed `deliver()`'s subscriber side on the driver). "
+                 "Workers = every Python process under the Spark JVMs, after the unicast publishes and after the "
+                 "reformulated ones (VmRSS summed; PSS counts pages shared by forked workers once).\n")
+        prev_m = {x["subscriptions"]: x for x in (prev or {}).get("rss", []) if "error" not in x}
+        hdr = ["subscriptions", "driver: session", "loaded", "subscribed", "published (unicast)", "after result()",
+               "after reformulated", "driver JVM", "Python workers RSS (PSS): unicast / reformulated",
+               "per executor (reformulated): Python RSS (PSS) / executor JVM RSS",
+               "publish s: unicast 1K x3, reformulated 10K x2"]
+        if prev:
+            hdr += ["previous driver published", "previous workers RSS"]
+        rows = []
+        for x in run["rss"]:
+            if "error" in x:
+                rows.append([f"{x['subscriptions']:,}", "failed: " + x["error"][-120:].replace("\n", " ")]
+                            + [""] * (len(hdr) - 2))
+                continue
+            a, z = x["after_publish"], x["after_reformulated"]
+            per = "; ".join(f"{k}: {_mb(v['python_rss_mb'])} ({_mb(v['python_pss_mb'])})"
+                            + (f" / {_mb(v['jvm_rss_mb'])}" if v["jvm_rss_mb"] else "") for k, v in z["executors"].items())
+            r = [f"{x['subscriptions']:,}", _mb(x["driver_session_mb"]), _mb(x["driver_loaded_mb"]),
+                 _mb(x["driver_subscribed_mb"]), _mb(x["driver_published_mb"]), _mb(x["driver_after_result_mb"]),
+                 _mb(x["driver_after_reformulated_mb"]), _mb(z["driver_jvm_rss_mb"]),
+                 f"{_mb(a['python_rss_mb'])} ({_mb(a['python_pss_mb'])}) / {_mb(z['python_rss_mb'])} "
+                 f"({_mb(z['python_pss_mb'])})", per,
+                 ", ".join(f"{t:.1f}" for t in x["publish_unicast_1k_s"]) + "; "
+                 + ", ".join(f"{t:.1f}" for t in x["publish_reformulated_10k_s"])]
+            if prev:
+                q = prev_m.get(x["subscriptions"])
+                r += [_mb(q["driver_published_mb"]) if q else "n/a",
+                      _mb(q["after_publish"]["python_rss_mb"]) if q else "n/a"]
+            rows.append(r)
+        L.append(md_table(hdr, rows) + "\n")
+        ok = [x for x in run["rss"] if "error" not in x]
+        if len(ok) >= 2:
+            lo_, hi_ = ok[0], ok[-1]
+            L.append(f"Driver RSS growth from {lo_['subscriptions']:,} to {hi_['subscriptions']:,} subscriptions: "
+                     f"{hi_['driver_published_mb'] - lo_['driver_published_mb']:+,.0f} MB after the unicast publishes "
+                     f"(issue 16's target: within 100 MB), "
+                     f"{hi_['driver_after_result_mb'] - lo_['driver_after_result_mb']:+,.0f} MB after result(), "
+                     f"{hi_['driver_after_reformulated_mb'] - lo_['driver_after_reformulated_mb']:+,.0f} MB after the "
+                     f"reformulated publishes.\n")
+    if run.get("notes"):
+        L.append("Not measured in this run: " + "; ".join(run["notes"]) + ".\n")
+    return L
+
+
+def write_report(data: dict, md_path: Path, png_path: Path) -> None:
+    L = ["# Runtime benchmark: end to end through Spark vs the pure operators\n"]
+    L.append("Generated by `bench/runtime.py` (see `bench/README.md`): every subscription class through "
+             "`Engine.publish` and `Engine.stream` beside its pure group operator on the same data, per-call fixed "
+             "cost, rebuilds, driver and Python-worker memory (issue 16, \"Measure\"). Each section below is one run "
+             "(the JSON beside this file holds them; a later run with `--baseline FILE` adds the previous runtime's "
+             "figures and ratios).\n")
+    runs = data.get("runs", {})
+    for run in runs.values():
+        if run.get("baseline_note"):
+            L.append(run["baseline_note"] + "\n")
+            break
+    m = next(iter(runs.values()))["machine"] if runs else None
+    if m:
+        L.append(f"**Machine**: {m['platform']}; {m['cpu_count']} CPUs ({m['cpu']}); Python {m['python']}, pyspark "
+                 f"{m['pyspark']}, numpy {m['numpy']}, pyarrow {m['pyarrow']}.\n")
+    L.append("![e2e vs pure rows/s per class and batch; memory](runtime.png)\n")
+    order = sorted(runs.values(), key=lambda r: (r["quick"], r["master"] != "local[2]"))
+    for run in order:
+        L += report_run(run)
+    L.append(textwrap.dedent("""\
+        ## How to read it
+
+        * **e2e / pure** is the share of the pure core's rate the engine keeps end to end: validation and the
+          driver's copy of the table, building the batch, the Spark job (one task per group or partition),
+          Arrow round trips, the worker-side operator, the checkpoint of the output and `count()`. The pure
+          operator runs the same batches on one core with no Spark.
+        * **rebuilds (probe)**: tasks whose Python worker did not hold the group (or held another base) and built
+          it from the broadcast base plus the whole update log; *caught up*: tasks whose worker held the group
+          behind by some batches and replayed them. FILTER groups are stateless, but their cache entry is checked
+          against a log that is never appended, so every FILTER task counts as a rebuild (issue 16).
+          A log longer than 200,000 rows (`LOG_COMPACTION_ROWS`) makes a new base: the next task rebuilds.
+        * **stream**: micro-batch rates exclude the first micro-batch (it seeds the state from the engine's rows).
+        * Timings are wall clock on a shared 2-core machine: compare the ratios within a run, not absolute rates
+          across runs.
+        """))
+    md_path.write_text("\n".join(L))
+    _plot(order, png_path)
+
+
+def _plot(runs: list, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    main = next((r for r in runs if not r["quick"]), runs[0] if runs else None)
+    if main is None:
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5))
+    classes = [p["class"] for p in main["publish"]]
+    batches = [b for b, _ in main["sizes"]["batches"]]
+    width = 0.8 / max(len(batches), 1)
+    x = np.arange(len(classes))
+    ax = axes[0]
+    for j, b in enumerate(batches):
+        e2e = [next((q["e2e_rows_s"] for q in p["batches"] if q["batch"] == b), np.nan) for p in main["publish"]]
+        pure = [next((q["pure_rows_s"] for q in p["batches"] if q["batch"] == b), np.nan) for p in main["publish"]]
+        ax.bar(x + j * width, e2e, width, label=f"e2e, batch {b:,}")
+        ax.plot(x + j * width, pure, "k_", ms=12, mew=2, label="pure operator" if j == 0 else None)
+    ax.set_yscale("log")
+    ax.set_xticks(x + width * (len(batches) - 1) / 2)
+    ax.set_xticklabels(classes, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("rows / s")
+    ax.set_title(f"publish: e2e (bars) vs pure (dashes), {main['label']}", fontsize=9)
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    for j, b in enumerate(batches):
+        ratio = [100 * next((q["ratio"] for q in p["batches"] if q["batch"] == b), np.nan) for p in main["publish"]]
+        ax.bar(x + j * width, ratio, width, label=f"batch {b:,}")
+    ax.axhline(60, color="grey", ls=":", lw=1, label="issue 16 target for RANGE_MIN reformulated at 100K (60%)")
+    ax.set_yscale("log")
+    ax.set_xticks(x + width * (len(batches) - 1) / 2)
+    ax.set_xticklabels(classes, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("e2e / pure (%)")
+    ax.set_title("share of the pure core's rate kept end to end", fontsize=9)
+    ax.legend(fontsize=7)
+    ax = axes[2]
+    for run, style in zip(runs, ("o-", "s--", "^:", "d-.")):
+        ok = [r for r in run.get("rss", []) if "error" not in r]
+        if not ok:
+            continue
+        m = [r["subscriptions"] for r in ok]
+        ax.plot(m, [r["driver_published_mb"] for r in ok], style, label=f"driver after unicast, {run['label']}")
+        ax.plot(m, [r["driver_after_reformulated_mb"] for r in ok], style, alpha=0.7,
+                label=f"driver after reformulated, {run['label']}")
+        ax.plot(m, [r["after_reformulated"]["python_rss_mb"] for r in ok], style, alpha=0.4,
+                label=f"Python workers (RSS sum), {run['label']}")
+    ax.set_xscale("log")
+    ax.set_xlabel("range-MIN subscriptions (100K rows)")
+    ax.set_ylabel("MB")
+    ax.set_title("memory: driver and Python workers", fontsize=9)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    for a in axes:
+        a.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ============================================================================================ main
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smaller tables, batches 1K / 10K, few reps")
+    ap.add_argument("--master", default="local[2]", help=f"Spark master (default local[2]; or '{CLUSTER}')")
+    ap.add_argument("--pause", type=float, default=None,
+                    help="idle seconds before 2 of the 20 warm publishes (default: 90 full, 0 with --quick)")
+    ap.add_argument("--baseline", type=Path, help="JSON of the previous runtime: adds its figures and ratios")
+    ap.add_argument("--json", type=Path, default=OUT_DIR / "runtime.json",
+                    help="the JSON to merge this run into (default docs/benchmarks/runtime.json)")
+    ap.add_argument("--out", type=Path, default=OUT_DIR, help="where runtime.md / runtime.png go")
+    ap.add_argument("--only", nargs="*", help="run only these classes (substring match), for development")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["stream", "rss", "zero"], help="skip parts")
+    ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # toy sizes, to develop the script
+    ap.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--rss-rows", type=int, default=100_000, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.rss_child:
+        print("RSS " + json.dumps(rss_child(args.master, args.rss_child, args.rss_rows)), flush=True)
+        return 0
+    sizes = TINY if args.tiny else QUICK if args.quick else FULL
+    pause = args.pause if args.pause is not None else (0.0 if args.quick else 90.0)
+    started = time.perf_counter()
+    info = machine()
+    label = run_label(args.master, args.quick)
+    code = code_under_test()
+    run = {"label": label, "master": args.master, "quick": args.quick, "machine": info, "code": code,
+           "argv": " ".join(sys.argv[1:]), "load_start": load_avg(), "sizes": sizes.__dict__, "notes": []}
+    log(f"# runtime benchmark ({label}) — {info['date']}; sparksub {code}; load {run['load_start']}")
+    work = Path(tempfile.mkdtemp(prefix="sparksub-bench-runtime-"))
+    probe = RebuildProbe(work / "probe")
+    probe.install()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    try:
+        n_updates = (1_000 + sum(b * r for b, r in sizes.batches) + sizes.fixed_reps
+                     + 1_000 * (ZERO_REBUILD_PUBLISHES + 1) + sizes.stream_batch * sizes.stream_batches + 1_000)
+        log(f"building workloads ({n_updates:,} updates per class) ...")
+        benches = make_benches(sizes, n_updates, args.only)
+        t0 = time.perf_counter()
+        spark = _session(args.master, "sparksub-bench-runtime")
+        run["spark_start_s"] = time.perf_counter() - t0
+        run["worker_code"] = worker_code_path(spark)
+        log(f"SparkSession {args.master} in {run['spark_start_s']:.1f} s; workers import {run['worker_code']}")
+        if args.master.startswith("local-cluster"):
+            run["executors"] = {k: v["jvm"] for k, v in spark_processes()["executors"].items()}
+        # ---- publish
+        run["publish"], live = [], []
+        for b in benches:
+            log(f"\n## {b.name}: publish (load {load_avg()})")
+            res, e, cur = publish_part(spark, b, sizes, probe)
+            run["publish"].append(res)
+            live.append((b, e, cur))
+        # ---- zero rebuilds
+        if "zero" not in args.skip:
+            log(f"\n## zero-rebuild check ({ZERO_REBUILD_PUBLISHES} warm publishes per class, pause {pause:.0f} s)")
+            run["zero_rebuild"] = zero_rebuild_part(live, pause, probe)
+        # ---- stream
+        if "stream" not in args.skip:
+            run["stream"] = []
+            for b, e, cur in live:
+                log(f"\n## {b.name}: stream (load {load_avg()})")
+                run["stream"].append(stream_part(spark, b, e, cur, sizes, work))
+        live.clear()
+        spark.stop()
+        # ---- memory
+        if "rss" not in args.skip:
+            log(f"\n## memory ({args.master})")
+            run["rss"] = run_rss_children(args.master, sizes, probe.env())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    run["load_end"] = load_avg()
+    run["elapsed_s"] = time.perf_counter() - started
+    if args.quick:
+        run["notes"].append("batches of 100K (full run only)")
+    if pause <= 0:
+        run["notes"].append("the 90 s idle-worker case (no --pause)")
+    if any(p["stats_rebuild_counter"] == "not exposed" for p in run["publish"]):
+        run["notes"].append("a rebuild counter from engine.stats() (not exposed by this runtime; the bench's probe "
+                            "counts the workers' rebuilds instead)")
+    # ---- previous runtime
+    baseline = json.loads(args.baseline.read_text()) if args.baseline else None
+    prev = _prev_run(baseline, label, args.master)
+    if prev is not None:
+        run["previous"] = {k: prev.get(k) for k in ("publish", "stream", "zero_rebuild", "rss", "code", "machine",
+                                                     "load_start", "label")}
+        run["previous_source"] = str(args.baseline)
+    elif args.baseline:
+        run["notes"].append(f"no run for {args.master} in {args.baseline}")
+    data = json.loads(args.json.read_text()) if args.json.exists() else {"runs": {}}
+    data["runs"][label] = run
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(data, indent=1, default=str))
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_report(data, args.out / "runtime.md", args.out / "runtime.png")
+    log(f"\nload average at end {run['load_end']}; total {run['elapsed_s'] / 60:.1f} min; wrote {args.json}, "
+        f"{args.out / 'runtime.md'}, {args.out / 'runtime.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
