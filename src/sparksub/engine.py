@@ -1450,9 +1450,10 @@ class Engine:
         return _rename_event_columns(out, tdef)
 
     def result(self, sub_id: str):
-        """The subscription's current result: the MIN (MAX) over its range, None when empty. A FILTER
-        subscription is stateless: it has no result (None); its matches are the notifications.  For an
-        event query: ``matches(name)``."""
+        """The subscription's current result: the MIN (MAX) over its range, None when empty; for top-k and
+        joins a list of row dicts of the selected columns under their names (DESIGN §1), top-k in rank order,
+        joins by the result tuple's keys. A FILTER subscription is stateless: it has no result (None); its
+        matches are the notifications.  For an event query: ``matches(name)``."""
         with self._lock:
             if sub_id in self._event_queries:
                 return self.matches(sub_id)

@@ -176,7 +176,8 @@ def checked_updates(streaming_df, table_def, name: str = "updates"):
     from pyspark.sql.types import ByteType, LongType, StringType, StructField, StructType
 
     shape = row_validation.RowShape.of(table_def)
-    source = to_arrow_schema(streaming_df.schema)
+    # only the column names and kinds are checked here; a timestamp column needs some zone to be typed
+    source = to_arrow_schema(streaming_df.schema, timezone="UTC")
     row_validation.check_rows(source.empty_table(), shape, extra=("_op", "_seq"), all_columns=True)
     cols = streaming_df.columns
     ticks = (("t0", "t1") if table_def.key is None and ("t0" in cols or "t1" in cols) else ())
@@ -248,8 +249,9 @@ def rejected_updates(checked, table_def, stream_id: str | None = None, name: str
 
     from sparksub.operators.event_partitions import output_column
 
-    fields = [StructField("subscription_id", StringType()), StructField("op", StringType()),
-              StructField("seq", LongType()), StructField("group_id", StringType()), StructField("reason", StringType())]
+    # only columns every mode's output has (a union by name fills in the others)
+    fields = [StructField("op", StringType()), StructField("seq", LongType()), StructField("group_id", StringType()),
+              StructField("reason", StringType())]
     carried = {}
     if table_def.key is None:   # an event: its columns and interval come along, as in publish
         carried = {c: output_column(c) for c in table_def.column_names}
