@@ -188,13 +188,13 @@ def checked_updates(streaming_df, table_def, name: str = "updates"):
     checked_schema = StructType(data + [StructField(OP_COLUMN, ByteType(), False),
                                         StructField(SEQ_COLUMN if seq_given else _ORD_COLUMN, LongType()),
                                         StructField(REASON_COLUMN, StringType())])
-    check = _check_function(shape, to_arrow_schema(checked_schema), ticks, seq_given, f"{name}_check")
+    check = _check_function(shape, to_arrow_schema(checked_schema, timezone="UTC"), ticks, seq_given, f"{name}_check")
     checked = streaming_df.mapInArrow(check, checked_schema)
     if seq_given:
         return checked
     ordered_schema = StructType(data + [StructField(OP_COLUMN, ByteType(), False), StructField(SEQ_COLUMN, LongType()),
                                         StructField(REASON_COLUMN, StringType())])
-    order = _order_function(to_arrow_schema(ordered_schema), f"{name}_order")
+    order = _order_function(to_arrow_schema(ordered_schema, timezone="UTC"), f"{name}_order")
     return checked.repartition(1).mapInArrow(order, ordered_schema)
 
 
@@ -259,7 +259,7 @@ def rejected_updates(checked, table_def, stream_id: str | None = None, name: str
         fields += [StructField(t, LongType()) for t in ("t0", "t1") if t not in carried.values()]
         carried.update({t: t for t in ("t0", "t1") if t in checked.columns and t not in carried})
     out = StructType(fields)
-    schema = to_arrow_schema(out)
+    schema = to_arrow_schema(out, timezone="UTC")
     acc = _STATS.get(stream_id) if stream_id is not None else None
 
     def rejected(batches):
