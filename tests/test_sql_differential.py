@@ -10,8 +10,8 @@ deleted), random subscriptions of every SQL class, random batches of upserts and
 - in reformulated mode, ``engine.deliver(messages)`` gives the same rows (top-k: the net change over the
   batch, at its last seq — docs/range_classes.md, Paint-Batch).
 
-One comparison class per subscription class (``SCALAR``, ``DISTINCT``, ``TOPK``, ``FILTER``, ``JOIN``
-below): adapt the contract there. The documented readings the oracle applies beyond the SQL text (ties in
+One comparison class per kind of result (``Scalar``, ``Distinct``, ``Topk``, ``Filter``, ``Join`` below):
+adapt the contract there. The documented readings the oracle applies beyond the SQL text (ties in
 top-k broken by the key, NULL y in no top-k list and no DISTINCT set: docs/range_classes.md) are in those
 classes too. A failing case is printed as a script (``Case.__repr__``); ``SPARKSUB_SQL_FUZZ_EXAMPLES``
 sets the example count, ``SPARKSUB_SQL_FUZZ_SHRINK=1`` lets hypothesis shrink (slow: every step publishes).
@@ -22,7 +22,7 @@ import math
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pytest
@@ -31,24 +31,25 @@ from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
 
 from duckdb_oracle import DuckDBOracle, TableContents
-from sparksub import BadUpdate, Engine, InvalidSubscription, UnsupportedSubscription
+from sparksub import BadUpdate, Engine, InvalidSubscription, SparksubError, UnsupportedSubscription
 
 pytestmark = pytest.mark.spark
 
 
-#: Known-open mismatches (issue 15 items), each with its strict-xfail reproduction below; the fuzzer
-#: tolerates exactly these until the lead removes the entry together with the xfail.
-#: ("item5" also keeps ±inf out of the random rows.) Fixed so far, with their reproductions below:
-#: items 1, 5, 6 and 8.
-KNOWN_OPEN = frozenset()
-#: what the running case tolerates: KNOWN_OPEN for the fuzzer, nothing for the reproductions below
+#: Known-open mismatches, each with its strict-xfail reproduction at the end of this module; the fuzzer
+#: tolerates exactly these, and the lead removes the entry with the xfail when the fix lands:
+#:  - deliver_rejected (issue 15 items 5 + 6): deliver() refuses a reformulated publish's output that holds a
+#:    ``rejected`` row ("a message without a group_id"); the fuzzer hands deliver() the rest.
+#: (Items 1, 5, 6 and 8 were found here too and are fixed: their reproductions stay as regression tests.)
+KNOWN_OPEN = frozenset({"deliver_rejected"})
+#: what the running case tolerates: KNOWN_OPEN for the fuzzer, nothing for the reproductions
 OPEN = KNOWN_OPEN
 
-#: ±inf in the random rows: each is either handled exactly or set aside at the boundary (a ``rejected`` row,
-#: or the batch refused with BadUpdate), item 5. SPARKSUB_SQL_FUZZ_INF=1/0 overrides.
-WITH_INFINITIES = os.environ.get("SPARKSUB_SQL_FUZZ_INF", "0" if "item5" in KNOWN_OPEN else "1") == "1"
+#: ±inf in the random rows (item 5): each row holding one is handled exactly or set aside at the boundary (a
+#: ``rejected`` row, or the batch refused with BadUpdate). SPARKSUB_SQL_FUZZ_INF=0 leaves them out.
+WITH_INFINITIES = os.environ.get("SPARKSUB_SQL_FUZZ_INF", "1") == "1"
 
-EXAMPLES = int(os.environ.get("SPARKSUB_SQL_FUZZ_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("SPARKSUB_SQL_FUZZ_EXAMPLES", "10"))
 PHASES = [Phase.explicit, Phase.reuse, Phase.generate] + (
     [Phase.shrink] if os.environ.get("SPARKSUB_SQL_FUZZ_SHRINK") == "1" else [])
 
@@ -60,8 +61,8 @@ DDL = ["CREATE TABLE t (k BIGINT PRIMARY KEY, x DOUBLE, z BIGINT, y DOUBLE, s ST
 TYPES = dict(T_COLUMNS) | {"c": "DOUBLE", "uk": "BIGINT"}
 INF = math.inf
 
-# Small domains: ties and duplicates are frequent. |y| <= 1e14 with quarter steps keeps every sum exact in
-# any order (DuckDB sums doubles in input order; the engine sums exactly: docs/range_classes.md).
+# Small domains: ties and duplicates are frequent. Finite y are halves below 2^47, so every sum of a few is
+# exact in any order (DuckDB sums doubles in input order; the engine sums exactly: docs/range_classes.md).
 X_VALUES = [None, -1.0, 0.0, 0.5, 1.0, 2.0, 2.0, 3.0, 4.5] + ([INF, -INF] if WITH_INFINITIES else [])
 Z_VALUES = [None, -1, 0, 1, 2, 2, 3]
 Y_VALUES = [None, -2.0, 0.0, 1.0, 1.0, 1.5, 3.0, 1e14] + ([INF, -INF] if WITH_INFINITIES else [])
@@ -206,7 +207,9 @@ class Filter:
 
     @staticmethod
     def got_note(sub, row):
-        return (row["seq"], row["op"], tuple(norm(row.get(c)) for c, _ in T_COLUMNS))
+        # a column named like one of the output's own (``k``: a top-k message's k) is ``event_<name>``
+        return (row["seq"], row["op"], tuple(norm(row[f"event_{c}" if f"event_{c}" in row else c])
+                                             for c, _ in T_COLUMNS))
 
 
 class Join:
@@ -235,7 +238,8 @@ class Join:
 
     @staticmethod
     def got_note(sub, row):
-        return (row["seq"], row["op"], str(row["rk"]), str(row["sk"]), norm_row({c: row[c] for c in sub.projection}))
+        return (row["seq"], row["op"], str(row["rk"]), str(row["sk"]),
+                norm_row({c: row[f"event_{c}" if f"event_{c}" in row else c] for c in sub.projection}))
 
 
 # ---- subscriptions -------------------------------------------------------------------------------------
@@ -250,18 +254,20 @@ class Sub:
     tables: tuple = ("t",)
     may_be_empty: bool = False   # a constant range that is empty: InvalidSubscription is legal (DESIGN §7)
     may_be_unsupported: bool = False  # a shape outside the documented ones: UnsupportedSubscription is legal
-    where: str = ""
-    projection: tuple = ()
-    text_value: bool = False
+    where: str = ""              # FILTER: its WHERE, which DuckDB runs over the batch's rows
+    projection: tuple = ()       # FILTER: the event columns it keeps; joins: the output columns
+    text_value: bool = False     # DISTINCT over a string column
     bulk: tuple | None = None    # (template, {param: value}) when registered through subscribe_many
 
     def __repr__(self):
-        how = f"subscribe_many({self.bulk[0]!r}, {self.bulk[1]})" if self.bulk else self.sql
-        return f"{self.sid}: {how}"
+        if self.bulk:
+            params = {"id": [self.sid]} | {p: [v] for p, v in self.bulk[1].items()}
+            return f"subscribe_many({self.bulk[0]!r}, {params})"
+        return f"CREATE SUBSCRIPTION {self.sid} AS {self.sql}"
 
 
-def closed_bounds(col: str, form: str, lo, hi):
-    """(strict lo?, strict hi?) per range form; None for an open end."""
+def strictness(form: str):
+    """(strict lo?, strict hi?) of a range form; None for an open end."""
     return {"between": (False, False), "le_le": (False, False), "lt_lt": (True, True), "ge_lt": (False, True),
             "reversed": (True, False), "ge": (False, None), "gt": (True, None), "le": (None, False),
             "lt": (None, True), "none": (None, None)}[form]
@@ -269,7 +275,7 @@ def closed_bounds(col: str, form: str, lo, hi):
 
 def range_is_empty(col: str, form: str, lo, hi) -> bool:
     """Whether the range holds no value of ``col``'s type (strict bounds closed as docs/range_min.md does)."""
-    slo, shi = closed_bounds(col, form, lo, hi)
+    slo, shi = strictness(form)
     if slo is None or shi is None:
         return False
     if TYPES[col] == "BIGINT":
@@ -415,24 +421,22 @@ JOIN_EXTRA = ["", ", t.x AS tx", ", u.c AS uc, t.s"]
 
 
 @st.composite
-def join_subs(draw, sid, band_selections=None):
-    band = draw(st.booleans())
+def join_subs(draw, sid, band=None):
+    band = draw(st.booleans()) if band is None else band
     if band:
         lo = draw(st.integers(-2, 1))
         hi = lo + draw(st.integers(0, 2))
         on = draw(st.sampled_from([f"u.b - t.b BETWEEN {lo} AND {hi}", f"u.b BETWEEN t.b + {lo} AND t.b + {hi}"]))
     else:
         on = "t.b = u.b"
-    shape = band_selections if band and band_selections is not None else draw(st.sampled_from(
-        [(), ("t",), ("u",), ("t", "u")]))
+    shape = draw(st.sampled_from([(), ("t",), ("u",), ("t", "u")]))  # local selections, each optional
     parts, empty = [], False
-    forms = BOX_FORMS if band and band_selections is not None else RANGE_FORMS  # item 1: shape kept
     if "t" in shape:
-        w, e = draw(ranges(cols=["x"], forms=forms, qualifier="t."))
+        w, e = draw(ranges(cols=["x"], qualifier="t."))
         parts.append(w)
         empty |= e
     if "u" in shape:
-        w, e = draw(ranges(cols=["c"], forms=forms, qualifier="u."))
+        w, e = draw(ranges(cols=["c"], qualifier="u."))
         parts.append(w)
         empty |= e
     extra = draw(st.sampled_from(JOIN_EXTRA))
@@ -462,8 +466,8 @@ def bulk_subs(draw, prefix):
         params = {"lo": float(lo), "hi": float(hi)} | ({"k": draw(st.integers(1, 4))} if topk else {})
         bound = template.replace(":lo", literal(float(lo))).replace(":hi", literal(float(hi)))
         if topk:
-            sub = topk_sub(f"{prefix}{i}", "RANGE_TOPK", f"x BETWEEN {literal(float(lo))} AND {literal(float(hi))}",
-                           False, "k, y", False, params["k"])
+            where = f"x BETWEEN {literal(float(lo))} AND {literal(float(hi))}"
+            sub = topk_sub(f"{prefix}{i}", "RANGE_TOPK", where, False, "k, y", False, params["k"])
         else:
             sub = Sub(f"{prefix}{i}", "RANGE_MIN", bound, bound, Scalar)
         sub.bulk = (template, params)
@@ -490,7 +494,6 @@ class Case:
     subs: list
     batches: list
     load_after_subscribe: bool = False
-    notes: list = field(default_factory=list)
 
     def _repr_pretty_(self, p, cycle):  # hypothesis prints the failing case through this
         p.text(repr(self))
@@ -498,7 +501,7 @@ class Case:
     def __repr__(self):
         lines = ["", *DDL]
         load = [f"load('t', {self.t_rows!r})", f"load('u', {self.u_rows!r})"]
-        subs = [f"CREATE SUBSCRIPTION {s!r}" for s in self.subs]
+        subs = [repr(s) for s in self.subs]
         lines += (subs + load) if self.load_after_subscribe else (load + subs)
         lines += [repr(b) for b in self.batches]
         return "\n  ".join(lines)
@@ -524,10 +527,8 @@ def cases(draw, n_batches=3):
     for prefix, strategy, n in [("mm", min_max_subs, 3), ("ag", agg_subs, 3), ("ds", distinct_subs, 2),
                                 ("tk", topk_subs, 2), ("bx", box_subs, 2), ("fl", filter_subs, 2)]:
         subs += [draw(strategy(f"{prefix}{i}")) for i in range(draw(st.integers(1, n)))]
-    # item 1 (known open): band joins of one group sharing a row with NULL in a selection column must
-    # all select on the same columns, else the group drops pairs
-    band_shape = draw(st.sampled_from([(), ("t",), ("u",), ("t", "u")])) if "item1" in OPEN else None
-    subs += [draw(join_subs(f"jn{i}", band_shape)) for i in range(draw(st.integers(1, 3)))]
+    subs += [draw(join_subs("jn0", band=False)), draw(join_subs("jn1", band=True))]
+    subs += [draw(join_subs(f"jn{i}")) for i in range(2, 2 + draw(st.integers(0, 2)))]
     if draw(st.booleans()):
         subs += draw(bulk_subs("bk"))
     keys = {"t": set(t_keys), "u": set(u_keys)}
@@ -638,8 +639,8 @@ def check_notes(subs: list, rows: list, expected: dict, when: str) -> None:
         except KeyError as err:
             raise Mismatch(f"{when}: notifications of {sid!r} lack column {err}: {by_sid[sid][:2]}") from None
         if got != Counter(want):
-            raise Mismatch(f"{when}: notifications of {sid!r} ({sub.sql})\n  engine: {sorted(got.elements(), key=str)}"
-                           f"\n  duckdb: {sorted(want, key=str)}")
+            raise Mismatch(f"{when}: notifications of {sid!r} ({sub.sql})\n  engine: "
+                           f"{sorted(got.elements(), key=str)}\n  duckdb: {sorted(want, key=str)}")
 
 
 def has_infinity(row: dict) -> bool:
@@ -714,12 +715,14 @@ def _run_case(spark, case: Case) -> None:
                 tally("batch refused")
                 continue  # the whole batch refused before any change: no seq used
             out = rows_of(df)
-            delivered = rows_of(engine.deliver(df)) if batch.mode == "reformulated" else None
+            if batch.mode == "reformulated":
+                delivered = rows_of(engine.deliver(df.where(df.op != "rejected") if "deliver_rejected" in OPEN
+                                                   else df))
             errors = [r for r in out if r["op"] == "error"]
             if errors:
                 raise Mismatch(f"{when}: error rows: {[r.get('reason') for r in errors]}")
             rejected = {r["seq"] - seq for r in out if r["op"] == "rejected"}
-            if rejected - set(refusable(batch.rows, tables[batch.table].copy(), rejected)):
+            if rejected - set(refusable(batch.rows, tables[batch.table], rejected)):
                 raise Mismatch(f"{when}: rejected rows {[r for r in out if r['op'] == 'rejected']}")
             out = [r for r in out if r["op"] != "rejected"]
             # the oracle, update by update
@@ -732,28 +735,32 @@ def _run_case(spark, case: Case) -> None:
                     if row["_op"] == "upsert" and batch.table == "t":
                         upserts.append((seq + j, {c: row[c] for c, _ in T_COLUMNS}))
                 states.append(oracle_states(db, reading, tables))
-            last = seq + len(batch.rows) - 1
-            per_seq, net = {}, {}
+            # a batch's net change is reported at its last applied seq
+            last = seq + max([j for j in range(len(batch.rows)) if j not in rejected], default=0)
+            per_seq = {s.sid: [] for s in subs}  # the subscriptions of other tables: nothing
+            net = dict(per_seq)
             for s in reading:
                 if s.kind is Filter:
                     per_seq[s.sid] = net[s.sid] = Filter.batch_notes(s, upserts)
                     continue
                 per_seq[s.sid] = [n for j in range(len(batch.rows))
                                   for n in s.kind.notes(states[j][s.sid], states[j + 1][s.sid], seq + j)]
-                net[s.sid] = (s.kind.notes(states[0][s.sid], states[-1][s.sid], last) if s.cls in s.kind.net_per_batch
-                              else per_seq[s.sid])
+                net[s.sid] = (s.kind.notes(states[0][s.sid], states[-1][s.sid], last)
+                              if s.cls in s.kind.net_per_batch else per_seq[s.sid])
             for s in reading:
                 if per_seq[s.sid]:
                     tally(f"{s.cls} notified ({batch.mode})")
             if batch.mode == "unicast":
                 check_notes(subs, out, per_seq, when)
             else:
+                # FILTER and BAND_JOIN have no messages: their unicast rows come beside them (item 6), and
+                # deliver() passes them through
+                unicast_only = {s.sid for s in subs if s.kind is Filter or s.cls == "BAND_JOIN"}
                 beside = [r for r in out if r.get("subscription_id") is not None]
-                unicast_only = [s for s in reading if s.kind is Filter or s.cls == "BAND_JOIN"]
-                if "item6" not in OPEN:  # their unicast rows come beside the messages
-                    check_notes(subs, beside, {s.sid: per_seq[s.sid] for s in unicast_only}, when + " beside")
-                check_notes(subs, [r for r in delivered],
-                            {s.sid: net[s.sid] for s in reading if s not in unicast_only}, when + " deliver")
+                check_notes(subs, beside, {sid: per_seq[sid] if sid in unicast_only else [] for sid in per_seq},
+                            when + " beside the messages")
+                check_notes(subs, delivered, {sid: per_seq[sid] if sid in unicast_only else net[sid]
+                                              for sid in per_seq}, when + " deliver")
             current.update(states[-1])
             check_results(engine, subs, current, when)
             seq += len(batch.rows)
@@ -820,11 +827,13 @@ def test_every_sql_class_agrees_with_duckdb_after_every_publish(spark, case):
     run_case(spark, case)
 
 
-# ---- known-open mismatches: the minimal reproductions (strict: they fail the run once the fix lands; then
-# remove the item from KNOWN_OPEN, which also turns the fuzzer's check on) ----------------------------------
+# ---- the minimal reproductions of what the fuzzer found: fixed ones as regression tests, known-open ones as
+# strict xfails (they fail the run once the fix lands: then remove the item from KNOWN_OPEN, which also turns
+# the fuzzer's check back on) ---------------------------------------------------------------------------------
 
 def _open_item(item: str, reason: str):
-    return pytest.mark.xfail(item in KNOWN_OPEN, strict=True, raises=Mismatch, reason=f"issue 15 {reason}")
+    return pytest.mark.xfail(item in KNOWN_OPEN, strict=True, raises=(Mismatch, SparksubError),
+                             reason=f"issue 15 {reason}")
 
 
 def test_topk_result_is_rows_of_the_selected_columns(spark):
@@ -902,6 +911,14 @@ def test_the_comparisons_catch_wrong_answers():
             check_notes([mn], rows, {"mn": expected}, "wrong")
     matches = Filter.batch_notes(fl, [(7, r) for r in t_rows((4, 0.0, 0, 5.0, "c", 0), (5, 0.0, 0, 3.0, "d", 0))])
     assert matches == [(7, "match", (4.0, None, None, 5.0, None, None))]
+
+
+@_open_item("deliver_rejected", "items 5 + 6: deliver() refuses the rejected rows of a reformulated publish")
+def test_deliver_takes_a_reformulated_output_with_rejected_rows(spark):
+    case = Case(t_rows((1, 1.0, 0, 5.0, "a", 0)), [],
+                [scalar_sub("mn", "RANGE_MIN", "SELECT MIN(y) FROM t WHERE x BETWEEN 0 AND 5")],
+                [Batch("t", "reformulated", upserts(t_rows, (2, 1.0, 0, 2.0, "b", 0), (3, INF, 0, 1.0, "c", 0)))])
+    run_case(spark, case, KNOWN_OPEN - {"deliver_rejected"})
 
 
 def test_infinities_are_exact_or_rejected(spark):
