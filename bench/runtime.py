@@ -710,50 +710,64 @@ def _stats_rebuilds(e) -> str:
 
 
 def zero_rebuild_part(live: list, pause: float, probe: RebuildProbe | None) -> list[dict]:
-    """20 consecutive warm publishes of 1K per class (classes interleaved), after one warm-up publish each;
-    with ``pause`` > 0, that many idle seconds before the 11th and the 20th."""
+    """20 warm publishes of 1K per class after one warm-up publish: with ``pause`` > 0, 18 back to back, then
+    two rounds (every class once) each after ``pause`` idle seconds; without, 20 back to back.
+
+    Back to back per class, not interleaved with the other classes: a class published only every few minutes
+    loses its Python workers to Spark's 60 s idle timeout between publishes (measured once, interleaved, at
+    2c381f8: ``zero_rebuild_interleaved`` in runtime_baseline.json), which is the pause case, not the warm one."""
     n = ZERO_REBUILD_PUBLISHES
-    pauses = {10, n - 1} if pause > 0 else set()
-    out = {b.name: {"class": b.name, "times": [], "rebuilds": [], "caught_up": [], "worker_restarts": [],
-                    "pause_s": pause, "after_pause": sorted(pauses), "by_executor": {}} for b, _, _ in live}
-    seen = {b.name: set(worker_pids()) for b, _, _ in live}
-    for b, e, cur in live:  # warm-up (a log compaction or a cold worker after the throughput part)
+    rounds = 2 if pause > 0 else 0
+    out = {b.name: {"class": b.name, "design": "back-to-back", "times": [], "rebuilds": [], "caught_up": [],
+                    "worker_restarts": [], "pause_s": pause, "after_pause": list(range(n - rounds, n)),
+                    "by_executor": {}} for b, _, _ in live}
+
+    def one(b, e, cur, seen):
         lo, hi, _ = cur.take(1_000)
+        dt, _ = timed_publish(e, b, lo, hi)
+        workers = worker_pids()
+        records = probe.read() if probe is not None else []
+        rb = count_rebuilds(records, e.uid) if probe is not None else None
+        r = out[b.name]
+        r["times"].append(dt)
+        r["rebuilds"].append(rb["rebuilds"] if rb else None)
+        r["caught_up"].append(rb["caught_up"] if rb else None)
+        # Python workers that did not exist after this class's previous publish (idle ones die after 60 s)
+        r["worker_restarts"].append(len(set(workers) - seen.get(b.name, set())))
+        seen[b.name] = set(workers)
+        for rec in records:
+            if rec["engine"] == e.uid:
+                x = r["by_executor"].setdefault(workers.get(rec["pid"], "?"), {"tasks": 0, "rebuilds": 0})
+                x["tasks"] += 1
+                x["rebuilds"] += rec["status"] == "rebuild"
+
+    seen: dict = {}
+    for b, e, cur in live:
+        lo, hi, _ = cur.take(1_000)   # warm-up: a log compaction or a cold worker after the earlier parts
         timed_publish(e, b, lo, hi)
-    if probe is not None:
-        probe.read()
-    for i in range(n):
-        if i in pauses:
-            log(f"  idle {pause:.0f} s before publish {i + 1} ...")
-            time.sleep(pause)
+        if probe is not None:
+            probe.read()
+        seen[b.name] = set(worker_pids())
+        for _ in range(n - rounds):
+            one(b, e, cur, seen)
+        log(f"  {b.name}: {n - rounds} back-to-back publishes, rebuilds {out[b.name]['rebuilds']}")
+    for k in range(rounds):
+        log(f"  idle {pause:.0f} s, then one publish per class ({k + 1}/{rounds}) ...")
+        time.sleep(pause)
         for b, e, cur in live:
-            lo, hi, _ = cur.take(1_000)
-            dt, _ = timed_publish(e, b, lo, hi)
-            workers = worker_pids()
-            records = probe.read() if probe is not None else []
-            rb = count_rebuilds(records, e.uid) if probe is not None else None
-            r = out[b.name]
-            r["times"].append(dt)
-            r["rebuilds"].append(rb["rebuilds"] if rb else None)
-            r["caught_up"].append(rb["caught_up"] if rb else None)
-            # Python workers that did not exist after this class's previous publish (idle ones die after 60 s)
-            r["worker_restarts"].append(len(set(workers) - seen[b.name]))
-            seen[b.name] = set(workers)
-            for rec in records:
-                if rec["engine"] == e.uid:
-                    x = r["by_executor"].setdefault(workers.get(rec["pid"], "?"), {"tasks": 0, "rebuilds": 0})
-                    x["tasks"] += 1
-                    x["rebuilds"] += rec["status"] == "rebuild"
+            one(b, e, cur, seen)
     for r in out.values():
         rb = [x for x in r["rebuilds"] if x is not None]
         r["total_rebuilds"] = sum(rb) if rb else None
         r["publishes_with_rebuild"] = sum(1 for x in rb if x) if rb else None
+        r["warm_rebuilds"] = sum(rb[: n - rounds]) if rb else None
         r["median_s"] = statistics.median(r["times"])
         r["max_s"] = max(r["times"])
-        r["after_pause_s"] = [r["times"][i] for i in sorted(pauses)]
-        log(f"  {r['class']}: 20 warm publishes: rebuilds {r['total_rebuilds']} in {r['publishes_with_rebuild']} "
-            f"publishes; median {r['median_s']:.3f} s, max {r['max_s']:.2f} s"
-            + (f"; after the pauses {', '.join(f'{t:.2f}' for t in r['after_pause_s'])} s" if pauses else ""))
+        r["after_pause_s"] = [r["times"][i] for i in r["after_pause"]]
+        log(f"  {r['class']}: {n} warm publishes: rebuilds {r['total_rebuilds']} in {r['publishes_with_rebuild']} "
+            f"publishes ({r['warm_rebuilds']} in the back-to-back ones); median {r['median_s']:.3f} s, max "
+            f"{r['max_s']:.2f} s" + (f"; after the pauses {', '.join(f'{t:.2f}' for t in r['after_pause_s'])} s"
+                                     if rounds else ""))
     return list(out.values())
 
 
@@ -1037,30 +1051,25 @@ def report_run(run: dict) -> list[str]:
     # ---- zero rebuilds
     if run.get("zero_rebuild"):
         z0 = run["zero_rebuild"][0]
-        L.append(f"### zero-rebuild check: {ZERO_REBUILD_PUBLISHES} consecutive warm publishes of 1K per class\n")
-        L.append("Classes interleaved (one publish of each class in turn), after one warm-up publish each; "
-                 + (f"{z0['pause_s']:.0f} s idle before publishes "
-                    f"{', '.join(str(i + 1) for i in z0['after_pause'])}" if z0["pause_s"] else "no pause")
-                 + ". Rebuilds from the probe; new workers = Python worker processes that did not exist after "
-                   "the class's previous publish (Spark ends a Python worker idle for 60 s).\n")
-        prev_z = {x["class"]: x for x in (prev or {}).get("zero_rebuild", [])}
-        multi = any(len(x.get("by_executor", {})) > 1 for x in run["zero_rebuild"])
-        hdr = ["class", "rebuilds (total)", "publishes with a rebuild", "caught up", "new workers",
-               "median s", "max s", "after the pauses s"] + (["tasks / rebuilds per executor"] if multi else [])
-        if prev:
-            hdr += ["previous rebuilds", "previous publishes with a rebuild"]
-        rows = []
-        for x in run["zero_rebuild"]:
-            r = [x["class"], str(x["total_rebuilds"]), str(x["publishes_with_rebuild"]),
-                 str(sum(c for c in x["caught_up"] if c)), str(sum(x["worker_restarts"])),
-                 f"{x['median_s']:.3f}", f"{x['max_s']:.2f}", ", ".join(f"{t:.2f}" for t in x["after_pause_s"]) or "-"]
-            if multi:
-                r.append("; ".join(f"{k}: {v['tasks']} / {v['rebuilds']}" for k, v in sorted(x["by_executor"].items())))
-            if prev:
-                q = prev_z.get(x["class"])
-                r += [str(q["total_rebuilds"]) if q else "n/a", str(q["publishes_with_rebuild"]) if q else "n/a"]
-            rows.append(r)
-        L.append(md_table(hdr, rows) + "\n")
+        extra = run.get("zero_rebuild_run")
+        L.append(f"### zero-rebuild check: {ZERO_REBUILD_PUBLISHES} warm publishes of 1K per class\n")
+        rounds = len(z0["after_pause"]) if z0["pause_s"] else 0
+        L.append(f"After one warm-up publish per class: {ZERO_REBUILD_PUBLISHES - rounds} publishes back to back "
+                 f"per class" + (f", then {rounds} rounds of one publish per class, each after {z0['pause_s']:.0f} s "
+                                 f"idle" if rounds else "") + ". "
+                 + (f"Measured in a separate invocation (`{extra['argv']}`, {extra['date']}, {extra['elapsed_s'] / 60:.0f}"
+                    f" min, load {extra['load_start']} at start, {extra['load_end']} at end) on fresh engines with the "
+                    f"same sizes (one warm-up publish, no throughput part before). " if extra else "")
+                 + "Rebuilds from the probe; new workers = Python worker processes that did not exist after the "
+                   "class's previous publish (Spark ends a Python worker idle for 60 s).\n")
+        L += _zero_table(run["zero_rebuild"], prev and prev.get("zero_rebuild"), back_to_back=True)
+    if run.get("zero_rebuild_interleaved"):
+        z0 = run["zero_rebuild_interleaved"][0]
+        L.append("The same 20 publishes with the classes **interleaved** (one publish of each class in turn, "
+                 f"after the throughput part; {z0['pause_s']:.0f} s idle before the 11th and the 20th round): a class "
+                 "then waits for the 7 others between two of its publishes (minutes here), longer than the 60 s "
+                 "after which Spark ends an idle Python worker, so most publishes find no warm worker:\n")
+        L += _zero_table(run["zero_rebuild_interleaved"], None, back_to_back=False)
 
     # ---- memory
     if run.get("rss"):
@@ -1113,6 +1122,30 @@ def report_run(run: dict) -> list[str]:
     if run.get("notes"):
         L.append("Not measured in this run: " + "; ".join(run["notes"]) + ".\n")
     return L
+
+
+def _zero_table(results: list, prev: list | None, back_to_back: bool) -> list[str]:
+    prev_z = {x["class"]: x for x in (prev or [])}
+    multi = any(len(x.get("by_executor", {})) > 1 for x in results)
+    hdr = ["class", "rebuilds (total)", "publishes with a rebuild"]
+    hdr += ["rebuilds in the back-to-back publishes"] if back_to_back else []
+    hdr += ["caught up", "new workers", "median s", "max s", "after the pauses s"]
+    hdr += ["tasks / rebuilds per executor"] if multi else []
+    hdr += ["previous rebuilds (back to back)", "previous publishes with a rebuild"] if prev else []
+    rows = []
+    for x in results:
+        r = [x["class"], str(x["total_rebuilds"]), str(x["publishes_with_rebuild"])]
+        r += [str(x.get("warm_rebuilds"))] if back_to_back else []
+        r += [str(sum(c for c in x["caught_up"] if c)), str(sum(x["worker_restarts"])), f"{x['median_s']:.3f}",
+              f"{x['max_s']:.2f}", ", ".join(f"{t:.2f}" for t in x["after_pause_s"]) or "-"]
+        if multi:
+            r.append("; ".join(f"{k}: {v['tasks']} / {v['rebuilds']}" for k, v in sorted(x["by_executor"].items())))
+        if prev:
+            q = prev_z.get(x["class"])
+            r += [f"{q['total_rebuilds']} ({q.get('warm_rebuilds')})" if q else "n/a",
+                  str(q["publishes_with_rebuild"]) if q else "n/a"]
+        rows.append(r)
+    return [md_table(hdr, rows) + "\n"]
 
 
 def write_report(data: dict, md_path: Path, png_path: Path) -> None:
@@ -1215,6 +1248,44 @@ def _plot(runs: list, path: Path) -> None:
 
 
 # ============================================================================================ main
+def zero_only(args, sizes: Sizes, pause: float) -> int:
+    """``--zero-only``: the zero-rebuild check alone, on fresh engines, merged into the run of the same label in
+    ``--json`` (an earlier result without a design mark, the interleaved one, is kept beside it)."""
+    label = run_label(args.master, args.quick)
+    data = json.loads(args.json.read_text()) if args.json.exists() else {"runs": {}}
+    if label not in data["runs"]:
+        raise SystemExit(f"--zero-only: no run {label!r} in {args.json} to merge into")
+    started, info, load0 = time.perf_counter(), machine(), load_avg()
+    work = Path(tempfile.mkdtemp(prefix="sparksub-bench-runtime-"))
+    probe = RebuildProbe(work / "probe")
+    probe.install()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    try:
+        benches = make_benches(sizes, 1_000 * (ZERO_REBUILD_PUBLISHES + 2), args.only)
+        spark = _session(args.master, "sparksub-bench-runtime")
+        live = []
+        for b in benches:
+            log(f"registering {b.name} ...")
+            live.append((b, b.engine(spark), Cursor()))
+        log(f"\n## zero-rebuild check ({ZERO_REBUILD_PUBLISHES} warm publishes per class, pause {pause:.0f} s)")
+        results = zero_rebuild_part(live, pause, probe)
+        live.clear()
+        spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    run = data["runs"][label]
+    if run.get("zero_rebuild") and not run["zero_rebuild"][0].get("design"):
+        run["zero_rebuild_interleaved"] = run["zero_rebuild"]
+    run["zero_rebuild"] = results
+    run["zero_rebuild_run"] = {"argv": "python bench/runtime.py " + " ".join(sys.argv[1:]).replace(str(REPO) + "/", ""),
+                               "date": info["date"], "load_start": load0, "load_end": load_avg(),
+                               "elapsed_s": time.perf_counter() - started}
+    args.json.write_text(json.dumps(data, indent=1, default=str))
+    write_report(data, args.out / "runtime.md", args.out / "runtime.png")
+    log(f"merged into {args.json} ({label}); wrote {args.out / 'runtime.md'}")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller tables, batches 1K / 10K, few reps")
@@ -1227,6 +1298,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=OUT_DIR, help="where runtime.md / runtime.png go")
     ap.add_argument("--only", nargs="*", help="run only these classes (substring match), for development")
     ap.add_argument("--skip", nargs="*", default=[], choices=["stream", "rss", "zero"], help="skip parts")
+    ap.add_argument("--zero-only", action="store_true",
+                    help="only the zero-rebuild check, on fresh engines, merged into this label's run in --json")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # toy sizes, to develop the script
     ap.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--rss-rows", type=int, default=100_000, help=argparse.SUPPRESS)
@@ -1236,6 +1309,8 @@ def main(argv=None) -> int:
         return 0
     sizes = TINY if args.tiny else QUICK if args.quick else FULL
     pause = args.pause if args.pause is not None else (0.0 if args.quick else 90.0)
+    if args.zero_only:
+        return zero_only(args, sizes, pause)
     started = time.perf_counter()
     info = machine()
     label = run_label(args.master, args.quick)
