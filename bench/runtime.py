@@ -3,12 +3,13 @@
 ``Engine.stream`` beside its pure operator on the same data, per-call fixed cost, rebuilds, and driver / Python
 worker memory, in one run::
 
-    python bench/runtime.py                      # full run, local[2] (~35-45 min under load, see bench/README.md)
-    python bench/runtime.py --quick              # smaller tables, batches 1K / 10K, few reps (~5-8 min)
+    python bench/runtime.py                      # full run, local[2] (73 min at load average 4-19 on 2 cores)
+    python bench/runtime.py --quick              # smaller tables, batches 1K / 10K, few reps (~30 min under load)
     python bench/runtime.py --master 'local-cluster[2,1,2048]' --quick   # two executor JVMs (~20 s more to start)
     python bench/runtime.py --baseline docs/benchmarks/runtime_baseline.json   # + "previous runtime" columns
     python bench/runtime.py --pause 90           # two of the 20 warm publishes after a 90 s idle pause
                                                  #   (full run: 90 by default; --quick: 0 = no pause)
+    python bench/runtime.py --zero-only          # the zero-rebuild check alone, merged into the saved run
 
 Writes (merged by run label = master + full/quick, so a local[2] full run and a local-cluster quick run sit
 side by side) ``--json`` (default ``docs/benchmarks/runtime.json``), and from every run in it
@@ -29,24 +30,24 @@ are in ``docs/benchmarks/runtime_baseline.json`` (written with ``--json`` pointi
 * EVENT: bench/events.py's stock stream and its S2/S3/S4-like CEL queries (each with its own constants),
   events with t0 = t1 = position.
 
-**Figures.**  *publish*: rows/s = batch / median wall time of ``publish(...)`` + ``count()`` of its
-output, after one warm-up batch of 1K (the first call, cold, is reported apart); *pure*: the group operator's
-``apply`` (the class's public group class built from the same rows and subscriptions; events:
-``event_partitions.feed_events`` into a ``FamilyEngine``) on the same batches in the same order, in this
-process, one core, no Spark; ratio = e2e / pure.  *stream*: a bounded parquet file source of N micro-batches
-(``maxFilesPerTrigger = 1``, rows with ``_seq``) through ``Engine.stream`` into a ``noop`` sink, ``processAllAvailable()``, rows/s
-per micro-batch (input rows / ``triggerExecution``) after the first, median.  *fixed cost*: median wall time
-of a 1-row publish.  *rebuilds*: ``engine.stats()`` exposes no rebuild counter at this commit, so a bench-side
-probe counts them: a ``sitecustomize`` put on the Python workers' path only (never on the driver's) wraps
+**Figures.** *publish*: rows/s = batch / median wall time of ``publish(...)`` + ``count()`` of its output, after
+one warm-up batch of 1K (the first call, cold, is reported apart); *pure*: the group operator's ``apply`` (the
+class's public group class built from the same rows and subscriptions; events: ``event_partitions.feed_events``
+into a ``FamilyEngine``) on the same batches in the same order, in this process, one core, no Spark; ratio = e2e
+/ pure. *stream*: a bounded parquet file source of N micro-batches (``maxFilesPerTrigger = 1``, rows with
+``_seq``) through ``Engine.stream`` into a ``noop`` sink, ``processAllAvailable()``, rows/s per micro-batch
+(input rows / ``triggerExecution``) after the first, median. *fixed cost*: median wall time of a 1-row publish.
+*rebuilds*: ``engine.stats()`` exposes no rebuild counter at this commit, so a bench-side probe counts them: a
+``sitecustomize`` put on the Python workers' path only (never on the driver's) wraps
 ``spark_groups.materialize`` and ``spark_events.materialize`` and logs, per task, whether the worker's cache
-held the group at the replica's base and position ("hit"), held it behind ("caught up": log batches
-replayed) or not at all ("rebuild": base + whole log).  The stream's own counters
-(``spark_stream.stream_stats``) are given where they exist.  *zero-rebuild check*: 20 consecutive warm publishes
-of 1K per class (classes interleaved), with ``--pause`` seconds of idleness before the 11th and the 20th.
-*memory*: in a fresh child process per size (10K, 100K, 1M range-MIN subscriptions on 100K rows; 3 unicast
-publishes of 1K, ``result()`` of one subscription, 2 reformulated publishes of 10K): the child's VmRSS, and the
-Python workers' (every Python process under the Spark JVMs, from /proc; VmRSS summed, PSS beside it since forked
-workers share pages), per executor JVM on ``local-cluster``.
+held the group at the replica's base and position ("hit"), held it behind ("caught up": log batches replayed) or
+not at all ("rebuild": base + whole log). The stream's own counters (``spark_stream.stream_stats``) are given
+where they exist. *zero-rebuild check*: 20 warm publishes of 1K per class: 18 back to back, then two rounds of
+one publish per class, each after ``--pause`` seconds of idleness. *memory*: in a fresh child process per size
+(10K, 100K, 1M range-MIN subscriptions on 100K rows; 3 unicast publishes of 1K, ``result()`` of one
+subscription, 2 reformulated publishes of 10K): the child's VmRSS, and the Python workers' (every Python process
+under the Spark JVMs, from /proc; VmRSS summed, PSS beside it since forked workers share pages), per executor
+JVM on ``local-cluster``.
 
 Every figure is wall clock on a shared machine: the load average is recorded per part; compare ratios
 measured side by side (e2e / pure, now / previous) rather than absolute rates across runs.
@@ -125,7 +126,8 @@ QUICK = Sizes(objects=20_000, range_subs=5_000, topk_subs=1_000, filter_subs=20_
               bj_subs=500, event_queries=300, batches=[(1_000, 3), (10_000, 2)], fixed_reps=5,
               stream_batch=5_000, stream_batches=3, rss_subs=[10_000, 1_000_000], rss_rows=100_000)
 #: for developing the script only (--tiny): every part on toy sizes
-TINY = Sizes(objects=5_000, range_subs=1_000, topk_subs=500, filter_subs=2_000, join_rows=3_000, sj_subs=300, bj_subs=200,
+TINY = Sizes(objects=5_000, range_subs=1_000, topk_subs=500, filter_subs=2_000, join_rows=3_000, sj_subs=300,
+             bj_subs=200,
              event_queries=100, batches=[(1_000, 2), (3_000, 1)], fixed_reps=3, stream_batch=1_000, stream_batches=3,
              rss_subs=[10_000], rss_rows=10_000)
 
@@ -212,7 +214,8 @@ def memory_snapshot() -> dict:
                       "python_processes": len(e["python"]),
                       "python_rss_mb": sum(rss_mb(p) for p in e["python"]),
                       "python_pss_mb": sum(pss_mb(p) for p in e["python"])}
-    return {"driver_rss_mb": rss_mb(), "driver_jvm_rss_mb": rss_mb(procs["driver_jvm"]) if procs["driver_jvm"] else None,
+    return {"driver_rss_mb": rss_mb(),
+            "driver_jvm_rss_mb": rss_mb(procs["driver_jvm"]) if procs["driver_jvm"] else None,
             "python_workers": sum(v["python_processes"] for v in per.values()),
             "python_rss_mb": sum(v["python_rss_mb"] for v in per.values()),
             "python_pss_mb": sum(v["python_pss_mb"] for v in per.values()), "executors": per}
@@ -528,7 +531,8 @@ class JoinBench(ClassBench):
                 v = np.concatenate([np.asarray(x, dtype=np.float64) for x in vs])
                 return float(v.min()), float(v.max()) + 1.0
             domains = {"A": span(self.r["a"]), "C": span(self.s["c"]), "B": span(self.r["b"], self.s["b"])}
-            rows = ({c: self.r[c].tolist() for c in ("rk", "b", "a")}, {c: self.s[c].tolist() for c in ("sk", "b", "c")})
+            rows = ({c: self.r[c].tolist() for c in ("rk", "b", "a")},
+                    {c: self.s[c].tolist() for c in ("sk", "b", "c")})
         else:
             sides = (("r", "rk", "b", ()), ("s", "sk", "b", ()))
             domains = {}
@@ -900,8 +904,8 @@ def run_rss_children(master: str, sizes: Sizes, probe_env: dict) -> list[dict]:
         z = r["after_reformulated"]
         log(f"    driver {r['driver_published_mb']:.0f} MB after unicast publishes, {r['driver_after_result_mb']:.0f} "
             f"MB after result(), {r['driver_after_reformulated_mb']:.0f} MB after reformulated ones; Python workers "
-            f"{a['python_rss_mb']:.0f} / {z['python_rss_mb']:.0f} MB RSS in {z['python_workers']} processes; " + "; ".join(
-                f"{k}: Python {v['python_rss_mb']:.0f} MB" for k, v in z["executors"].items()))
+            f"{a['python_rss_mb']:.0f} / {z['python_rss_mb']:.0f} MB RSS in {z['python_workers']} processes; "
+            + "; ".join(f"{k}: Python {v['python_rss_mb']:.0f} MB" for k, v in z["executors"].items()))
     return res
 
 
@@ -978,8 +982,13 @@ def report_run(run: dict) -> list[str]:
              + (f"; previous runtime's figures from `{run['previous_source']}` (commit "
                 f"`{(prev['code'].get('commit') or '?')[:10]}`, {prev['machine']['date']}, load at start "
                 f"{prev['load_start']})" if prev else "") + ".\n")
+    targets = _targets(run)
+    if targets:
+        L.append("Issue 16's targets as this run measures them:\n")
+        L.append(md_table(["target", "measured", "status"], targets) + "\n")
     s = run["sizes"]
-    L.append(f"Sizes: stock {s['objects']:,} rows, {s['range_subs']:,} range subscriptions per range class, "
+    L.append(f"Sizes: stock {s['objects']:,} rows, {s['range_subs']:,} RANGE_MIN / RANGE_AGG and "
+             f"{s.get('topk_subs', s['range_subs']):,} RANGE_TOPK subscriptions, "
              f"{s['filter_subs']:,} FILTER subscriptions; r and s {s['join_rows']:,} rows each, {s['sj_subs']:,} "
              f"SELECT_JOIN and {s['bj_subs']:,} BAND_JOIN subscriptions; {s['event_queries']:,} event queries. "
              f"Batches (size x timed repetitions): {', '.join(f'{b:,} x {r}' for b, r in s['batches'])}; "
@@ -1057,9 +1066,10 @@ def report_run(run: dict) -> list[str]:
         L.append(f"After one warm-up publish per class: {ZERO_REBUILD_PUBLISHES - rounds} publishes back to back "
                  f"per class" + (f", then {rounds} rounds of one publish per class, each after {z0['pause_s']:.0f} s "
                                  f"idle" if rounds else "") + ". "
-                 + (f"Measured in a separate invocation (`{extra['argv']}`, {extra['date']}, {extra['elapsed_s'] / 60:.0f}"
-                    f" min, load {extra['load_start']} at start, {extra['load_end']} at end) on fresh engines with the "
-                    f"same sizes (one warm-up publish, no throughput part before). " if extra else "")
+                 + (f"Measured in a separate invocation (`{extra['argv']}`, {extra['date']}, "
+                    f"{extra['elapsed_s'] / 60:.0f} min, load {extra['load_start']} at start, "
+                    f"{extra['load_end']} at end) on fresh engines with the same sizes (one warm-up publish, no "
+                    f"throughput part before). " if extra else "")
                  + "Rebuilds from the probe; new workers = Python worker processes that did not exist after the "
                    "class's previous publish (Spark ends a Python worker idle for 60 s).\n")
         L += _zero_table(run["zero_rebuild"], prev and prev.get("zero_rebuild"), back_to_back=True)
@@ -1096,7 +1106,8 @@ def report_run(run: dict) -> list[str]:
                 continue
             a, z = x["after_publish"], x["after_reformulated"]
             per = "; ".join(f"{k}: {_mb(v['python_rss_mb'])} ({_mb(v['python_pss_mb'])})"
-                            + (f" / {_mb(v['jvm_rss_mb'])}" if v["jvm_rss_mb"] else "") for k, v in z["executors"].items())
+                            + (f" / {_mb(v['jvm_rss_mb'])}" if v["jvm_rss_mb"] else "")
+                            for k, v in z["executors"].items())
             r = [f"{x['subscriptions']:,}", _mb(x["driver_session_mb"]), _mb(x["driver_loaded_mb"]),
                  _mb(x["driver_subscribed_mb"]), _mb(x["driver_published_mb"]), _mb(x["driver_after_result_mb"]),
                  _mb(x["driver_after_reformulated_mb"]), _mb(z["driver_jvm_rss_mb"]),
@@ -1148,6 +1159,49 @@ def _zero_table(results: list, prev: list | None, back_to_back: bool) -> list[st
     return [md_table(hdr, rows) + "\n"]
 
 
+def _loads(run: dict) -> list[float]:
+    """Every 1-minute load average the run recorded."""
+    vals = [run.get("load_start"), run.get("load_end")]
+    for part in ("publish", "stream"):
+        for x in run.get(part) or []:
+            vals += [x.get("load_start"), x.get("load_end")]
+    if run.get("zero_rebuild_run"):
+        vals += [run["zero_rebuild_run"]["load_start"], run["zero_rebuild_run"]["load_end"]]
+    return [float(v.split("/")[0]) for v in vals if v and v != "n/a"]
+
+
+def _targets(run: dict) -> list[list[str]]:
+    """Issue 16's targets, as this run measures them (the figures the next runtime is judged against)."""
+    rows = []
+    rss = [x for x in run.get("rss") or [] if "error" not in x]
+    small = next((x for x in rss if x["subscriptions"] == 10_000), None)
+    big = next((x for x in rss if x["subscriptions"] == 1_000_000), None)
+    if small and big:
+        d = big["driver_published_mb"] - small["driver_published_mb"]
+        dz = big["driver_after_reformulated_mb"] - small["driver_after_reformulated_mb"]
+        rows.append(["driver RSS at 1M range subscriptions + 100K rows within 100 MB of its RSS at 10K",
+                     f"{d:+,.0f} MB after unicast publishes, {dz:+,.0f} MB after reformulated ones",
+                     "met" if max(d, dz) <= 100 else "not met"])
+    if big and len(big["after_reformulated"]["executors"]) > 1:
+        per = [v["python_rss_mb"] for v in big["after_reformulated"]["executors"].values()]
+        rows.append(["on local-cluster each executor holds about half of a large group (1M subscriptions)",
+                     "Python RSS per executor: " + ", ".join(f"{v:,.0f} MB" for v in per),
+                     "see the memory table (a full copy each when both are near the local[2] total)"])
+    rm = next((p for p in run.get("publish", []) if p["class"] == "RANGE_MIN reformulated"), None)
+    b = next((b for b in (rm or {}).get("batches", []) if b["batch"] == 100_000), None)
+    if b:
+        rows.append(["RANGE_MIN reformulated end to end at batches of 100K >= 60% of the pure core's rate",
+                     f"{100 * b['ratio']:.1f}%", "met" if b["ratio"] >= 0.6 else "not met"])
+    rows.append(["no class slower than today at batches of 10K or more",
+                 "this runtime is the reference" if not run.get("previous") else "see now / previous", "-"])
+    z = run.get("zero_rebuild")
+    if z and z[0].get("design"):
+        bad = [f"{x['class']} {x['total_rebuilds']}" for x in z if x["total_rebuilds"]]
+        rows.append([f"zero rebuilds in 20 consecutive warm publishes, two after a {z[0]['pause_s']:.0f} s pause",
+                     "rebuilds: " + (", ".join(bad) if bad else "none"), "met" if not bad else "not met"])
+    return rows
+
+
 def write_report(data: dict, md_path: Path, png_path: Path) -> None:
     L = ["# Runtime benchmark: end to end through Spark vs the pure operators\n"]
     L.append("Generated by `bench/runtime.py` (see `bench/README.md`): every subscription class through "
@@ -1164,6 +1218,12 @@ def write_report(data: dict, md_path: Path, png_path: Path) -> None:
     if m:
         L.append(f"**Machine**: {m['platform']}; {m['cpu_count']} CPUs ({m['cpu']}); Python {m['python']}, pyspark "
                  f"{m['pyspark']}, numpy {m['numpy']}, pyarrow {m['pyarrow']}.\n")
+    loads = [v for r in runs.values() for v in _loads(r)]
+    if loads:
+        L.append(f"**Load**: every run shared the machine's 2 cores with other work: the 1-minute load average "
+                 f"recorded during the runs ranged from {min(loads):.1f} to {max(loads):.1f}. The figures are wall "
+                 f"clock under that load: absolute rates are low and noisy; the ratios measured side by side (e2e / "
+                 f"pure, now / previous) are the robust figures.\n")
     L.append("![e2e vs pure rows/s per class and batch; memory](runtime.png)\n")
     order = sorted(runs.values(), key=lambda r: (r["quick"], r["master"] != "local[2]"))
     for run in order:
@@ -1222,7 +1282,7 @@ def _plot(runs: list, path: Path) -> None:
     ax.set_xticklabels(classes, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("e2e / pure (%)")
     ax.set_title("share of the pure core's rate kept end to end", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="lower right")
     ax = axes[2]
     for run, style in zip(runs, ("o-", "s--", "^:", "d-.")):
         ok = [r for r in run.get("rss", []) if "error" not in r]
@@ -1300,6 +1360,7 @@ def main(argv=None) -> int:
     ap.add_argument("--skip", nargs="*", default=[], choices=["stream", "rss", "zero"], help="skip parts")
     ap.add_argument("--zero-only", action="store_true",
                     help="only the zero-rebuild check, on fresh engines, merged into this label's run in --json")
+    ap.add_argument("--render-only", action="store_true", help="rewrite runtime.md / runtime.png from --json")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # toy sizes, to develop the script
     ap.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--rss-rows", type=int, default=100_000, help=argparse.SUPPRESS)
@@ -1309,6 +1370,9 @@ def main(argv=None) -> int:
         return 0
     sizes = TINY if args.tiny else QUICK if args.quick else FULL
     pause = args.pause if args.pause is not None else (0.0 if args.quick else 90.0)
+    if args.render_only:
+        write_report(json.loads(args.json.read_text()), args.out / "runtime.md", args.out / "runtime.png")
+        return 0
     if args.zero_only:
         return zero_only(args, sizes, pause)
     started = time.perf_counter()

@@ -141,14 +141,14 @@ def _run(e: Engine, regs, dropped, again) -> dict:
 
 
 def _canonical(klass: str, parameters):
-    """Numbers as floats (JSON's 20 is 20.0); FILTER's DNF as a set of conjunctions (the planner may order
-    predicates)."""
+    """Numbers as floats (JSON's 20 is 20.0; -0.0 is 0.0, the same bound); FILTER's DNF as a set of conjunctions
+    (the planner may order predicates)."""
     def floats(v):
         if isinstance(v, list):
             return [floats(x) for x in v]
         if isinstance(v, dict):
             return {k: floats(x) for k, x in v.items()}
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+        return float(v) + 0.0 if isinstance(v, (int, float)) and not isinstance(v, bool) else v
 
     parameters = floats(parameters)
     if klass != "FILTER" or parameters is None:

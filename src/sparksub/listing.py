@@ -84,7 +84,8 @@ def _group_rows(entry) -> pa.Table:
         "class": pc.take(pa.array([physical.klass], pa.string()), zeros),
         "group": pc.take(pa.array([entry.group_id], pa.string()), zeros),
         "template": pc.take(pa.array(entry.templates, pa.string()), entry.template_of[slots]),
-        "parameters": parameters}, schema=SUBSCRIPTIONS_SCHEMA)
+        # a group whose subscriptions have no constants (a join without selections) gives one text for all
+        "parameters": _broadcast(parameters, n)}, schema=SUBSCRIPTIONS_SCHEMA)
 
 
 # ---- per family: the registry's columns as JSON text ---------------------------------------------------
