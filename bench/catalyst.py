@@ -237,8 +237,8 @@ def same_metrics(a: dict | None, b: dict | None) -> bool | None:
 def core_seconds(spark, kind: str, runs: int) -> tuple[float, int]:
     """The pure core (``range_join_aggregate`` / ``_topk`` / ``_distinct``, in the driver, one thread) on the
     same q and t: what the answer costs without Spark around it."""
-    from sparksub.operators.range_join_aggregate import range_join_aggregate
-    from sparksub.operators.range_join_enumerate import range_join_distinct, range_join_topk
+    from sparksub.operators.range_join.aggregate import range_join_aggregate
+    from sparksub.operators.range_join.enumerate import range_join_distinct, range_join_topk
     q = spark.table("q").toArrow()
     t = spark.table("t").toArrow()
     if kind in ("topk", "distinct"):

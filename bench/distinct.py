@@ -43,10 +43,11 @@ import numpy as np
 import pyarrow as pa
 from common import load_avg, log, machine, md_table
 
-from sparksub.operators import range_agg, range_distinct
-from sparksub.operators.point_index import PointIndex2D
-from sparksub.operators.range_agg import AggUnicast, RangeAggCore
-from sparksub.operators.range_distinct import RangeDistinctCore
+from sparksub.operators.agg import core as range_agg
+from sparksub.operators.distinct import core as range_distinct
+from sparksub.operators.shared.point_index import PointIndex2D
+from sparksub.operators.agg.core import AggUnicast, RangeAggCore
+from sparksub.operators.distinct.core import RangeDistinctCore
 
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "docs" / "benchmarks"

@@ -37,7 +37,7 @@ optimisation ("indexed NFA"), with one switched off ("no instance index", "no st
 index"), all off ("naive NFA": every instance and every start guard checked on every event, no expiry;
 DESIGN §3's baseline — the same executor with its indexes off rather than a separate interpreter, so the
 outputs are comparable match for match), and ``FamilyEngine()`` ("grouped NFA") when
-``sparksub.operators.nfa_families`` exists.
+``sparksub.operators.events.families`` exists.
 
 **Measure.** Each (executor, queries) cell runs in a fresh forked child: register the queries (timed:
 queries/s; parsing is done once beforehand and timed apart), then feed the fixed event sequence to
@@ -102,7 +102,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import fmt_num, load_avg, log, machine, md_table  # noqa: E402
 
 from sparksub.grammar.events import parse_event_query  # noqa: E402
-from sparksub.operators.nfa import NFAEngine  # noqa: E402
+from sparksub.operators.events.nfa import NFAEngine  # noqa: E402
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "docs" / "benchmarks"
 
@@ -124,8 +124,8 @@ CHECKPOINT = 16                             # events between clock readings
 
 
 # imported here, in the parent, so that every forked cell runs the same code even if the files change
-_NFA_FAMILIES = (importlib.import_module("sparksub.operators.nfa_families")
-                 if importlib.util.find_spec("sparksub.operators.nfa_families") else None)
+_NFA_FAMILIES = (importlib.import_module("sparksub.operators.events.families")
+                 if importlib.util.find_spec("sparksub.operators.events.families") else None)
 
 
 def _family_engine():
@@ -443,7 +443,7 @@ def compare_subset(ref: dict, c: dict, qi: np.ndarray) -> dict:
 def oracle_check(texts: dict, events: list, matched: list, per_family: int = 10, n_events: int = 4000) -> dict:
     """Per family, up to `per_family` queries that matched in the first `n_events` events in a cell
     (`matched`, most matches first), topped up with the first queries of the list."""
-    from sparksub.operators.cayuga_reference import evaluate_queries
+    from cayuga_reference import evaluate_queries
     pick = []
     for f in FAMILIES:
         mine = [k for k in matched if family(k) == f][:per_family]
@@ -628,7 +628,7 @@ def git_state() -> str:
     elsewhere, e.g. an export of a commit on PYTHONPATH) are HEAD's files."""
     import subprocess
     repo = Path(__file__).resolve().parent.parent
-    mods = [sys.modules[m] for m in ("sparksub.operators.nfa", "sparksub.operators.nfa_families") if m in sys.modules]
+    mods = [sys.modules[m] for m in ("sparksub.operators.events.nfa", "sparksub.operators.events.families") if m in sys.modules]
 
     def git(*a):
         return subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True, timeout=10).stdout.strip()

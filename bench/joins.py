@@ -58,12 +58,12 @@ from common import fmt_num, load_avg, log, machine, md_table  # noqa: E402
 import joins_smoke  # noqa: E402
 import router_smoke  # noqa: E402
 import select_joins_smoke as sjs  # noqa: E402
-from sparksub.operators.joins import BJMJ, BJSSI, BJDOuter, BJQOuter  # noqa: E402
-from sparksub.operators.router import DYNAMIC, OPT, PAPER_PLANS, CostModel, Router, synthetic_workload  # noqa: E402
-from sparksub.operators.select_joins import (SJHotspot, SJJoinFirstE, SJJoinFirstS, SJNaive,  # noqa: E402
+from sparksub.operators.joins.band import BJMJ, BJSSI, BJDOuter, BJQOuter  # noqa: E402
+from sparksub.operators.joins.router import DYNAMIC, OPT, PAPER_PLANS, CostModel, Router, synthetic_workload  # noqa: E402
+from sparksub.operators.joins.select import (SJHotspot, SJJoinFirstE, SJJoinFirstS, SJNaive,  # noqa: E402
                                              SJSelectFirst, SJSSI)
-from sparksub.operators.ssi import DynamicStabbingPartition, stabbing_number  # noqa: E402
-from sparksub.operators.ssi_histograms import (EqualWidthHistogram, OptimalHistogram, SSIHistogram,  # noqa: E402
+from sparksub.operators.shared.ssi import DynamicStabbingPartition, stabbing_number  # noqa: E402
+from sparksub.operators.shared.ssi_histograms import (EqualWidthHistogram, OptimalHistogram, SSIHistogram,  # noqa: E402
                                                mean_relative_error, stab_counts)
 
 REPO = Path(__file__).resolve().parent.parent

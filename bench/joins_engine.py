@@ -35,7 +35,7 @@ from common import fmt_num, load_avg, log, machine, md_table  # noqa: E402
 
 from sparksub import Engine  # noqa: E402
 from sparksub.engine import spark_session  # noqa: E402
-from sparksub.operators.router import synthetic_workload  # noqa: E402
+from sparksub.operators.joins.router import synthetic_workload  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "docs" / "benchmarks"

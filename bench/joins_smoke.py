@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import fmt_num, load_avg, log, md_table  # noqa: E402
 
-from sparksub.operators.joins import BJSSI, BJDOuter, BJMJ, BJQOuter  # noqa: E402
+from sparksub.operators.joins.band import BJSSI, BJDOuter, BJMJ, BJQOuter  # noqa: E402
 
 
 def workload(n_data: int, n_queries: int, groups: int, width: float, seed: int):

@@ -45,8 +45,8 @@ import numpy as np
 import pyarrow as pa
 from common import fmt_num, load_avg, log, machine, md_table
 
-from sparksub.operators.delivery import MESSAGE_BYTES, UNICAST_ROW_BYTES, SubscriptionPoints
-from sparksub.operators.range_min_group import RangeMinGroup
+from sparksub.operators.range_min.delivery import MESSAGE_BYTES, UNICAST_ROW_BYTES, SubscriptionPoints
+from sparksub.operators.range_min.group import RangeMinGroup
 
 DOMAIN = 10_000.0
 SEED_OBJECTS, SEED_SUBS, SEED_UPDATES = 11, 22, 33

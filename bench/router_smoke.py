@@ -2,7 +2,7 @@
 tuples under DYNAMIC, each static plan and OPT, and DYNAMIC's decision breakdown, on Table 4.1-shaped
 workloads at 100K-tuple tables.  Not the full bench/joins.py (issue 5).
 
-Workloads (:func:`sparksub.operators.router.synthetic_workload`; the OCR of Table 4.1 lost μ / σ, the values
+Workloads (:func:`sparksub.operators.joins.router.synthetic_workload`; the OCR of Table 4.1 lost μ / σ, the values
 are bench/select_joins_smoke.py's): R.A, S.C ~ Uni(0, 10000), R.B ~ Uni{0..10000}, S.B ~ round(N(5000, 1000));
 query A midpoints N(5000, 1500), C midpoints Uni(0, 10000), lengths |N(L, L/5)| with L = 1000 (an incoming
 tuple passes ~10% of the R.A selections) or 100 (~1%).  Incoming R tuples drawn like R.
@@ -39,7 +39,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import load_avg  # noqa: E402
 
-from sparksub.operators.router import (DYNAMIC, OPT, PAPER_PLANS, CostModel, Router,  # noqa: E402
+from sparksub.operators.joins.router import (DYNAMIC, OPT, PAPER_PLANS, CostModel, Router,  # noqa: E402
                                        default_coefficients_path, synthetic_workload)
 
 DOMAIN = 10_000

@@ -234,7 +234,7 @@ PROBE_SOURCE = textwrap.dedent('''
     # log batches replayed; rebuild = not cached or another base: built from base + the whole log).
     import os, sys, time
     _DIR = os.environ.get("SPARKSUB_BENCH_PROBE")
-    _TARGETS = {"sparksub.operators.spark_groups": "group_id", "sparksub.operators.spark_events": "replica_id"}
+    _TARGETS = {"sparksub.runtime.groups": "group_id", "sparksub.runtime.events": "replica_id"}
 
     def _wrap(module, attr):
         inner, cache = module.materialize, module._CACHE
@@ -401,12 +401,12 @@ class RangeBench(ClassBench):
     def pure(self):
         t0 = time.perf_counter()
         if self.klass == "RANGE_MIN":
-            from sparksub.operators.range_min_group import RangeMinGroup
+            from sparksub.operators.range_min.group import RangeMinGroup
             g = RangeMinGroup(self.name, "stock", "risk", "per", False)
             g.points.add(self.ids.astype(object), self.lo, self.hi)
             g.load(self.keys, self.xs, self.ys)
         else:
-            from sparksub.operators.range_groups import RangeClassSnapshot
+            from sparksub.operators.range_classes.groups import RangeClassSnapshot
             option = False if self.klass == "RANGE_TOPK" else "sum"
             k = np.full(self.subs, TOPK_K if self.klass == "RANGE_TOPK" else 1, dtype=np.int64)
             g = RangeClassSnapshot(self.klass, self.name, "stock", "risk", "per", option, self.ids.astype(object),
@@ -444,14 +444,14 @@ class FilterBench(RangeBench):
         return e
 
     def pure_batch(self, lo, hi, seq0):
-        from sparksub.operators.filter_group import EVENT_PREFIX
+        from sparksub.operators.filters.group import EVENT_PREFIX
         b = self.user_rows(lo, hi)
         return pa.table({**{EVENT_PREFIX + c: b.column(c) for c in b.column_names},
                          "op": pa.array(np.zeros(b.num_rows, np.int8), pa.int8()),
                          "seq": pa.array(np.arange(seq0, seq0 + b.num_rows, dtype=np.int64), pa.int64())})
 
     def pure(self):
-        from sparksub.operators.filter_group import Block, FilterGroup
+        from sparksub.operators.filters.group import Block, FilterGroup
         t0 = time.perf_counter()
         g = FilterGroup("FILTER", "stock", [("symbol", pa.string()), ("risk", pa.float64()), ("per", pa.float64())])
         s = self.fsubs
@@ -466,7 +466,7 @@ class JoinBench(ClassBench):
     def __init__(self, klass: str, sizes: Sizes, n_updates: int):
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import joins_engine as je
-        from sparksub.operators.router import synthetic_workload
+        from sparksub.operators.joins.router import synthetic_workload
         self.name = self.klass = klass
         rng = np.random.default_rng(3)
         n = sizes.join_rows
@@ -513,7 +513,7 @@ class JoinBench(ClassBench):
                          "b": pa.array(b, pa.int64() if self.klass == "SELECT_JOIN" else pa.float64())})
 
     def pure_batch(self, lo, hi, seq0):
-        from sparksub.operators.filter_group import EVENT_PREFIX
+        from sparksub.operators.filters.group import EVENT_PREFIX
         b = self.user_rows(lo, hi)
         n = b.num_rows
         return pa.table({**{EVENT_PREFIX + c: b.column(c) for c in b.column_names},
@@ -522,7 +522,7 @@ class JoinBench(ClassBench):
                          "j_side": pa.array(np.zeros(n, np.int8), pa.int8())})
 
     def pure(self):
-        from sparksub.operators.join_groups import JoinGroupSnapshot
+        from sparksub.operators.joins.group import JoinGroupSnapshot
         t0 = time.perf_counter()
         if self.klass == "SELECT_JOIN":
             sides = (("r", "rk", "b", ("a",)), ("s", "sk", "b", ("c",)))
@@ -576,14 +576,14 @@ class EventBench(ClassBench):
                          "Volume": self.volume[lo:hi], "t0": t, "t1": t})
 
     def pure_batch(self, lo, hi, seq0):
-        from sparksub.operators.event_partitions import events_table
+        from sparksub.operators.events.partitions import events_table
         t = list(range(lo, hi))
         return events_table({"Name": pa.array(self.name_col[lo:hi].tolist(), pa.string()),
                              "Price": pa.array(self.price[lo:hi]), "Volume": pa.array(self.volume[lo:hi])},
                             t, t, list(range(seq0, seq0 + hi - lo)))
 
     def pure(self):
-        from sparksub.operators.nfa_families import FamilyEngine
+        from sparksub.operators.events.families import FamilyEngine
         t0 = time.perf_counter()
         ex = FamilyEngine()
         for name, text in self.queries.items():
@@ -591,7 +591,7 @@ class EventBench(ClassBench):
         return ex, time.perf_counter() - t0
 
     def pure_apply(self, op, batch) -> int:
-        from sparksub.operators.event_partitions import feed_events
+        from sparksub.operators.events.partitions import feed_events
         return len(feed_events(op, ["Stock"], batch))
 
     def stream_schema(self):
@@ -820,7 +820,7 @@ def stream_part(spark, bench: ClassBench, e, cur: Cursor, sizes: Sizes, work: Pa
 
 def _stream_stats(df):
     try:
-        from sparksub.operators import spark_stream
+        from sparksub.runtime import stream as spark_stream
         return spark_stream.stream_stats(df)
     except Exception:  # noqa: BLE001 - only the range groups' stream has counters at this commit
         return None

@@ -32,9 +32,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import fmt_num, load_avg, md_table  # noqa: E402
 
-from sparksub.operators.select_joins import (SJHotspot, SJJoinFirstE, SJJoinFirstS, SJNaive,  # noqa: E402
+from sparksub.operators.joins.select import (SJHotspot, SJJoinFirstE, SJJoinFirstS, SJNaive,  # noqa: E402
                                              SJReformulated, SJSelectFirst, SJSSI)
-from sparksub.operators.ssi import stabbing_number  # noqa: E402
+from sparksub.operators.shared.ssi import stabbing_number  # noqa: E402
 
 DOMAIN = 10_000
 ALGOS = {

@@ -56,8 +56,8 @@ import numpy as np
 import pyarrow as pa
 from common import load_avg, log, machine, md_table
 
-from sparksub.operators.point_index import PointIndex2D
-from sparksub.operators.topk import Subscriptions, TopkCore, TopkSubscriber, UnicastMessage, batch_minimum, bounding_rect
+from sparksub.operators.shared.point_index import PointIndex2D
+from sparksub.operators.topk.core import Subscriptions, TopkCore, TopkSubscriber, UnicastMessage, batch_minimum, bounding_rect
 
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "docs" / "benchmarks"

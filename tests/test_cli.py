@@ -109,7 +109,7 @@ def test_the_readme_use_block_runs_as_pasted(engine, spark, tmp_path, capsys, mo
 
     import sparksub
     from sparksub.grammar.events import parse_event_query
-    from sparksub.operators.cayuga_reference import evaluate
+    from cayuga_reference import evaluate
 
     rng = np.random.default_rng(7)
     stocks = pd.DataFrame({"symbol": [f"s{i}" for i in range(20)], "risk": rng.uniform(0, 100, 20).round(1),

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from sparksub.engine import catalyst_mode
-from sparksub.spark_connect import is_connect_session
+from sparksub.runtime.connect import is_connect_session
 
 pytestmark = pytest.mark.spark
 
@@ -33,7 +33,7 @@ except ImportError as err:
     raise SystemExit(0)
 import sparksub
 from sparksub.errors import SparkConnectUnsupported
-from sparksub.spark_connect import is_connect_session
+from sparksub.runtime.connect import is_connect_session
 spark = SparkSession.builder.remote("local[2]").getOrCreate()
 print("CONNECT", type(spark).__module__, is_connect_session(spark))
 with warnings.catch_warnings(record=True) as caught:

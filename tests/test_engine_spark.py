@@ -7,7 +7,7 @@ import random
 import pytest
 
 from sparksub import AnalysisError, BadUpdate, Engine
-from sparksub.operators.range_min_group import RangeMinGroup
+from sparksub.operators.range_min.group import RangeMinGroup
 
 pytestmark = pytest.mark.spark
 
@@ -200,7 +200,7 @@ def test_explain_shows_plan_trace_operator_and_spark_plan(spark):
 def test_a_failing_group_does_not_stop_the_others(spark):
     import pyarrow as pa
 
-    from sparksub.operators import spark_groups
+    from sparksub.runtime import groups as spark_groups
 
     e = fig1_engine(spark)
     e.sql("CREATE SUBSCRIPTION lo AS SELECT MIN(per) FROM stock WHERE risk BETWEEN 25 AND 60")

@@ -17,10 +17,10 @@ import pytest
 from sparksub import Engine
 from sparksub.errors import AnalysisError
 from sparksub.grammar.events import parse_event_query
-from sparksub.operators import event_partitions as evp
-from sparksub.operators import spark_event_stream as ses
-from sparksub.operators import spark_events
-from sparksub.operators.cayuga_reference import evaluate_queries
+from sparksub.operators.events import partitions as evp
+from sparksub.runtime import event_stream as ses
+from sparksub.runtime import events as spark_events
+from cayuga_reference import evaluate_queries
 
 STOCK_DDL = "CREATE TABLE Stock (Name STRING, Price DOUBLE, Volume BIGINT)"
 

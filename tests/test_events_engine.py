@@ -18,9 +18,9 @@ from sparksub import Engine
 from sparksub.errors import (AnalysisError, BadUpdate, DuplicateSubscription, InvalidSubscription, ParseError,
                              UnknownSubscription)
 from sparksub.grammar.events import parse_event_query
-from sparksub.operators import spark_events
-from sparksub.operators.cayuga_reference import evaluate_queries
-from sparksub.operators.event_partitions import key_partition
+from sparksub.runtime import events as spark_events
+from cayuga_reference import evaluate_queries
+from sparksub.operators.events.partitions import key_partition
 
 pytestmark = pytest.mark.spark
 
@@ -163,7 +163,7 @@ def test_register_and_drop_between_publishes_keep_partial_matches(spark, monkeyp
 # ---- the pure parts: plan, types, rows (event_partitions) --------------------------------------------------
 
 def test_event_partition_plan_keeps_classes_and_reports_moves():
-    from sparksub.operators.event_partitions import event_partition_plan, query_info
+    from sparksub.operators.events.partitions import event_partition_plan, query_info
     tables = {"stock": "Stock", "news": "News"}
 
     def infos(queries):
@@ -200,7 +200,7 @@ def test_event_partition_plan_keeps_classes_and_reports_moves():
 def test_output_types_columns_and_match_rows():
     import pyarrow as pa
 
-    from sparksub.operators.event_partitions import match_layout, matches_to_table, output_attributes
+    from sparksub.operators.events.partitions import match_layout, matches_to_table, output_attributes
     stock = {"Stock": {"Name": pa.string(), "Price": pa.float64(), "Volume": pa.int64()}}
     ex4 = output_attributes(parse_event_query(ISSUE_EXAMPLES["ex4"]), stock)
     assert list(ex4) == ["Name_1", "Price_1", "Volume_1", "cnt", "sumPrice", "Name", "Price", "Volume"]

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparksub.operators.spark_range_join import range_join_aggregate_df
+from sparksub.runtime.range_join import range_join_aggregate_df
 
 pytestmark = pytest.mark.spark
 

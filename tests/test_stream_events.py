@@ -18,9 +18,9 @@ import pytest
 
 from sparksub.errors import AnalysisError
 from sparksub.grammar.events import parse_event_query
-from sparksub.operators import event_partitions as evp
-from sparksub.operators import spark_event_stream as ses
-from sparksub.operators.cayuga_reference import evaluate_queries
+from sparksub.operators.events import partitions as evp
+from sparksub.runtime import event_stream as ses
+from cayuga_reference import evaluate_queries
 
 S3 = "SELECT * FROM FILTER{Price > 1.05 * Price_1}(Stock NEXT{$1.Name = $2.Name} Stock)"
 FOLD = ("SELECT * FROM (SELECT *, 1 AS cnt, Price AS sumPrice FROM Stock) FOLD{$1.Name = $2.Name, "

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from sparksub import Engine
-from sparksub.operators import spark_join_stream as sjs
-from sparksub.operators.filter_group import EVENT_PREFIX
+from sparksub.runtime import join_stream as sjs
+from sparksub.operators.filters.group import EVENT_PREFIX
 
 pytestmark = pytest.mark.spark
 
@@ -178,8 +178,8 @@ def test_join_stream_processor_under_tws_tester(schedule):
 
     import pickle
     from sparksub.engine import _arrow_type, _schema_for, _with_join_columns
-    from sparksub.operators import join_groups
-    from sparksub.operators.spark_stream import _Deferred
+    from sparksub.operators.joins import group as join_groups
+    from sparksub.runtime.stream import _Deferred
     e = make_engine(None)
     state = e._tables["r"]
     groups = {}

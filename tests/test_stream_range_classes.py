@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 
 from sparksub import Engine
-from sparksub.operators import spark_stream
-from sparksub.operators.range_min_group import DELETE, UPSERT
+from sparksub.runtime import stream as spark_stream
+from sparksub.operators.range_min.group import DELETE, UPSERT
 
 pytestmark = pytest.mark.spark
 

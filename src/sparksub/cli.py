@@ -210,7 +210,7 @@ def run(args) -> int:
         return 2
     if args.schema:
         from sparksub.grammar.events import parse_event_query
-        from sparksub.operators.event_partitions import query_streams
+        from sparksub.operators.events.partitions import query_streams
         table = args.table
         if table is None:
             streams, published = set(), set()
@@ -327,7 +327,7 @@ def _sizes(text: str) -> list[tuple[int, int]]:
 
 def calibrate_router(args) -> int:
     # pure numpy: no Spark session is started for this command
-    from sparksub.operators.router import PLANS, calibrate, default_coefficients_path
+    from sparksub.operators.joins.router import PLANS, calibrate, default_coefficients_path
 
     sizes = _sizes(args.sizes)
     plans = args.plans.split(",") if args.plans else list(PLANS)

@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparksub.errors import BadUpdate
-from sparksub.operators.box_groups import BOX_MESSAGE_SCHEMA
-from sparksub.operators.join_groups import JOIN_MESSAGE_SCHEMA
-from sparksub.operators.range_groups import RANGE_MESSAGE_SCHEMA
-from sparksub.operators.range_min_group import MESSAGE_SCHEMA
+from sparksub.operators.box.group import BOX_MESSAGE_SCHEMA
+from sparksub.operators.joins.group import JOIN_MESSAGE_SCHEMA
+from sparksub.operators.range_classes.groups import RANGE_MESSAGE_SCHEMA
+from sparksub.operators.range_min.group import MESSAGE_SCHEMA
 from sparksub.planner import ir
 
 __all__ = ["message_schema", "checked_messages"]

@@ -2,7 +2,7 @@
 
 The engine holds the conceptual database (each declared table's rows, by key) and the subscription
 groups; it parses and plans statements (``grammar``, ``planner``, ``catalyst_rules``) and runs the
-group operators inside Spark (``operators/spark_groups.py``). Every mutation validates first and then
+group operators inside Spark (``runtime/groups.py``). Every mutation validates first and then
 applies, so a bad statement or batch leaves everything as it was (DESIGN §7).
 """
 from __future__ import annotations
@@ -30,22 +30,27 @@ from sparksub.grammar.script import EventQueryStatement as _EventQueryStatement
 from sparksub.grammar.script import in_script, parse_script, spark_error
 from sparksub.jvm.bridge import subscription_group
 from sparksub import listing
-from sparksub.spark_connect import refuse_connect_session
+from sparksub.runtime.connect import refuse_connect_session
 from sparksub.planner import ir
 from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES, Catalog, TableDef
 from sparksub.planner.logical import MAX_K
 from sparksub.planner.projection import join_output_columns, table_output_columns
 from sparksub.planner.classifier import (SUPPORTED_CLASSES, Planned, bind_band_join, bind_box, bind_filter_columns,
                                          bind_range, bind_select_join, parameters_of, plan_subscription)
-from sparksub.operators.box_groups import BOX_COLUMNS, BoxClassSnapshot, BoxSubscribers
-from sparksub.operators.delivery import SubscriptionPoints, Subscribers
-from sparksub.operators.filter_group import EVENT_PREFIX, Block, FilterGroup
-from sparksub.operators.range_groups import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA, RangeClassSnapshot
-from sparksub.operators.range_min_group import (DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA, UPSERT, GroupSnapshot,
+from sparksub.operators.box.group import BOX_COLUMNS, BoxClassSnapshot, BoxSubscribers
+from sparksub.operators.range_min.delivery import SubscriptionPoints, Subscribers
+from sparksub.operators.filters.group import EVENT_PREFIX, Block, FilterGroup
+from sparksub.operators.range_classes.groups import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA, RangeClassSnapshot
+from sparksub.operators.range_min.group import (DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA, UPSERT, GroupSnapshot,
                                                 with_reason)
-from sparksub.operators import event_partitions as evp
-from sparksub.operators import join_groups, range_subscribers, row_validation, spark_events, spark_groups, spark_stream
-from sparksub.operators.join_groups import JOIN_ITEM_SCHEMA, JOIN_MESSAGE_SCHEMA, JoinSubscriptions, QueryChange
+from sparksub.operators.events import partitions as evp
+from sparksub.operators.joins import group as join_groups
+from sparksub.operators.range_classes import subscribers as range_subscribers
+from sparksub.operators.shared import row_validation
+from sparksub.runtime import events as spark_events
+from sparksub.runtime import groups as spark_groups
+from sparksub.runtime import stream as spark_stream
+from sparksub.operators.joins.group import JOIN_ITEM_SCHEMA, JOIN_MESSAGE_SCHEMA, JoinSubscriptions, QueryChange
 
 __all__ = ["Engine", "spark_session"]
 
@@ -245,7 +250,7 @@ class Engine:
         self.join_partitions: int | None = None
         #: the router's mode for SELECT_JOIN groups: 'DYNAMIC' (003 §4.5), 'OPT' or a plan name
         self.join_router_mode = join_groups.DYNAMIC
-        # event queries (the EVENT class; operators/event_partitions.py, spark_events.py)
+        # event queries (the EVENT class; operators/events/partitions.py, spark_events.py)
         #: partitions of a new keyed event class, and the most unkeyed groups per stream set; None: the
         #: session's default parallelism.  A class keeps the count it was created with.
         self.event_partitions: int | None = None
@@ -395,7 +400,7 @@ class Engine:
     def _check_statement(self, stmt, source: str, scratch: "Engine", subscribed, added: set, dropped: set) -> None:
         """One statement of :meth:`_check_script`, applied to ``scratch`` and the id sets."""
         from sparksub.grammar.events import parse_event_query
-        from sparksub.operators.nfa import NFAEngine
+        from sparksub.operators.events.nfa import NFAEngine
         if isinstance(stmt, exp.Create) and (stmt.args.get("kind") or "").upper() == "TABLE":
             scratch.create_table(TableDef.from_create(stmt))
         elif isinstance(stmt, st.CreateSubscription):
@@ -779,7 +784,7 @@ class Engine:
         it shares the partial matches of an equal prefix already in progress.  Its matches start with the
         next ``publish``."""
         from sparksub.grammar.events import parse_event_query
-        from sparksub.operators.nfa import NFAEngine
+        from sparksub.operators.events.nfa import NFAEngine
         if not isinstance(name, str) or not name:
             raise InvalidSubscription(f"event query names are non-empty strings, got {name!r}")
         with self._lock:
@@ -859,7 +864,7 @@ class Engine:
         The record holds the query resolved and checked by ``event_analysis.analyse_query`` (Cayuga's
         unqualified names, unknown attributes, types: issue 15 items 2–3): what every executor runs."""
         from sparksub.grammar.event_analysis import analyse_query
-        from sparksub.operators.nfa import compile_query
+        from sparksub.operators.events.nfa import compile_query
         publishers = self._event_publishers()
         reads, publishes = evp.query_streams(query)
         for s in sorted(reads):
@@ -1180,7 +1185,7 @@ class Engine:
         names the failure, the other groups are unaffected, and the failed group is rebuilt from the
         table's rows on its next use (DESIGN §7).
 
-        A malformed row (``operators/row_validation.py``: a null key, an unknown ``_op``, NaN or ±inf in a
+        A malformed row (``operators/shared/row_validation.py``: a null key, an unknown ``_op``, NaN or ±inf in a
         numeric column, a value that does not cast to its column's type, a delete of a key the table does
         not hold -- counting earlier rows of the batch) is set aside: it comes out as a row with ``op =
         'rejected'``, its ``seq`` and ``reason``, exactly as ``stream`` emits it, and the other rows apply.
@@ -1315,7 +1320,7 @@ class Engine:
 
     def stream(self, table: str, streaming_df, mode: str = "unicast"):
         """Run the subscriptions on ``table`` over a stream of updates: a streaming DataFrame of
-        notifications (Structured Streaming; ``operators/spark_stream.py``).
+        notifications (Structured Streaming; ``runtime/stream.py``).
 
         ``streaming_df`` has the table's columns, an optional ``_op`` (``'upsert'`` default, or
         ``'delete'``) and an optional integer ``_seq``. Rows of one micro-batch apply in ``_seq`` order
@@ -1338,7 +1343,7 @@ class Engine:
         whole micro-batch (002 §IV-A), each carrying the micro-batch's last ``seq``.
 
         Join groups (SELECT_JOIN, BAND_JOIN) that read the table run as *stream-static* joins
-        (``operators/spark_join_stream.py``): the stream updates this table, the join partner is the other
+        (``runtime/join_stream.py``): the stream updates this table, the join partner is the other
         table's rows as of the ``stream`` call; the streamed rows live in the state store, partitioned by
         key. BAND_JOIN has no reformulated form: with ``mode='reformulated'`` its unicast rows come out.
 
@@ -1410,12 +1415,12 @@ class Engine:
             return out
 
     def _stream_events(self, state: TableState, classes: list, streaming_df):
-        """Event queries over a stream (``operators/spark_event_stream.py``): the streaming DataFrame needs
+        """Event queries over a stream (``runtime/event_stream.py``): the streaming DataFrame needs
         integer ``t0``/``t1`` columns (no global arrival order exists across micro-batches); ``_seq``, if
         present, orders events of equal ``t1``.  Each partition's executor lives in the state store
         (restart-safe); a new checkpoint starts from the engine's executors as they are now.  The
         stream's events do not flow back into the engine (``matches`` does not see them)."""
-        from sparksub.operators import spark_event_stream as ses
+        from sparksub.runtime import event_stream as ses
         tdef = state.definition
         members = [q for c in classes for q in c.cls.queries]
         spec = ses.event_stream_spec(
@@ -1837,7 +1842,7 @@ class Engine:
                  values=group.core.range_values(entry.points.x1[slots], entry.points.x2[slots]))
         entry.subscribers, entry.subscribers_version = subs, entry.version
 
-    # ---- join groups (SELECT_JOIN, BAND_JOIN: operators/join_groups.py) ---------------------------------------
+    # ---- join groups (SELECT_JOIN, BAND_JOIN: operators/joins/group.py) ---------------------------------------
     def _join_partition_count(self) -> int:
         if self.join_partitions is None:
             return max(1, int(self.spark.sparkContext.defaultParallelism))
@@ -1969,8 +1974,8 @@ class Engine:
     def _stream_joins(self, state: TableState, entries: list, streaming_df, mode: str):
         """Join groups on a stream of updates to one of their tables: stream-static joins (the partner is
         the other table's rows now), state per partition of the streamed rows (spark_join_stream)."""
-        from sparksub.operators.spark_join_stream import JoinStreamGroup, run_join_stream
-        from sparksub.operators.spark_stream import _Deferred
+        from sparksub.runtime.join_stream import JoinStreamGroup, run_join_stream
+        from sparksub.runtime.stream import _Deferred
         tdef = state.definition
         parts = self._join_partition_count()
         sc = self.spark.sparkContext

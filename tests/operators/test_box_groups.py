@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 from sparksub.errors import (AnalysisError, BadUpdate, InvalidSubscription, UnknownSubscription,
                              UnsupportedSubscription)
 from sparksub.grammar import parse_select
-from sparksub.operators import box_groups
-from sparksub.operators.box_groups import (BOX_MESSAGE_SCHEMA, BOX_UNICAST_SCHEMA, BoxClassSnapshot,
+from sparksub.operators.box import group as box_groups
+from sparksub.operators.box.group import (BOX_MESSAGE_SCHEMA, BOX_UNICAST_SCHEMA, BoxClassSnapshot,
                                            BoxMinReceiver, BoxTopkReceiver, StabIndex, deliver,
                                            measure_false_positives)
-from sparksub.operators.range_groups import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA
-from sparksub.operators.range_min_group import UNICAST_SCHEMA
+from sparksub.operators.range_classes.groups import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA
+from sparksub.operators.range_min.group import UNICAST_SCHEMA
 from sparksub.planner import ir
 from sparksub.planner.catalog import Catalog, TableDef
 from sparksub.planner.classifier import bind_box, bind_range, parameters_of, plan_subscription

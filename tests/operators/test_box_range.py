@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import BadUpdate, InvalidSubscription
-from sparksub.operators.box_range import (
+from sparksub.operators.box.core import (
     BoxMessage,
     BoxMinCore,
     BoxMinSubscriber,

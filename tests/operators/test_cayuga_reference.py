@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from event_strategies import stock_events
 from sparksub.errors import AnalysisError
 from sparksub.grammar.events import parse_algebra, parse_cel
-from sparksub.operators.cayuga_reference import (
+from cayuga_reference import (
     ReferenceInterpreter, combine_attributes, evaluate, evaluate_queries,
 )
 

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 import pytest
 from sparksub.errors import AnalysisError
 from sparksub.grammar.events import parse_cel
-from sparksub.operators.cayuga_reference import combine_attributes, evaluate_queries
-from sparksub.operators.nfa import NFAEngine
-from sparksub.operators.nfa_families import FamilyEngine
+from cayuga_reference import combine_attributes, evaluate_queries
+from sparksub.operators.events.nfa import NFAEngine
+from sparksub.operators.events.families import FamilyEngine
 
 NUM, STR, BOOL = "num", "str", "bool"
 STOCK = {"Name": STR, "Price": NUM, "Volume": NUM, "Txt": STR}

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import DuplicateSubscription, InvalidSubscription, UnknownSubscription
-from sparksub.operators.delivery import (
+from sparksub.operators.range_min.delivery import (
     MESSAGE_BYTES, UNICAST_ROW_BYTES, Subscribers, SubscriptionPoints, match, message_bytes,
     message_rectangle, unicast, unicast_bytes)
 

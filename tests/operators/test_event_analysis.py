@@ -17,10 +17,10 @@ from sparksub.errors import AnalysisError
 from sparksub.grammar.event_analysis import analyse_query
 from sparksub.grammar.events import parse_algebra, parse_cel, parse_event_query
 from sparksub.grammar.sql_like import like, like_pattern_problem
-from sparksub.operators.cayuga_reference import evaluate_queries
-from sparksub.operators.event_partitions import events_table, feed_events
-from sparksub.operators.nfa import NFAEngine
-from sparksub.operators.nfa_families import FamilyEngine
+from cayuga_reference import evaluate_queries
+from sparksub.operators.events.partitions import events_table, feed_events
+from sparksub.operators.events.nfa import NFAEngine
+from sparksub.operators.events.families import FamilyEngine
 
 STOCK = {"Stock": {"Name": "string", "Price": "double", "Volume": "bigint"}}
 EXECUTORS = (NFAEngine, FamilyEngine)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import DuplicateSubscription, UnknownSubscription
-from sparksub.operators.filter_group import EVENT_PREFIX, FilterGroup
+from sparksub.operators.filters.group import EVENT_PREFIX, FilterGroup
 from sparksub.operators.filters.counting import CountingMatcher
 from sparksub.operators.filters.le_subscribe import LeSubscribe
 
@@ -110,7 +110,7 @@ def test_snapshot_shards_rebuild_the_same_matches(subs, events, drop, k):
 def test_register_block_is_all_or_nothing():
     import numpy as np
 
-    from sparksub.operators.filter_group import Block
+    from sparksub.operators.filters.group import Block
     g = FilterGroup("filter:t", "t", COLUMNS)
     g.register(["keep"], [((("a", "=", (1,)),),)], [("*",)])
     # the second disjunct's constants are bad (None): the first disjunct must not stay behind

@@ -1,4 +1,4 @@
-"""Join group operators (operators/join_groups.py) against brute-force oracles: every batch's notifications
+"""Join group operators (operators/joins/group.py) against brute-force oracles: every batch's notifications
 are exactly the net change of every subscription's result (recomputed from the rows), for SELECT_JOIN and
 BAND_JOIN, with NULLs, upserts (delete + insert of one seq), deletes, duplicates in values, query changes
 from the log, partitions, and the reformulated form through JoinSubscribers."""
@@ -10,12 +10,12 @@ import numpy as np
 import pyarrow as pa
 from hypothesis import example, given, settings, strategies as st
 
-from sparksub.operators.filter_group import EVENT_PREFIX
-from sparksub.operators.join_groups import (BAND_JOIN, SELECT_JOIN, JoinGroupSnapshot, JoinSubscribers,
+from sparksub.operators.filters.group import EVENT_PREFIX
+from sparksub.operators.joins.group import (BAND_JOIN, SELECT_JOIN, JoinGroupSnapshot, JoinSubscribers,
                                             JoinSubscriptions, QueryChange, band_cuts, band_partitions,
                                             join_value_partition, key_text, output_types, payload_columns,
                                             side_columns)
-from sparksub.operators.range_min_group import DELETE, UPSERT
+from sparksub.operators.range_min.group import DELETE, UPSERT
 
 SJ_SIDES = (("r", "rk", "b", ("a",)), ("s", "sk", "b", ("c",)))
 BJ_SIDES = (("r", "rk", "b", ("a",)), ("s", "sk", "b", ()))

@@ -1,4 +1,4 @@
-"""Tests of sparksub.operators.joins: continuous band joins (003 §4.3.1) by BJ-SSI, BJ-QOuter, BJ-DOuter, BJ-MJ.
+"""Tests of sparksub.operators.joins.band: continuous band joins (003 §4.3.1) by BJ-SSI, BJ-QOuter, BJ-DOuter, BJ-MJ.
 
 Oracle: enumerate every (query, R-tuple, S-tuple) and test ``lo <= s.b − r.b <= hi`` plus the local
 selections (003 §4.3; the float64 difference, as the module defines it).  Every algorithm, in lockstep over
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import BadUpdate, DuplicateSubscription, InvalidSubscription, UnknownSubscription
-from sparksub.operators.joins import ALGORITHMS, BJDOuter, BJMJ, BJQOuter, BJSSI, BandQuery
+from sparksub.operators.joins.band import ALGORITHMS, BJDOuter, BJMJ, BJQOuter, BJSSI, BandQuery
 
 INF = math.inf
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

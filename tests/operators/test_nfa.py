@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from event_strategies import stock_events, stream_expressions
 from sparksub.errors import AnalysisError, SparksubError, UnsupportedSubscription
 from sparksub.grammar.events import parse_algebra, parse_cel
-from sparksub.operators.cayuga_reference import evaluate_queries
-from sparksub.operators.nfa import NFAEngine, compile_query
+from cayuga_reference import evaluate_queries
+from sparksub.operators.events.nfa import NFAEngine, compile_query
 
 _HSETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from event_strategies import stock_events
 from sparksub.grammar.events import parse_cel
-from sparksub.operators.cayuga_reference import evaluate_queries
-from sparksub.operators.nfa import NFAEngine
-from sparksub.operators.nfa_families import FamilyEngine, template_of
+from cayuga_reference import evaluate_queries
+from sparksub.operators.events.nfa import NFAEngine
+from sparksub.operators.events.families import FamilyEngine, template_of
 from test_nfa import typed_queries
 
 _H = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))

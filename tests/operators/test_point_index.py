@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparksub.operators.point_index import PointIndex2D
+from sparksub.operators.shared.point_index import PointIndex2D
 
 INF = np.inf
 POOL = [-INF, -2.0, -1.0, 0.0, 0.5, 1.0, 2.0, 3.0, INF]          # ties and infinite ends

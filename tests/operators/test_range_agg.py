@@ -1,4 +1,4 @@
-"""Tests of sparksub.operators.range_agg against a brute-force oracle.
+"""Tests of sparksub.operators.agg.core against a brute-force oracle.
 
 Oracle: a plain dict ``key -> (x, y)``; COUNT / SUM / AVG over every subscription range are recomputed from it
 after every update with exact rational arithmetic (``fractions.Fraction``), then rounded once to float; the
@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import BadUpdate
-from sparksub.operators import range_agg as ra  # private helpers: white-box checks of the unicast's arithmetic
-from sparksub.operators.range_agg import (
+from sparksub.operators.agg import core as ra  # private helpers: white-box checks of the unicast's arithmetic
+from sparksub.operators.agg.core import (
     AggState,
     AggUnicast,
     Message,

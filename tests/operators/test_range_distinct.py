@@ -1,4 +1,4 @@
-"""Tests of sparksub.operators.range_distinct against a brute-force oracle.
+"""Tests of sparksub.operators.distinct.core against a brute-force oracle.
 
 Oracle: a plain dict ``key -> (x, y)``; every subscription's DISTINCT set is recomputed from it after every update
 (000 §4; dissertation §5.4).  Every subscriber's local set is maintained *only* from the messages via the
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import BadUpdate
-from sparksub.operators.range_distinct import (
+from sparksub.operators.distinct.core import (
     ADD,
     REMOVE,
     Message,

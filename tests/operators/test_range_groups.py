@@ -10,8 +10,10 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparksub.operators import range_agg, range_distinct, topk
-from sparksub.operators.range_groups import RangeClassSnapshot
+from sparksub.operators.agg import core as range_agg
+from sparksub.operators.distinct import core as range_distinct
+from sparksub.operators.topk import core as topk
+from sparksub.operators.range_classes.groups import RangeClassSnapshot
 
 KEYS = [f"k{i}" for i in range(8)]
 

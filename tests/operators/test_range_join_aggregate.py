@@ -1,4 +1,4 @@
-"""Tests of sparksub.operators.range_join_aggregate against a brute-force oracle.
+"""Tests of sparksub.operators.range_join.aggregate against a brute-force oracle.
 
 Oracle: plain Python nested loops over (parameter row, data row) pairs implementing Spark SQL's semantics of
 ``SELECT keys, agg_i(y_i) FROM params JOIN data ON x >= lo AND x <= hi GROUP BY keys`` directly: Spark's
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from range_join_oracle import chunked, column, is_nan as _is_nan, joins, shown_key
 
-from sparksub.operators.range_join_aggregate import range_join_aggregate
+from sparksub.operators.range_join.aggregate import range_join_aggregate
 
 AGGS = ["min", "max", "count_star", "count", "sum"]
 NAN = math.nan

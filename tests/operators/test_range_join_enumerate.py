@@ -1,4 +1,4 @@
-"""Tests of sparksub.operators.range_join_enumerate against a brute-force oracle.
+"""Tests of sparksub.operators.range_join.enumerate against a brute-force oracle.
 
 The oracle is plain Python loops over (parameter row, data row) pairs that implement Spark SQL's semantics of
 
@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 
 from range_join_oracle import chunked, column, is_nan as _is_nan, joins, shown_key as shown
 
-from sparksub.operators.range_join_enumerate import range_join_distinct, range_join_topk
+from sparksub.operators.range_join.enumerate import range_join_distinct, range_join_topk
 
 NAN = math.nan
 INTS = [-2, -1, 0, 1, 2, 3, 2**53, 2**53 + 1]

@@ -1,4 +1,4 @@
-"""Tests of sparksub.operators.range_min against the paper's worked examples and a brute-force oracle.
+"""Tests of sparksub.operators.range_min.core against the paper's worked examples and a brute-force oracle.
 
 Oracle: plain Python lists; every subscription's MIN (MAX) is recomputed from scratch after every step, and Mar /
 Corollary 6 classification are recomputed from their definitions (000 §2; dissertation Definition 7, Corollary 6).
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import BadUpdate
-from sparksub.operators.range_min import A2BTree, Message, RangeMinCore, matches
+from sparksub.operators.range_min.core import A2BTree, Message, RangeMinCore, matches
 
 INF = math.inf
 

@@ -10,8 +10,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparksub.operators.delivery import Subscribers
-from sparksub.operators.range_min_group import RangeMinGroup
+from sparksub.operators.range_min.delivery import Subscribers
+from sparksub.operators.range_min.group import RangeMinGroup
 
 INF = math.inf
 

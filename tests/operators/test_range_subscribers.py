@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import DuplicateSubscription, UnknownSubscription
-from sparksub.operators import topk
-from sparksub.operators.range_agg import AggState, exact
-from sparksub.operators.range_groups import RangeClassSnapshot
-from sparksub.operators.range_subscribers import (UNICAST_ITEMS_SCHEMA, AggSubscribers, DistinctSubscribers,
+from sparksub.operators.topk import core as topk
+from sparksub.operators.agg.core import AggState, exact
+from sparksub.operators.range_classes.groups import RangeClassSnapshot
+from sparksub.operators.range_classes.subscribers import (UNICAST_ITEMS_SCHEMA, AggSubscribers, DistinctSubscribers,
                                                   RegionStats, TopkSubscribers, subscribers_from_group)
 
 INF = math.inf

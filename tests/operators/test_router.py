@@ -1,4 +1,4 @@
-"""Tests of sparksub.operators.router: the per-tuple plan router of 003 §4.5 over select-join plans.
+"""Tests of sparksub.operators.joins.router: the per-tuple plan router of 003 §4.5 over select-join plans.
 
 Oracle: enumerate every (query, R tuple, S tuple) with R.b = S.b and both local selections (003 §4.3.2).  The
 router in DYNAMIC mode (with random cost coefficients, so every plan gets chosen), in OPT mode and in every
@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import BadUpdate, UnknownSubscription
-from sparksub.operators import router as router_mod
-from sparksub.operators.router import (DYNAMIC, FEATURES, OPT, PAPER_PLANS, PAPER_TABLE_4_2, PLANS, CostModel,
+from sparksub.operators.joins import router as router_mod
+from sparksub.operators.joins.router import (DYNAMIC, FEATURES, OPT, PAPER_PLANS, PAPER_TABLE_4_2, PLANS, CostModel,
                                        EventStats, JoinValueHistogram, Router, calibrate, default_coefficients_path,
                                        features, fit)
-from sparksub.operators.select_joins import R_SIDE, S_SIDE
+from sparksub.operators.joins.select import R_SIDE, S_SIDE
 
 INF = math.inf
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import BadUpdate
-from sparksub.operators.row_validation import (DELETE, UPSERT, RowShape, check_rows, interval_reason,
+from sparksub.operators.shared.row_validation import (DELETE, UPSERT, RowShape, check_rows, interval_reason,
                                                rejected_rows, unknown_key_reason)
 
 STOCK = RowShape("stock", (("symbol", "string"), ("risk", "double"), ("n", "bigint")), "symbol")

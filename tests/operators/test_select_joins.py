@@ -1,4 +1,4 @@
-"""Tests of sparksub.operators.select_joins: SJ-SSI, SJ-JoinFirst-E / -S, SJ-SelectFirst, NAIVE, the hotspot
+"""Tests of sparksub.operators.joins.select: SJ-SSI, SJ-JoinFirst-E / -S, SJ-SelectFirst, NAIVE, the hotspot
 hybrid (003 §4.3.2, §4.5.1, §4.6.2-§4.6.3) and the select-join reformulation (000 §4).
 
 Oracle: enumerate every join pair of the changed tuple and check every query's two selections.
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import BadUpdate, DuplicateSubscription, InvalidSubscription, UnknownSubscription
-from sparksub.operators.select_joins import (ALGORITHMS, MESSAGE_TYPE, Delta, SelectJoinQuery, SelectJoinTables,
+from sparksub.operators.joins.select import (ALGORITHMS, MESSAGE_TYPE, Delta, SelectJoinQuery, SelectJoinTables,
                                              SJHotspot, SJJoinFirstE, SJJoinFirstS, SJNaive, SJReformulated,
                                              SJSelectFirst, SJSSI, matches, reformulate)
 

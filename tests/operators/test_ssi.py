@@ -1,4 +1,4 @@
-"""Tests of sparksub.operators.ssi: canonical stabbing partition (003 §4.2.1, Lemma 10), the dynamic
+"""Tests of sparksub.operators.shared.ssi: canonical stabbing partition (003 §4.2.1, Lemma 10), the dynamic
 (1+ε)-approximate partition (§4.2.3, Lemma 12 + refinements, Theorem 13) and α-hotspot tracking (§4.2.2,
 invariants (I1)-(I3), Theorem 12).
 
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import DuplicateSubscription, InvalidSubscription, UnknownSubscription
-from sparksub.operators.ssi import (DynamicStabbingPartition, HotspotTracker, canonical_partition,
+from sparksub.operators.shared.ssi import (DynamicStabbingPartition, HotspotTracker, canonical_partition,
                                     stabbing_number)
 
 INF = math.inf

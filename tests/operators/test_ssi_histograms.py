@@ -1,4 +1,4 @@
-"""Tests of sparksub.operators.ssi_histograms: SSI-HIST (003 §4.4), EQW-HIST (§4.5.1) and OPTIMAL (§4.6.6).
+"""Tests of sparksub.operators.shared.ssi_histograms: SSI-HIST (003 §4.4), EQW-HIST (§4.5.1) and OPTIMAL (§4.6.6).
 
 Oracles: exact stabbing counts by brute force, exhaustive bucketings for the DP, per-bucket overlap sums for EQW.
 """
@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import InvalidSubscription
-from sparksub.operators.ssi import canonical_partition
-from sparksub.operators.ssi_histograms import (EqualWidthHistogram, OptimalHistogram, SSIHistogram, _allocate,
+from sparksub.operators.shared.ssi import canonical_partition
+from sparksub.operators.shared.ssi_histograms import (EqualWidthHistogram, OptimalHistogram, SSIHistogram, _allocate,
                                                kmeans_1d, mean_relative_error, stab_counts)
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,4 +1,4 @@
-"""Tests of sparksub.operators.topk against a brute-force oracle.
+"""Tests of sparksub.operators.topk.core against a brute-force oracle.
 
 Oracle: plain Python dicts; every subscription's top-k is recomputed by sorting after every update (online modes)
 or at the end of every batch (Paint-Batch), and compared with the list the subscriber holds after applying the
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import BadUpdate, DuplicateSubscription, InvalidSubscription
-from sparksub.operators.topk import (
+from sparksub.operators.topk.core import (
     RelaxSubscriber,
     TopkCore,
     TopkIndex,
@@ -633,7 +633,7 @@ def test_paint_batch_beats_online_on_repeated_updates():
 def test_subscriptions_add_many_equals_one_by_one():
     import random as _random
 
-    from sparksub.operators.topk import Subscriptions
+    from sparksub.operators.topk.core import Subscriptions
     rnd = _random.Random(4)
     rows = []
     for i in range(300):

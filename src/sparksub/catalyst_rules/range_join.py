@@ -12,8 +12,8 @@ row, then per parameter key an aggregate, the distinct values, or the top k rows
 
 and hands us the two sides with fixed column names (parameters ``__k0.., __lo, __hi``; data ``__x`` and
 ``__y0..`` / ``__y`` / ``__y, __d0..``).  Spark would run a nested-loop join, |q| x |t| comparisons; we
-answer every parameter row at once from an index on the data (``operators/range_join_aggregate.py``,
-``operators/range_join_enumerate.py``; ``spark_range_join.py`` runs them in Spark tasks).  This module only
+answer every parameter row at once from an index on the data (``operators/range_join/aggregate.py``,
+``operators/range_join/enumerate.py``; ``spark_range_join.py`` runs them in Spark tasks).  This module only
 turns the rule's spec into that plan, named for EXPLAIN.  It runs while Catalyst optimises, so it builds the
 plan lazily and starts no Spark job.
 """
@@ -104,7 +104,7 @@ def rewrite_range_join(spark, spec_text: str, params_plan, data_plan):
     from pyspark.sql import DataFrame
 
     from sparksub.jvm.bridge import subscription_group
-    from sparksub.operators import spark_range_join as srj
+    from sparksub.runtime import range_join as srj
 
     spec = parse_spec(spec_text)
     of_rows = spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows

@@ -205,7 +205,7 @@ def bind_box(node: ir.BoxMinGroupScan | ir.BoxTopkGroupScan, params: dict[str, n
              ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The closed boxes of ``n`` box subscriptions as four float64 columns ``(x_low, x_high, x2_low,
     x2_high)`` (±inf for open ends): the ``sub_p1, sub_q1, sub_p2, sub_q2`` of a
-    :class:`~sparksub.operators.box_groups.BoxClassSnapshot`.  Both ranges are checked as
+    :class:`~sparksub.operators.box.group.BoxClassSnapshot`.  Both ranges are checked as
     :func:`bind_range` checks one, naming the subscription and the attribute."""
     x_lo, x_hi = _bind_bounds(node.low, node.high, node.x, params, n, ids)
     x2_lo, x2_hi = _bind_bounds(node.low2, node.high2, node.x2, params, n, ids)

@@ -47,7 +47,7 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 
-from sparksub.operators.arrays import concat_ranges
+from sparksub.operators.shared.arrays import concat_ranges
 
 from .clustering import (CostParams, enumerate_schemas, greedy_static,
                          matching_cost, space_cost)

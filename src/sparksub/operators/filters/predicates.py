@@ -79,7 +79,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparksub.operators.arrays import concat_ranges
+from sparksub.operators.shared.arrays import concat_ranges
 
 __all__ = ["OPS", "Pred", "PredicateIndex", "Satisfied"]
 

@@ -1,0 +1,1 @@
+"""RANGE_DISTINCT (000 §4): Mar extended to duplicates."""

@@ -1,0 +1,1 @@
+"""EVENT (004, Cayuga): automata, the indexed executor, query families, partitions, value semantics."""

@@ -1,0 +1,1 @@
+"""Range joins of a parameter table (the Catalyst rewrite's cores): aggregates, top-k and DISTINCT."""

@@ -1,0 +1,525 @@
+"""Delivery of range-min notifications: the content-based network's role and the subscriber side.
+
+DESIGN §5.  A range-min subscription ``[x1, x2]`` is the point ``(x1, x2)``; a reformulated message
+``<NEW_VALUE, INNER_L, INNER_R, OUTER_L, OUTER_R>`` (dissertation C.5) matches it iff::
+
+    (OUTER_L < x1 <= INNER_L) and (INNER_R <= x2 < OUTER_R)
+
+where an infinite OUTER bound also admits an infinite subscription end (``OUTER_L = -inf`` admits
+``x1 = -inf``; ``OUTER_R = +inf`` admits ``x2 = +inf``), i.e. the message is a rectangle in the
+(x1, x2) plane.  Matching is one :class:`~sparksub.operators.shared.point_index.PointIndex2D` rectangle
+query per message (C.9), never a scan of the subscriptions.
+
+* :func:`message_rectangle` turns a message into the 8 query arguments.
+* :class:`SubscriptionPoints` is the registry of one subscription group (ids <-> int slots, bounds,
+  the point index).
+* :func:`match` returns every (message, subscription) pair.
+* :func:`unicast` is the server-side S-UN: one row per (update, affected subscription).
+* :class:`Subscribers` plays the network and the subscribers for ``engine.deliver``: each subscriber
+  applies its matching messages in order and reports a row when its value changed.
+* :func:`message_bytes` / :func:`unicast_bytes` are the benchmark's traffic accounting.
+
+Message columns (pyarrow Table, pandas DataFrame, or a mapping of arrays): ``inner_l, inner_r,
+outer_l, outer_r`` (float64); for :func:`unicast` / :meth:`Subscribers.deliver` also ``seq`` (int64:
+which update of the published batch), ``step`` (int8: 0, or 0 then 1 when an X-move was split into a
+delete and an insert; default 0) and ``new_value`` (float64; NaN or null = the range became empty),
+and optionally ``group_id`` (passed through).
+
+Output of :func:`unicast` and :meth:`Subscribers.deliver`: a pyarrow Table with columns
+``subscription_id`` (string), ``op`` (string, always ``'update'``), ``value`` (float64, null when the
+range is empty), ``seq`` (int64) and, when the messages have one, ``group_id`` (taken from the last
+matching message).  Rows are ordered by ``seq`` then by subscription slot.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from sparksub.errors import DuplicateSubscription, InvalidSubscription, UnknownSubscription
+from sparksub.operators.shared.point_index import PointIndex2D
+
+__all__ = [
+    "MESSAGE_BYTES",
+    "UNICAST_ROW_BYTES",
+    "message_rectangle",
+    "SubscriptionPoints",
+    "match",
+    "unicast",
+    "Subscribers",
+    "message_bytes",
+    "unicast_bytes",
+]
+
+#: Bytes of one reformulated message: 5 float64 fields (NEW_VALUE, INNER_L, INNER_R, OUTER_L,
+#: OUTER_R) + the int64 ``seq`` = 6 * 8.  (``step`` and ``group_id`` are not counted: ``step`` is
+#: implied by message order and the group is the routing TYPE field of the CBN substrate.)
+MESSAGE_BYTES = 5 * 8 + 8
+
+#: Bytes of one unicast notification: the subscription's address as an int64 + the new value
+#: (float64) + ``seq`` (int64) = 3 * 8.  (The ``op`` is always ``'update'`` and is not counted.)
+UNICAST_ROW_BYTES = 3 * 8
+
+
+def message_bytes(n_messages: int) -> int:
+    """Traffic of ``n_messages`` reformulated messages (``MESSAGE_BYTES`` = 48 bytes each)."""
+    return int(n_messages) * MESSAGE_BYTES
+
+
+def unicast_bytes(n_rows: int) -> int:
+    """Traffic of ``n_rows`` unicast notifications (``UNICAST_ROW_BYTES`` = 24 bytes each)."""
+    return int(n_rows) * UNICAST_ROW_BYTES
+
+
+def message_rectangle(inner_l: float, inner_r: float, outer_l: float, outer_r: float) -> tuple:
+    """The 8 :meth:`PointIndex2D.query` arguments of a message's rectangle.
+
+    ``(x1_lo, x1_lo_closed, x1_hi, x1_hi_closed, x2_lo, x2_lo_closed, x2_hi, x2_hi_closed)`` for
+    ``OUTER_L < x1 <= INNER_L`` and ``INNER_R <= x2 < OUTER_R``, with the outer bound closed when it is
+    infinite (so that ``OUTER_L = -inf`` admits ``x1 = -inf`` and ``OUTER_R = +inf`` admits
+    ``x2 = +inf``).
+
+    >>> message_rectangle(40.0, 40.0, 20.0, 100.0)
+    (20.0, False, 40.0, True, 40.0, True, 100.0, False)
+    >>> message_rectangle(5.0, 5.0, float('-inf'), float('inf'))
+    (-inf, True, 5.0, True, 5.0, True, inf, True)
+    """
+    inner_l, inner_r = float(inner_l), float(inner_r)
+    outer_l, outer_r = float(outer_l), float(outer_r)
+    return (outer_l, outer_l == -np.inf, inner_l, True,
+            inner_r, True, outer_r, outer_r == np.inf)
+
+
+# ---------------------------------------------------------------------------------- registry
+def _as_id_list(ids) -> list:
+    if isinstance(ids, str):
+        raise TypeError("ids must be a sequence of strings, not a single string")
+    if isinstance(ids, (pa.Array, pa.ChunkedArray)):
+        return ids.to_pylist()
+    if isinstance(ids, np.ndarray):
+        return ids.reshape(-1).tolist()
+    if hasattr(ids, "tolist") and not isinstance(ids, list):   # pandas Series / Index
+        return list(ids.tolist())
+    return list(ids)
+
+
+def _to_float(values) -> np.ndarray:
+    """float64 numpy array; nulls become NaN."""
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    if hasattr(values, "to_numpy"):                     # pandas
+        return values.to_numpy(dtype=np.float64, na_value=np.nan)
+    return np.asarray(values, dtype=np.float64).reshape(-1)
+
+
+class SubscriptionPoints:
+    """Registry of one subscription group: string ids <-> int slots, bounds, and the point index.
+
+    Slots are dense non-negative ints; freed slots are reused (most recently freed first).
+
+    >>> sp = SubscriptionPoints()
+    >>> sp.add(["a", "b"], [1.0, -np.inf], [3.0, 2.0]).tolist()
+    [0, 1]
+    >>> sp.bounds("b"), len(sp), "a" in sp
+    ((-inf, 2.0), 2, True)
+    """
+
+    def __init__(self, bucket_size: int | None = None, merge_threshold: int | None = None):
+        self.index = PointIndex2D(bucket_size=bucket_size, merge_threshold=merge_threshold)
+        self._slot_of: dict[str, int] = {}
+        self._cap = 0
+        self._id_of = np.empty(0, dtype=object)
+        self.x1 = np.empty(0, dtype=np.float64)
+        self.x2 = np.empty(0, dtype=np.float64)
+        self._next = 0           # slots [0, _next) have been handed out at least once
+        self._free: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._slot_of)
+
+    def __contains__(self, sid) -> bool:
+        return sid in self._slot_of
+
+    def __iter__(self):
+        return iter(self._slot_of)
+
+    @property
+    def capacity(self) -> int:
+        """Length of the slot-indexed columns (``x1``, ``x2``, ids); slots are < capacity."""
+        return self._cap
+
+    def _grow(self, need: int) -> None:
+        if need <= self._cap:
+            return
+        cap = max(need, 2 * self._cap, 16)
+        ids = np.empty(cap, dtype=object)
+        ids[: self._cap] = self._id_of
+        x1 = np.full(cap, np.nan)
+        x1[: self._cap] = self.x1
+        x2 = np.full(cap, np.nan)
+        x2[: self._cap] = self.x2
+        self._id_of, self.x1, self.x2, self._cap = ids, x1, x2, cap
+
+    def add(self, ids, x1, x2) -> np.ndarray:
+        """Register subscriptions ``[x1[i], x2[i]]`` under ``ids[i]``; returns their slots.
+
+        Raises :class:`DuplicateSubscription` naming the first id that is already registered or
+        repeated in the batch, and :class:`InvalidSubscription` for a NaN bound or ``x1 > x2``;
+        in both cases nothing is registered.
+        """
+        ids = _as_id_list(ids)
+        x1 = np.asarray(x1, dtype=np.float64).reshape(-1)
+        x2 = np.asarray(x2, dtype=np.float64).reshape(-1)
+        n = len(ids)
+        if x1.size != n or x2.size != n:
+            raise ValueError(f"length mismatch: {n} ids, {x1.size} x1, {x2.size} x2")
+        if n == 0:
+            return np.empty(0, dtype=np.int64)
+        # --- validate everything before touching any state
+        for sid in ids:
+            if not isinstance(sid, str):
+                raise TypeError(f"subscription ids must be strings, got {sid!r}")
+        if not self._slot_of.keys().isdisjoint(ids) or len(set(ids)) != n:
+            seen: set = set()
+            for sid in ids:
+                if sid in self._slot_of or sid in seen:
+                    raise DuplicateSubscription(f"duplicate subscription id {sid!r}")
+                seen.add(sid)
+        bad = np.isnan(x1) | np.isnan(x2) | (x1 > x2)
+        if bad.any():
+            i = int(np.argmax(bad))
+            what = "NaN bound" if (np.isnan(x1[i]) or np.isnan(x2[i])) else "inverted range"
+            raise InvalidSubscription(
+                f"subscription {ids[i]!r}: {what} [{x1[i]!r}, {x2[i]!r}]")
+        # --- allocate slots: reuse freed ones first, then fresh ones
+        k = min(len(self._free), n)
+        reused = np.array(self._free[len(self._free) - k:][::-1], dtype=np.int64)
+        fresh = np.arange(self._next, self._next + (n - k), dtype=np.int64)
+        slots = np.concatenate([reused, fresh])
+        self._grow(self._next + (n - k))
+        self.index.add_many(slots, x1, x2)         # may only fail on internal inconsistency
+        del self._free[len(self._free) - k:]
+        self._next += n - k
+        self.x1[slots] = x1
+        self.x2[slots] = x2
+        id_arr = np.empty(n, dtype=object)
+        id_arr[:] = ids
+        self._id_of[slots] = id_arr
+        self._slot_of.update(zip(ids, slots.tolist()))
+        return slots
+
+    def remove(self, ids) -> np.ndarray:
+        """Unregister subscriptions; returns their (now free) slots.
+
+        Raises :class:`UnknownSubscription` naming the first id that is not registered (or repeated
+        in the batch); nothing is removed then.
+        """
+        ids = _as_id_list(ids)
+        if not ids:
+            return np.empty(0, dtype=np.int64)
+        slot_of = self._slot_of
+        try:
+            slots = np.fromiter((slot_of[s] for s in ids), dtype=np.int64, count=len(ids))
+        except KeyError as e:
+            raise UnknownSubscription(f"unknown subscription id {e.args[0]!r}") from None
+        if len(set(ids)) != len(ids):
+            seen: set = set()
+            for sid in ids:
+                if sid in seen:
+                    raise UnknownSubscription(
+                        f"unknown subscription id {sid!r} (repeated in the batch)")
+                seen.add(sid)
+        self.index.remove_many(slots)
+        for sid in ids:
+            del slot_of[sid]
+        self._id_of[slots] = None
+        self.x1[slots] = np.nan
+        self.x2[slots] = np.nan
+        self._free.extend(slots.tolist())
+        return slots
+
+    def slot(self, sid: str) -> int:
+        """The slot of one id (:class:`UnknownSubscription` if absent)."""
+        try:
+            return self._slot_of[sid]
+        except KeyError:
+            raise UnknownSubscription(f"unknown subscription id {sid!r}") from None
+
+    def slots_of(self, ids) -> np.ndarray:
+        """Slots of several ids (:class:`UnknownSubscription` naming the first unknown one)."""
+        ids = _as_id_list(ids)
+        try:
+            return np.fromiter((self._slot_of[s] for s in ids), dtype=np.int64, count=len(ids))
+        except KeyError as e:
+            raise UnknownSubscription(f"unknown subscription id {e.args[0]!r}") from None
+
+    def bounds(self, sid: str) -> tuple[float, float]:
+        """``(x1, x2)`` of one subscription."""
+        s = self.slot(sid)
+        return float(self.x1[s]), float(self.x2[s])
+
+    def ids_of(self, slots) -> np.ndarray:
+        """Ids (object array of str) of the given slots."""
+        return self._id_of[np.asarray(slots, dtype=np.int64)]
+
+    def live_slots(self) -> np.ndarray:
+        """Slots of every registered subscription, ascending."""
+        return np.sort(np.fromiter(self._slot_of.values(), dtype=np.int64, count=len(self._slot_of)))
+
+
+# ---------------------------------------------------------------------------------- messages
+def _num_rows(messages) -> int:
+    if isinstance(messages, (pa.Table, pa.RecordBatch)):
+        return messages.num_rows
+    if isinstance(messages, Mapping):
+        for v in messages.values():
+            return len(v)
+        return 0
+    return len(messages)          # pandas DataFrame
+
+
+def _has(messages, name: str) -> bool:
+    if isinstance(messages, (pa.Table, pa.RecordBatch)):
+        return name in messages.schema.names
+    if isinstance(messages, Mapping):
+        return name in messages
+    return name in getattr(messages, "columns", ())
+
+
+def _col(messages, name: str, dtype=np.float64, default=None) -> np.ndarray:
+    """One message column as a numpy array; float nulls become NaN."""
+    if not _has(messages, name):
+        if default is None:
+            raise KeyError(f"messages have no column {name!r}")
+        return np.full(_num_rows(messages), default, dtype=dtype)
+    c = messages[name] if not isinstance(messages, (pa.Table, pa.RecordBatch)) \
+        else messages.column(name)
+    if isinstance(c, (pa.Array, pa.ChunkedArray)):
+        if np.dtype(dtype).kind == "f":
+            c = c.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        else:
+            if c.null_count:
+                raise ValueError(f"message column {name!r} has nulls")
+            c = c.to_numpy(zero_copy_only=False)
+    elif hasattr(c, "to_numpy"):                                 # pandas
+        c = c.to_numpy(dtype=dtype, na_value=np.nan) if np.dtype(dtype).kind == "f" \
+            else c.to_numpy()
+    return np.asarray(c, dtype=dtype).reshape(-1)
+
+
+def _group_col(messages):
+    if not _has(messages, "group_id"):
+        return None
+    c = messages.column("group_id") if isinstance(messages, (pa.Table, pa.RecordBatch)) \
+        else messages["group_id"]
+    if isinstance(c, pa.ChunkedArray):
+        c = c.combine_chunks()
+    if not isinstance(c, pa.Array):
+        c = pa.array(np.asarray(c).tolist() if hasattr(c, "__len__") else c)
+    return c
+
+
+def match(points: SubscriptionPoints, messages) -> tuple[np.ndarray, np.ndarray]:
+    """All (message, subscription) pairs: ``(msg_index, slots)``, both int64, equal length.
+
+    One index query per message.  Pairs are ordered by message, then by slot.  A message with a NaN
+    bound matches nothing.
+    """
+    il = _col(messages, "inner_l")
+    ir = _col(messages, "inner_r")
+    ol = _col(messages, "outer_l")
+    orr = _col(messages, "outer_r")
+    q = points.index.query
+    outs, lens = [], np.zeros(il.size, dtype=np.int64)
+    for i in range(il.size):
+        s = q(*message_rectangle(il[i], ir[i], ol[i], orr[i]))
+        if s.size:
+            s.sort()
+            outs.append(s)
+            lens[i] = s.size
+    if not outs:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    return np.repeat(np.arange(il.size, dtype=np.int64), lens), np.concatenate(outs)
+
+
+def _nan_eq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a == b) | (np.isnan(a) & np.isnan(b))
+
+
+def _resolve(points: SubscriptionPoints, messages):
+    """Match, then collapse to one entry per (seq, slot).
+
+    Returns ``(seq, slot, final_value, final_msg, both_steps)`` arrays sorted by (seq, slot), where
+    ``final_*`` come from the last matching message in (step, message order) and ``both_steps`` says
+    the subscription was matched in step 0 and in step 1 of that seq.
+    """
+    mi, sl = match(points, messages)
+    e = np.empty(0, dtype=np.int64)
+    if mi.size == 0:
+        return e, e, np.empty(0), e, np.empty(0, dtype=bool)
+    seq = _col(messages, "seq", np.int64, default=0)[mi]
+    step = _col(messages, "step", np.int64, default=0)[mi]
+    # sort pairs by (seq, slot, step, message index); the last of each group is the final one
+    order = np.lexsort((mi, step, sl, seq))
+    seq, sl, step, mi = seq[order], sl[order], step[order], mi[order]
+    new_group = np.ones(seq.size, dtype=bool)
+    new_group[1:] = (seq[1:] != seq[:-1]) | (sl[1:] != sl[:-1])
+    starts = np.flatnonzero(new_group)
+    lasts = np.append(starts[1:] - 1, seq.size - 1)
+    both = (step[starts] == 0) & (step[lasts] == 1)
+    value = _col(messages, "new_value")[mi[lasts]]
+    return seq[starts], sl[starts], value, mi[lasts], both
+
+
+def _old_values(old_value_of_step0, seqs: np.ndarray) -> np.ndarray:
+    """``old_value`` per entry of ``seqs`` (NaN where unknown)."""
+    out = np.full(seqs.size, np.nan)
+    if old_value_of_step0 is None or seqs.size == 0:
+        return out
+    if isinstance(old_value_of_step0, Mapping):
+        # Vectorised lookup: a matched row per affected subscription can be millions per batch.
+        known = {s: v for s, v in old_value_of_step0.items() if v is not None}
+        if not known:
+            return out
+        keys = np.fromiter(known.keys(), dtype=np.int64, count=len(known))
+        vals = np.fromiter(known.values(), dtype=np.float64, count=len(known))
+        order = np.argsort(keys)
+        keys, vals = keys[order], vals[order]
+        pos = np.minimum(np.searchsorted(keys, seqs), keys.size - 1)
+        hit = keys[pos] == seqs
+        out[hit] = vals[pos[hit]]
+        return out
+    arr = old_value_of_step0
+    if isinstance(arr, (pa.Array, pa.ChunkedArray)):
+        arr = arr.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    arr = np.asarray(arr, dtype=np.float64).reshape(-1)
+    ok = (seqs >= 0) & (seqs < arr.size)
+    out[ok] = arr[seqs[ok]]
+    return out
+
+
+def _rows(points: SubscriptionPoints, messages, seq, slots, value, msg) -> pa.Table:
+    cols = {
+        "subscription_id": pa.array(points.ids_of(slots).tolist(), type=pa.string()),
+        "op": pa.array(["update"] * int(slots.size), type=pa.string()),
+        "value": pa.array(value.astype(np.float64), type=pa.float64(), mask=np.isnan(value)),
+        "seq": pa.array(seq.astype(np.int64), type=pa.int64()),
+    }
+    g = _group_col(messages)
+    if g is not None:
+        cols["group_id"] = g.take(pa.array(msg, type=pa.int64()))
+    return pa.table(cols)
+
+
+def unicast(points: SubscriptionPoints, messages, old_value_of_step0=None) -> pa.Table:
+    """Server-side S-UN: turn one batch's reformulated messages into one row per affected subscription.
+
+    For each ``seq``, each matched subscription gets one row carrying the ``new_value`` of its last
+    matching message in (step, message order).  A subscription matched in both step 0 and step 1 of
+    an X-move whose final value equals the seq's ``old_value`` (the moved tuple's old Y) had a net
+    no-op and gets no row.  ``old_value_of_step0`` maps seq -> old value: a dict, or an array indexed
+    by seq (NaN / None / missing = unknown: no suppression for that seq).
+    """
+    seq, sl, value, msg, both = _resolve(points, messages)
+    if seq.size:
+        suppress = both & (value == _old_values(old_value_of_step0, seq))   # NaN old = unknown
+        keep = ~suppress
+        seq, sl, value, msg = seq[keep], sl[keep], value[keep], msg[keep]
+    return _rows(points, messages, seq, sl, value, msg)
+
+
+# ---------------------------------------------------------------------------------- subscribers
+class Subscribers:
+    """The network plus the subscribers: a registry and each subscriber's current value.
+
+    ``values`` is slot-indexed (NaN = empty range / no minimum yet).  :meth:`deliver` routes
+    reformulated messages through the index, lets every matched subscriber apply its messages in
+    order, and reports the subscribers whose value changed, in the unicast form.
+    """
+
+    def __init__(self, points: SubscriptionPoints | None = None, *,
+                 bucket_size: int | None = None, merge_threshold: int | None = None):
+        self.points = points if points is not None else SubscriptionPoints(
+            bucket_size=bucket_size, merge_threshold=merge_threshold)
+        self._values = np.full(self.points.capacity, np.nan)
+
+    def _fit(self) -> None:
+        cap = self.points.capacity
+        if self._values.size < cap:
+            v = np.full(cap, np.nan)
+            v[: self._values.size] = self._values
+            self._values = v
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def __contains__(self, sid) -> bool:
+        return sid in self.points
+
+    def add(self, ids, x1, x2, values=None) -> np.ndarray:
+        """Register subscribers (see :meth:`SubscriptionPoints.add`) with initial values (default NaN)."""
+        ids = _as_id_list(ids)
+        if values is not None:
+            values = _to_float(values) if hasattr(values, "dtype") or isinstance(
+                values, (pa.Array, pa.ChunkedArray)) else np.array(
+                [np.nan if v is None else v for v in values], dtype=np.float64)
+            if values.size != len(ids):
+                raise ValueError(f"length mismatch: {len(ids)} ids, {values.size} values")
+        slots = self.points.add(ids, x1, x2)
+        self._fit()
+        self._values[slots] = np.nan if values is None else values
+        return slots
+
+    def remove(self, ids) -> np.ndarray:
+        slots = self.points.remove(ids)
+        self._values[slots] = np.nan
+        return slots
+
+    def set_values(self, ids, values) -> None:
+        """Set current values (NaN or None = empty); :class:`UnknownSubscription` if an id is absent."""
+        slots = self.points.slots_of(ids)
+        if values is None or np.isscalar(values):
+            vals = np.full(slots.size, np.nan if values is None else float(values))
+        elif isinstance(values, (np.ndarray, pa.Array, pa.ChunkedArray)) or hasattr(values, "dtype"):
+            vals = _to_float(values)
+        else:
+            vals = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        if vals.size != slots.size:
+            raise ValueError(f"length mismatch: {slots.size} ids, {vals.size} values")
+        self._fit()
+        self._values[slots] = vals
+
+    def value(self, sid: str) -> float:
+        """Current value of one subscriber (NaN = empty)."""
+        return float(self._values[self.points.slot(sid)])
+
+    def values_of(self, ids) -> np.ndarray:
+        return self._values[self.points.slots_of(ids)].copy()
+
+    def deliver(self, messages) -> pa.Table:
+        """Apply a batch of reformulated messages; return the unicast rows of the changed subscribers.
+
+        Seqs are applied in ascending order.  In each seq every matched subscriber takes the value of
+        its last matching message in (step, message order); a row is emitted only if that differs from
+        its value before the seq (NaN equals NaN), and the current value is updated.
+        """
+        self._fit()
+        seq, sl, value, msg, _ = _resolve(self.points, messages)
+        if seq.size == 0:
+            return _rows(self.points, messages, seq, sl, value, msg)
+        # value before each (seq, slot): the previous final of the same slot, else the current value
+        o = np.lexsort((seq, sl))
+        sl_o, val_o = sl[o], value[o]
+        prev = self._values[sl_o].copy()
+        same = np.zeros(sl_o.size, dtype=bool)
+        same[1:] = sl_o[1:] == sl_o[:-1]
+        prev[1:][same[1:]] = val_o[:-1][same[1:]]
+        changed_o = ~_nan_eq(val_o, prev)
+        changed = np.empty_like(changed_o)
+        changed[o] = changed_o
+        # final value per slot = its last entry in (slot, seq) order
+        last = np.ones(sl_o.size, dtype=bool)
+        last[:-1] = sl_o[1:] != sl_o[:-1]
+        self._values[sl_o[last]] = val_o[last]
+        return _rows(self.points, messages, seq[changed], sl[changed], value[changed], msg[changed])

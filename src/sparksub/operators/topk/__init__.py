@@ -1,0 +1,1 @@
+"""RANGE_TOPK (002): influence regions and the Paint family."""

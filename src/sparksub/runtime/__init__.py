@@ -1,0 +1,1 @@
+"""The Spark runtime: the only package besides ``jvm/`` that imports pyspark (issue 16; a test enforces it)."""

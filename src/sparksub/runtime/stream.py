@@ -1,0 +1,770 @@
+"""Thin Spark wrapper: the range group operators on Structured Streaming -- RANGE_MIN / RANGE_MAX
+(``range_min_group``) and RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG (``range_groups``).
+
+``run_stream`` turns a streaming DataFrame of table updates into a streaming DataFrame of
+notifications. The plan (names as Spark's EXPLAIN prints them)::
+
+    TransformWithStateInPySpark range_min_group_stream(...)      one state partition per group
+                                 (range_topk_group_stream, range_min_and_range_agg_groups_stream, ...:
+                                 named after the operator families it runs)
+    +- Exchange hashpartitioning(group_id), REQUIRED_BY_STATEFUL_OPERATOR
+       +- Generate explode([group structs])                       every row goes to every group
+          +- Filter isnull(sparksub_reason)                       the valid rows (checked_updates)
+             +- MapInArrow range_min_group_stream_order(...)      seq from the input order (only without ``_seq``)
+                +- Exchange RoundRobinPartitioning(1)
+                   +- MapInArrow range_min_group_stream_check(...)   row_validation.check_rows
+                      +- <the user's streaming source>
+
+**State** (Spark's state store, RocksDB, per ``group_id``):
+
+* MapState ``rows``: table key -> ``(x, y, t, x2)`` for every row of the table: X and Y as doubles, or,
+  for a DISTINCT over a string column, Y as text in ``t``; ``x2`` the second attribute of a 2-d box group
+  (null otherwise). Nulls are allowed: a row with a null X or Y is kept (it is in no range, but it exists
+  for a later delete);
+* ValueState ``meta``: ``(applied, rebuilds)`` -- micro-batches applied to this group so far, and how
+  often the index was rebuilt from the MapState;
+* ListStates ``log0`` .. ``log3``: a ring holding the valid rows ``(batch, key, x, y, t, x2, op, seq)`` of the
+  last ``LOG_SLOTS`` micro-batches (slot ``batch % LOG_SLOTS``).
+
+The state is the truth; the in-memory index (a materialised group: for MIN/MAX a :class:`RangeMinGroup`,
+A2B-tree + the subscriptions' point index; for the other classes a ``range_groups`` group, whose
+unicast state is rebuilt from its core after a log replay) is a cache in the Python worker, keyed by (engine uid, group, stream id)
+and usable only by the same streaming query *run* (``spark.jobGroup.id`` is the run id). If its
+``applied`` counter equals the state's, it is used as is; if it is behind by at most ``LOG_SLOTS``
+(Spark gives a group's next task to whichever Python worker is idle, so a worker often last saw the
+group a batch or two ago), the missing micro-batches are replayed from the log ring; otherwise -- a
+first task in this worker, a restart (new run id), a replayed or retried micro-batch (the cache is
+*ahead* of the state store) -- the index is rebuilt from the MapState plus the subscriptions of the
+broadcast base snapshot. On the first micro-batch (no state yet) the rows come from the base snapshot
+and are written into the MapState. State writes per micro-batch: one MapState write per distinct key
+touched (one round trip each to the JVM), one ListState put, one ValueState update.
+
+**Order.** Every row gets its ``seq`` in ``checked_updates``, before any path sees it (the range groups
+here, FILTER, joins and event queries alike): ``_seq`` when the stream has that integer column; without
+it ``(micro-batch id << 32) + rank``, the rank in input order -- ``(input partition id << 33) + row position
+in the partition``, what ``monotonically_increasing_id()`` computes (that function itself is not allowed on
+streams) --, ranked in one task after a one-partition exchange. Within one micro-batch rows apply in
+``seq`` order. A file source replays a micro-batch, under the same id, from the same files (the offset log
+records them), split the same way while ``spark.sql.files.maxPartitionBytes``/``openCostInBytes`` and the
+default parallelism are unchanged, so the derived order is deterministic on replay; rows of one file keep
+their line order, but Spark orders the splits of *several* files in one micro-batch by size, not by
+name: give the stream a ``_seq`` when that order matters.
+
+**Malformed rows** (DESIGN §7) are found by ``row_validation.check_rows`` -- the check ``publish`` makes,
+with the same reasons: null key, unknown ``_op``, null ``_seq``, a value that does not cast to the
+column's type, NaN or ±inf in a numeric column of an upsert -- and emitted once (``rejected_updates``:
+``op = 'rejected'``, ``seq``, ``reason``, counted in ``stream_stats``); the stream goes on, and a replayed
+micro-batch replays its rejections. The engine hands the paths only the valid rows. A delete of an
+unknown key is found by the operator (it needs the state): the first group (by id) emits it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import threading
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from sparksub.operators.shared import row_validation
+from sparksub.operators.range_min.group import DELETE, UPSERT, with_reason
+
+__all__ = ["run_stream", "stream_stats", "output_schema", "checked_updates", "valid_updates", "rejected_updates",
+           "typed_updates", "new_stream_id", "REJECTED", "STAT_NAMES"]
+
+REJECTED = row_validation.REJECTED
+STAT_NAMES = ("micro_batches", "seeded", "cache_hits", "caught_up", "rebuilt", "updates", "rejected",
+              "notifications")
+#: Micro-batches of valid rows kept in the state (a ring of ListStates), to bring a stale cached index
+#: up to date instead of rebuilding it: Spark hands a group's task to any idle Python worker.
+LOG_SLOTS = 4
+#: Groups cached per Python worker (each entry is a whole index).
+CACHE_ENTRIES = 32
+_NO_SEQ = -(2 ** 63)  # a null _seq (the row is rejected; its seq comes out null)
+
+#: Worker-process cache: (engine uid, group id, stream id) -> (query id, run id, applied, group, null_keys).
+_CACHE: dict[tuple[str, str, str], tuple] = {}
+
+#: Driver side: stream id -> the Spark accumulator of that stream's counters.
+_STATS: dict[str, object] = {}
+
+_SPARK_DDL = {pa.string(): "string", pa.float64(): "double", pa.int64(): "bigint", pa.int8(): "tinyint"}
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+_NAME_LOCK = threading.Lock()
+
+
+def output_schema(schema: pa.Schema) -> pa.Schema:
+    """The mode's schema plus a nullable ``reason`` (set on rejected rows only)."""
+    return with_reason(schema)
+
+
+class _Deferred:
+    """Holds a Broadcast pickled, unpickled on first use. transformWithStateInPandas unpickles the
+    processor in a driver-side Python process too (to learn the state schemas), where no broadcast is
+    loaded; pickling the Broadcast inside this wrapper still registers it with the UDF, so the
+    executors' workers do get it."""
+
+    def __init__(self, obj):
+        self._obj, self._raw = obj, None
+
+    def __getstate__(self):
+        raw = self._raw if self._obj is None else pickle.dumps(self._obj, protocol=pickle.HIGHEST_PROTOCOL)
+        return {"raw": raw}
+
+    def __setstate__(self, state):
+        self._obj, self._raw = None, state["raw"]
+
+    def get(self):
+        if self._obj is None:
+            self._obj = pickle.loads(self._raw)
+        return self._obj
+
+
+@dataclass
+class GroupSpec:
+    """One group as the stream needs it: its columns and where its base snapshot lives."""
+    group_id: str
+    x: str
+    y: str | None     # None: COUNT(*) (any row with an X counts)
+    base: _Deferred   # a Broadcast of the pickled GroupSnapshot / RangeClassSnapshot (or those bytes)
+    text: bool = False  # Y is a string column (DISTINCT): it travels in ``t``, not ``y``
+    x2: str | None = None  # a 2-d box group's second attribute
+
+    def snapshot(self):
+        base = self.base.get()
+        return pickle.loads(base.value if hasattr(base, "value") else base)
+
+
+@dataclass
+class StreamSpec:
+    engine_uid: str
+    stream_id: str
+    table: str
+    key_type: str             # the key's Spark type in the state (bigint, double, string, ...)
+    mode: str
+    schema: pa.Schema         # output_schema(mode's schema)
+    groups: dict              # group_id -> GroupSpec
+    primary: str              # the group that emits rejected rows
+    seq_given: bool           # ord is the seq (checked_updates numbers every row); else seq = (applied << 32) + rank
+    stats: object = None      # an Accumulator of dict counters, or None (e.g. Spark Connect)
+
+
+# ---- Spark side (driver) ---------------------------------------------------------------------------
+
+#: Columns the row check adds to a stream of updates (``checked_updates``); no leading underscore, which
+#: PySpark's state API would rename.
+OP_COLUMN, SEQ_COLUMN, REASON_COLUMN = "sparksub_op", "sparksub_seq", "sparksub_reason"
+_ORD_COLUMN = "sparksub_ord"
+#: The local property Spark's micro-batch execution sets on every task of a micro-batch.
+_BATCH_ID = "streaming.sql.batchId"
+
+
+def checked_updates(streaming_df, table_def, name: str = "updates"):
+    """The stream of updates to ``table_def``, every row checked by ``row_validation.check_rows`` -- the
+    checks ``publish`` makes, in a ``mapInArrow`` task named ``<name>_check`` -- and numbered: the table's
+    columns in their canonical Spark types, an event stream's ``t0``/``t1`` (bigint; one given alone fills
+    the other), ``sparksub_op`` (tinyint UPSERT/DELETE), ``sparksub_seq`` and ``sparksub_reason`` (null:
+    valid).  ``sparksub_seq`` is ``_seq`` when the stream has that column, else ``(micro-batch id << 32) +
+    rank``, the rank of the row in input order (input partitions in turn, each in row order), computed in
+    one task (``<name>_order``, after a one-partition exchange) because a rank needs the whole micro-batch;
+    a replayed micro-batch has the same id and, from the same files, the same order.  Batch-level errors
+    (unknown or missing columns, a non-integer ``_seq``/``t0``/``t1`` column) raise ``BadUpdate`` here."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import ByteType, LongType, StringType, StructField, StructType
+
+    shape = row_validation.RowShape.of(table_def)
+    # only the column names and kinds are checked here; a timestamp column needs some zone to be typed
+    source = to_arrow_schema(streaming_df.schema, timezone="UTC")
+    row_validation.check_rows(source.empty_table(), shape, extra=("_op", "_seq"), all_columns=True)
+    cols = streaming_df.columns
+    ticks = (("t0", "t1") if table_def.key is None and ("t0" in cols or "t1" in cols) else ())
+    ticks = tuple(t for t in ticks if t not in shape.names)
+    seq_given = "_seq" in cols
+    data = [StructField(c, _spark_type(_canonical_type(t))) for c, t in table_def.columns]
+    data += [StructField(t, LongType()) for t in ticks]
+    checked_schema = StructType(data + [StructField(OP_COLUMN, ByteType(), False),
+                                        StructField(SEQ_COLUMN if seq_given else _ORD_COLUMN, LongType()),
+                                        StructField(REASON_COLUMN, StringType())])
+    check = _check_function(shape, to_arrow_schema(checked_schema, timezone="UTC"), ticks, seq_given, f"{name}_check")
+    checked = streaming_df.mapInArrow(check, checked_schema)
+    if seq_given:
+        return checked
+    ordered_schema = StructType(data + [StructField(OP_COLUMN, ByteType(), False), StructField(SEQ_COLUMN, LongType()),
+                                        StructField(REASON_COLUMN, StringType())])
+    order = _order_function(to_arrow_schema(ordered_schema, timezone="UTC"), f"{name}_order")
+    return checked.repartition(1).mapInArrow(order, ordered_schema)
+
+
+def _check_function(shape, out: pa.Schema, ticks: tuple, seq_given: bool, name: str):
+    def check(batches):
+        """``row_validation.check_rows`` on each batch; ``sparksub_ord`` = (input partition id << 33) + position
+        in the partition (what ``monotonically_increasing_id`` computes; not allowed on streams) unless the
+        stream has ``_seq``."""
+        from pyspark import TaskContext
+        tc = TaskContext.get()
+        pos = (tc.partitionId() if tc is not None else 0) << 33
+        for rb in batches:
+            n = rb.num_rows
+            c = row_validation.check_rows(pa.Table.from_batches([rb]), shape, extra=("_op", "_seq"),
+                                          all_columns=True)
+            arrays = [c.columns[col] for col in shape.names]
+            arrays += [c.t0 if t == "t0" else c.t1 for t in ticks]
+            order = c.seqs if seq_given else pa.array(np.arange(pos, pos + n, dtype=np.int64))
+            pos += n
+            arrays += [pa.array(c.ops, pa.int8()), order, pa.array(c.reasons, pa.string())]
+            yield pa.RecordBatch.from_arrays([a.cast(f.type) for a, f in zip(arrays, out)], schema=out)
+    check.__name__ = name  # what Spark's EXPLAIN prints
+    return check
+
+
+def _order_function(out: pa.Schema, name: str):
+    def order(batches):
+        """The micro-batch's rows (all of them: one partition) by ``sparksub_ord``, ``sparksub_seq`` =
+        (micro-batch id << 32) + rank."""
+        from pyspark import TaskContext
+        tables = [pa.Table.from_batches([rb]) for rb in batches if rb.num_rows]
+        if not tables:
+            return
+        table = pa.concat_tables(tables).sort_by(_ORD_COLUMN)
+        tc = TaskContext.get()
+        batch_id = int((tc.getLocalProperty(_BATCH_ID) if tc is not None else None) or 0)
+        seqs = (np.int64(batch_id) << np.int64(32)) + np.arange(table.num_rows, dtype=np.int64)
+        table = table.set_column(table.column_names.index(_ORD_COLUMN), SEQ_COLUMN, pa.array(seqs))
+        for rb in table.cast(out).to_batches():
+            yield rb
+    order.__name__ = name
+    return order
+
+
+def rejected_updates(checked, table_def, stream_id: str | None = None, name: str = "updates"):
+    """The rows ``checked_updates`` set aside, as ``publish`` emits them (``row_validation.rejected_rows``):
+    ``op = 'rejected'``, ``seq``, ``reason``, ``group_id`` null; on an event stream also the event's columns
+    (named as match rows name them) and ``t0``/``t1``.  Counted in the stream's ``rejected`` stat."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from sparksub.operators.events.partitions import output_column
+
+    # only columns every mode's output has (a union by name fills in the others)
+    fields = [StructField("op", StringType()), StructField("seq", LongType()), StructField("group_id", StringType()),
+              StructField("reason", StringType())]
+    carried = {}
+    if table_def.key is None:   # an event: its columns and interval come along, as in publish
+        carried = {c: output_column(c) for c in table_def.column_names}
+        fields += [StructField(carried[c], _spark_type(_canonical_type(t))) for c, t in table_def.columns]
+        fields += [StructField(t, LongType()) for t in ("t0", "t1") if t not in carried.values()]
+        carried.update({t: t for t in ("t0", "t1") if t in checked.columns and t not in carried})
+    out = StructType(fields)
+    schema = to_arrow_schema(out, timezone="UTC")
+    acc = _STATS.get(stream_id) if stream_id is not None else None
+
+    def rejected(batches):
+        for rb in batches:
+            if not rb.num_rows:
+                continue
+            columns = {out: rb.column(c) for c, out in carried.items()}
+            table = row_validation.rejected_rows(schema, rb.column(SEQ_COLUMN), rb.column(REASON_COLUMN).to_pylist(),
+                                                 columns)
+            if acc is not None:
+                acc.add({"rejected": table.num_rows})
+            yield from table.to_batches()
+    rejected.__name__ = f"{name}_rejected"
+    return checked.where(F.col(REASON_COLUMN).isNotNull()).mapInArrow(rejected, out)
+
+
+def valid_updates(checked):
+    """The rows ``checked_updates`` found valid."""
+    from pyspark.sql import functions as F
+    return checked.where(F.col(REASON_COLUMN).isNull())
+
+
+def new_stream_id(spark) -> str:
+    """A new stream's id, with its counters (``stream_stats``) registered."""
+    stream_id = uuid.uuid4().hex
+    _new_stats(spark, stream_id)
+    return stream_id
+
+
+def known_key_updates(checked, table_def, initial_keys, name: str = "updates"):
+    """``checked`` (valid rows of ``checked_updates``) with a delete of a key the table does not hold given
+    its reason (``row_validation.unknown_key_reason``), as ``publish`` finds it in its rows.  For a stream
+    no other operator keeps the table's rows for (FILTER alone on a keyed table): one ValueState per key
+    (``present``), seeded from ``initial_keys`` (a ``_Deferred`` of the pickled set of keys when the stream
+    starts), grouped by the key (``<name>_keys`` in EXPLAIN)."""
+    spec = KeySpec(table_def.name, initial_keys)
+    return _transform_with_state(checked.groupBy(table_def.key), _key_processor_class()(spec), checked.schema,
+                                 f"{name}_keys")
+
+
+@dataclass
+class KeySpec:
+    table: str
+    initial: _Deferred   # pickled set of the keys the table held when the stream started
+
+    def initial_keys(self) -> set:
+        raw = self.initial.get()
+        return pickle.loads(raw.value if hasattr(raw, "value") else raw)
+
+
+def _key_processor_class():
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class KeyPresence(StatefulProcessor):
+        """One key's rows of one micro-batch, in seq order: a delete while the key is absent is rejected."""
+
+        def __init__(self, spec: KeySpec):
+            self.spec, self.keys = spec, None
+
+        def init(self, handle) -> None:
+            self.present = handle.getValueState("present", "present boolean")
+
+        def handleInputRows(self, key, rows, timerValues):
+            frames = [pdf for pdf in rows if len(pdf)]
+            if frames:
+                pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+                yield apply_key_presence(self.spec, key[0], pdf, self.present, self)
+
+        def close(self) -> None:
+            pass
+
+    return KeyPresence
+
+
+def apply_key_presence(spec: KeySpec, key, pdf: pd.DataFrame, present, cache) -> pd.DataFrame:
+    """``pdf`` (one key's checked rows) with the reason of each delete of an absent key; ``present`` the key's
+    ValueState (or a look-alike); ``cache.keys`` holds the initial keys once loaded."""
+    pdf = pdf.iloc[np.argsort(pdf[SEQ_COLUMN].to_numpy(), kind="stable")].reset_index(drop=True)
+    if present.exists():
+        here = bool(present.get()[0])
+    else:
+        if cache.keys is None:
+            cache.keys = spec.initial_keys()
+        here = key in cache.keys
+    reasons = pdf[REASON_COLUMN].tolist()
+    for i, op in enumerate(pdf[OP_COLUMN].tolist()):
+        if reasons[i] is not None and reasons[i] == reasons[i]:
+            continue
+        if op == DELETE:
+            if not here:
+                reasons[i] = row_validation.unknown_key_reason(key.item() if isinstance(key, np.generic) else key,
+                                                               spec.table)
+                continue
+            here = False
+        else:
+            here = True
+    present.update((here,))
+    return pdf.assign(**{REASON_COLUMN: pd.Series(reasons, dtype=object)})
+
+
+@dataclass
+class TypedUpdates:
+    """A stream of updates to one table as the range and join streams read it (from ``checked_updates``):
+    ``df`` the checked stream, ``typed`` each table column (canonical type), ``op`` ``'upsert'``/``'delete'``,
+    ``order`` the apply order (= the ``seq`` of notifications), ``reason`` why a row is rejected (null when
+    valid), ``key`` the key (never null), ``key_type`` its canonical type; ``seq_given``: ``order`` is the
+    ``seq`` (always, now that ``checked_updates`` numbers every row)."""
+    df: object
+    typed: dict
+    op: object
+    order: object
+    reason: object
+    key: object
+    key_type: str
+    seq_given: bool
+
+
+def typed_updates(streaming_df, table_def) -> TypedUpdates:
+    """``streaming_df`` (raw, or already ``checked_updates``) as :class:`TypedUpdates`: unknown or missing
+    columns raise ``BadUpdate``; malformed rows carry their reason (module docstring)."""
+    from pyspark.sql import functions as F
+
+    df = streaming_df if REASON_COLUMN in streaming_df.columns else checked_updates(streaming_df, table_def)
+    typed = {c: F.col(c) for c in table_def.column_names}
+    op = F.when(F.col(OP_COLUMN) == F.lit(DELETE), F.lit("delete")).otherwise(F.lit("upsert"))
+    order = F.coalesce(F.col(SEQ_COLUMN), F.lit(_NO_SEQ).cast("bigint"))
+    key_type = _canonical_type(table_def.type_of(table_def.key))
+    key = typed[table_def.key]
+    if key_type in ("bigint", "double"):  # keep a pandas integer column free of nulls (rejected anyway)
+        key = F.coalesce(key, F.lit(0).cast(key_type))
+    return TypedUpdates(df, typed, op, order, F.col(REASON_COLUMN), key, key_type, True)
+
+
+def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: pa.Schema,
+               engine_uid: str, name: str = "range_min_group_stream", stream_id: str | None = None):
+    """The streaming DataFrame of notifications. ``groups``: group_id -> (x column, y column or None,
+    base, y is text, second box attribute or None), ``base`` being the broadcast pickled snapshot (``GroupReplica.base``); ``name``:
+    what Spark's EXPLAIN calls the stateful operator; ``stream_id``: the stream's counters (``new_stream_id``;
+    None: new ones).  ``streaming_df``: raw updates, or ``checked_updates`` (then rows with a reason are
+    emitted as ``rejected`` by the first group; the engine passes only the valid ones)."""
+    from pyspark.sql import functions as F
+
+    u = typed_updates(streaming_df, table_def)
+    df, typed, op, order, reason, key, key_type, seq_given = (u.df, u.typed, u.op, u.order, u.reason, u.key,
+                                                              u.key_type, u.seq_given)
+    tname = table_def.name
+
+    def y_of(y, text):
+        if y is None:  # COUNT(*): a constant Y, so only a null X leaves the ranges
+            return F.lit(0.0), F.lit(None).cast("string")
+        if text:
+            return F.lit(None).cast("double"), typed[y].cast("string")
+        return typed[y].cast("double"), F.lit(None).cast("string")
+
+    structs = []
+    for gid, (x, y, _, text, x2) in sorted(groups.items()):
+        yd, yt = y_of(y, text)
+        x2d = typed[x2].cast("double") if x2 is not None else F.lit(None).cast("double")
+        structs.append(F.struct(F.lit(gid).alias("group_id"), typed[x].cast("double").alias("x"),
+                                yd.alias("y"), yt.alias("t"), x2d.alias("x2")))
+    rows = (df.select(F.explode(F.array(*structs)).alias("g"), key.alias("key"), op.alias("op"),
+                      order.alias("ord"), reason.alias("reason"))
+              .select("g.group_id", "key", "g.x", "g.y", "g.t", "g.x2", "op", "ord", "reason"))
+
+    if stream_id is None:
+        stream_id = new_stream_id(spark)
+    stats = _STATS.get(stream_id)
+    spec = StreamSpec(engine_uid, stream_id, tname, key_type, mode, output_schema(schema),
+                      {gid: GroupSpec(gid, x, y, _Deferred(base), text, x2)
+                       for gid, (x, y, base, text, x2) in groups.items()},
+                      min(groups), seq_given, stats)
+    processor = _processor_class()(spec)
+    out_ddl = ", ".join(f"`{f.name}` {_SPARK_DDL[f.type]}" for f in spec.schema)
+    out = _transform_with_state(rows.groupBy("group_id"), processor, out_ddl, name)
+    out.sparksub_stream_id = stream_id  # for stream_stats(out)
+    return out
+
+
+def stream_stats(df_or_id) -> dict:
+    """The counters of one stream (a DataFrame returned by ``run_stream``/``Engine.stream``, or its
+    ``sparksub_stream_id``), summed over all tasks so far: micro_batches (group micro-batches applied),
+    seeded (groups whose state was seeded from the base snapshot), cache_hits, caught_up (a stale
+    cached index brought up to date from the log ring), rebuilt (index rebuilt from the state store),
+    updates (valid rows applied, summed over groups), rejected (rows set aside),
+    notifications (output rows other than rejected ones)."""
+    sid = df_or_id if isinstance(df_or_id, str) else df_or_id.sparksub_stream_id
+    acc = _STATS.get(sid)
+    value = dict(acc.value) if acc is not None else {}
+    return {k: int(value.get(k, 0)) for k in STAT_NAMES}
+
+
+def _new_stats(spark, stream_id: str):
+    try:
+        sc = spark.sparkContext
+    except Exception:  # Spark Connect: no accumulators, no counters
+        return None
+    from pyspark.accumulators import AccumulatorParam
+
+    class _DictSum(AccumulatorParam):
+        def zero(self, value):
+            return {}
+
+        def addInPlace(self, a, b):
+            for k, v in b.items():
+                a[k] = a.get(k, 0) + v
+            return a
+
+    acc = sc.accumulator({}, _DictSum())
+    _STATS[stream_id] = acc
+    return acc
+
+
+def _transform_with_state(grouped, processor, out_ddl: str, name: str):
+    """``grouped.transformWithStateInPandas`` with the Python function named ``name`` in EXPLAIN.
+
+    PySpark names the UDF after ``TransformWithStateInPandasUdfUtils.transformWithStateUDF`` and offers
+    no parameter for it; the name is read once, when the UDF is built, so it is swapped for that call.
+    """
+    from pyspark.sql.streaming import stateful_processor_util as spu
+
+    fn = getattr(spu.TransformWithStateInPandasUdfUtils, "transformWithStateUDF", None)
+    with _NAME_LOCK:
+        old = getattr(fn, "__name__", None)
+        try:
+            if fn is not None:
+                fn.__name__ = name
+            return grouped.transformWithStateInPandas(statefulProcessor=processor, outputStructType=out_ddl,
+                                                      outputMode="Append", timeMode="None")
+        finally:
+            if fn is not None and old is not None:
+                fn.__name__ = old
+
+
+def _spark_type(canonical: str):
+    """The PySpark type of a canonical Spark SQL type name (``_canonical_type``)."""
+    from pyspark.sql import types as T
+    return {"bigint": T.LongType(), "double": T.DoubleType(), "string": T.StringType(), "boolean": T.BooleanType(),
+            "timestamp": T.TimestampType(), "date": T.DateType()}[canonical]
+
+
+def _canonical_type(spark_type: str) -> str:
+    if spark_type in _INTEGRAL:
+        return "bigint"
+    if spark_type in ("float", "double", "decimal"):
+        return "double"
+    return spark_type
+
+
+# ---- the stateful processor (runs in the Python workers) -------------------------------------------
+
+def _processor_class():
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class RangeGroupStream(StatefulProcessor):
+        """One group's updates of one micro-batch -> its notifications, state in the state store."""
+
+        def __init__(self, spec: StreamSpec):
+            self.spec = spec
+
+        def init(self, handle) -> None:
+            kt = self.spec.key_type
+            self.state = GroupState(
+                rows=handle.getMapState("rows", f"key {kt}", "x double, y double, t string, x2 double"),
+                meta=handle.getValueState("meta", "applied long, rebuilds long"),
+                log=[handle.getListState(f"log{i}", f"batch long, key {kt}, x double, y double, t string, "
+                                                    f"x2 double, op int, seq long") for i in range(LOG_SLOTS)])
+
+        def handleInputRows(self, key, rows, timerValues):
+            frames = [pdf for pdf in rows if len(pdf)]
+            if frames:
+                pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+                yield apply_micro_batch(self.spec, key[0], pdf, self.state)
+
+        def close(self) -> None:
+            pass
+
+    return RangeGroupStream
+
+
+@dataclass
+class GroupState:
+    """One group's state variables (the handles of the state store; in tests, any look-alike)."""
+    rows: object      # MapState  key -> (x, y, t, x2)
+    meta: object      # ValueState (applied, rebuilds)
+    log: list         # LOG_SLOTS ListStates: slot b % LOG_SLOTS holds micro-batch b's valid rows
+
+
+def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: GroupState) -> pd.DataFrame:
+    """Apply one micro-batch of one group (``pdf``: key, x, y, [t, x2,] op, ord, reason) against its state."""
+    stats = dict.fromkeys(STAT_NAMES, 0)
+    stats["micro_batches"] = 1
+    pdf = pdf.iloc[np.argsort(pdf["ord"].to_numpy(), kind="stable")]
+    query_id, run_id = _query_identity()
+    ident = (spec.engine_uid, gid, spec.stream_id)
+    group, null_keys, applied, rebuilds, how = _group_for(spec, gid, state, ident, query_id, run_id)
+    stats[how] = 1
+
+    n = len(pdf)
+    keys = pdf["key"].tolist()
+    xs = pdf["x"].to_numpy(dtype=np.float64, na_value=np.nan)
+    ys = pdf["y"].to_numpy(dtype=np.float64, na_value=np.nan)
+    ts = [None if v is None or v != v else str(v) for v in pdf["t"].tolist()] if "t" in pdf else [None] * len(pdf)
+    x2s = pdf["x2"].to_numpy(dtype=np.float64, na_value=np.nan) if "x2" in pdf else np.full(len(pdf), np.nan)
+    ops = pdf["op"].tolist()
+    reasons = pdf["reason"].tolist()
+    if spec.seq_given:
+        seqs = pdf["ord"].to_numpy(dtype=np.int64)
+    else:
+        seqs = (np.int64(applied) << np.int64(32)) + np.arange(n, dtype=np.int64)
+
+    valid = np.zeros(n, dtype=bool)
+    valid_ops = np.zeros(n, dtype=np.int8)
+    final: dict = {}  # key -> (x, y, t, x2) or None (deleted): the state writes of this micro-batch
+    rej_seq, rej_reason = [], []
+    core = group.core if hasattr(group, "core") else group.store  # box groups keep their rows in a store
+    for i in range(n):
+        reason = reasons[i]
+        if reason is None or reason != reason:  # None or NaN (pandas' null)
+            k = keys[i]
+            if ops[i] == "delete":
+                exists = final[k] is not None if k in final else (k in null_keys or core.get(k) is not None)
+                if exists:
+                    final[k] = None
+                    valid[i], valid_ops[i] = True, DELETE
+                else:
+                    reason = row_validation.unknown_key_reason(k, spec.table)
+            else:
+                final[k] = (xs[i], ys[i], ts[i], x2s[i])
+                valid[i], valid_ops[i] = True, UPSERT
+        if not valid[i] and gid == spec.primary:
+            rej_seq.append(None if seqs[i] == _NO_SEQ else int(seqs[i]))
+            rej_reason.append(str(reason))
+
+    idx = np.flatnonzero(valid)
+    gspec = spec.groups[gid]
+    batch = _batch([keys[i] for i in idx], xs[idx], ys[idx], [ts[i] for i in idx] if gspec.text else None,
+                   x2s[idx] if gspec.x2 else None, valid_ops[idx], seqs[idx])
+    notes = group.apply(batch, spec.mode) if len(idx) else None
+    _track_null_keys(null_keys, final, gspec)
+
+    for k, v in final.items():  # the state store: one write per key touched
+        if v is None:
+            state.rows.removeKey((k,))
+        else:
+            state.rows.updateValue((k,), (_opt(v[0]), _opt(v[1]), v[2], _opt(v[3])))
+    slot = state.log[applied % LOG_SLOTS]
+    if len(idx):
+        slot.put([(applied, keys[i], _opt(xs[i]), _opt(ys[i]), ts[i], _opt(x2s[i]), int(valid_ops[i]),
+                   int(seqs[i])) for i in idx])
+    else:
+        slot.clear()
+    state.meta.update((applied + 1, rebuilds))
+    _remember(ident, (query_id, run_id, applied + 1, group, null_keys))
+
+    out = _output(spec, gid, notes, rej_seq, rej_reason)
+    stats["updates"] = int(len(idx))
+    stats["rejected"] = len(rej_seq)
+    stats["notifications"] = out.num_rows - len(rej_seq)
+    if spec.stats is not None:
+        spec.stats.add(stats)
+    return out.to_pandas()
+
+
+def _group_for(spec: StreamSpec, gid: str, state: GroupState, ident, query_id, run_id):
+    """(group, null_keys, applied, rebuilds, how): the group's index as of the state store's version,
+    ``how`` one of seeded / cache_hits / caught_up / rebuilt."""
+    group_spec = spec.groups[gid]
+    if not state.meta.exists():
+        group, null_keys = _seed(group_spec, state.rows)
+        return group, null_keys, 0, 0, "seeded"
+    applied, rebuilds = (int(v) for v in state.meta.get())
+    cached = _CACHE.pop(ident, None)
+    if cached is not None and cached[:2] == (query_id, run_id):
+        at, group, null_keys = cached[2], cached[3], cached[4]
+        if at == applied:
+            return group, null_keys, applied, rebuilds, "cache_hits"
+        if at < applied <= at + LOG_SLOTS and _catch_up(group, null_keys, state.log, at, applied, group_spec):
+            return group, null_keys, applied, rebuilds, "caught_up"
+    group, null_keys = _rebuild(group_spec, state.rows)
+    return group, null_keys, applied, rebuilds + 1, "rebuilt"
+
+
+def _batch(keys: list, xs, ys, ts, x2s, ops, seqs) -> pa.Table:
+    """A group's batch (``key, x, y, op, seq``; ``y_text`` for a string Y, as ``range_groups`` reads it;
+    ``x_2`` for a box group, as ``box_groups`` reads it)."""
+    cols = {"key": pa.array(keys), "x": pa.array(xs, pa.float64()), "y": pa.array(ys, pa.float64()),
+            "op": pa.array(ops, pa.int8()), "seq": pa.array(seqs, pa.int64())}
+    if ts is not None:
+        cols["y_text"] = pa.array(ts, pa.string())
+    if x2s is not None:
+        cols["x_2"] = pa.array(x2s, pa.float64())
+    return pa.table(cols)
+
+
+def _catch_up(group, null_keys: set, log: list, at: int, applied: int, gspec: GroupSpec) -> bool:
+    """Replay micro-batches ``at .. applied-1`` from the log slots into a cached group that another
+    worker's tasks left behind. False (the group is then discarded) if a slot does not hold them."""
+    batches = []
+    for b in range(at, applied):
+        rows = list(log[b % LOG_SLOTS].get())
+        if any(r[0] != b for r in rows):
+            return False
+        batches.append(rows)
+    for rows in batches:
+        if not rows:
+            continue
+        keys, xs, ys, ts, x2s, ops, seqs = (list(c) for c in zip(*(r[1:8] for r in rows)))
+        nan = [np.nan if v is None else v for v in x2s]
+        group.apply(_batch(keys, xs, ys, ts if gspec.text else None, nan if gspec.x2 else None, ops, seqs), "none")
+        final = {}
+        for k, x, y, t, x2, op in zip(keys, xs, ys, ts, nan, ops):
+            final[k] = None if op == DELETE else (np.nan if x is None else x, np.nan if y is None else y, t, x2)
+        _track_null_keys(null_keys, final, gspec)
+    return True
+
+
+def _track_null_keys(null_keys: set, final: dict, gspec: GroupSpec) -> None:
+    """Keys of rows with a null X or Y (or box X2): in no range (not in the index) but present (deletable)."""
+    for k, v in final.items():
+        if v is not None and _null_row(v[0], v[1], v[2], v[3], gspec):
+            null_keys.add(k)
+        else:
+            null_keys.discard(k)
+
+
+def _null_row(x, y, t, x2, gspec: GroupSpec) -> bool:
+    return x != x or (t is None if gspec.text else _is_null(y)) or (gspec.x2 is not None and _is_null(x2))
+
+
+def _opt(v):
+    return None if v is None or v != v else float(v)
+
+
+def _remember(ident, entry) -> None:
+    _CACHE.pop(ident, None)
+    _CACHE[ident] = entry
+    while len(_CACHE) > CACHE_ENTRIES:  # oldest first: a stopped stream's groups go eventually
+        _CACHE.pop(next(iter(_CACHE)))
+
+
+def _output(spec: StreamSpec, gid: str, notes, rej_seq, rej_reason) -> pa.Table:
+    schema = spec.schema
+    parts = []
+    if notes is not None and notes.num_rows:
+        # the groups of one stream may differ in columns (MIN messages vs top-k items): nulls fill in
+        parts.append(pa.table({f.name: notes.column(f.name) if f.name in notes.column_names
+                               else pa.nulls(notes.num_rows, f.type) for f in schema}))
+    if rej_seq:
+        m = len(rej_seq)
+        cols = {f.name: pa.nulls(m, f.type) for f in schema}
+        cols["op"] = pa.array([REJECTED] * m, pa.string())
+        cols["seq"] = pa.array(rej_seq, pa.int64())
+        cols["reason"] = pa.array(rej_reason, pa.string())   # group_id null: the row belongs to no group
+        parts.append(pa.table(cols, schema=schema))
+    if not parts:
+        return schema.empty_table()
+    out = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts])
+    return out.sort_by([("seq", "ascending")]) if len(parts) > 1 else out
+
+
+def _query_identity() -> tuple:
+    """(query id, run id) of the streaming query running this task, (None, None) outside one."""
+    from pyspark import TaskContext
+    tc = TaskContext.get()
+    if tc is None:
+        return None, None
+    return tc.getLocalProperty("sql.streaming.queryId"), tc.getLocalProperty("spark.jobGroup.id")
+
+
+def _is_null(v) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
+
+
+def _seed(group_spec: GroupSpec, rows_state):
+    """First micro-batch: the group from the base snapshot, its rows written to the MapState."""
+    snap = group_spec.snapshot()
+    text = group_spec.text
+    null_keys = set()
+    x2s = snap.x2s.tolist() if group_spec.x2 else [None] * len(snap.keys)
+    for k, x, y, x2 in zip(snap.keys.tolist(), snap.xs.tolist(), snap.ys.tolist(), x2s):
+        t = None if not text or _is_null(y) else str(y)
+        rows_state.updateValue((k,), (None if x != x else x, None if text or _is_null(y) else float(y), t,
+                                      None if _is_null(x2) else float(x2)))
+        if x != x or _is_null(y) or (group_spec.x2 and _is_null(x2)):
+            null_keys.add(k)
+    return snap.build(), null_keys
+
+
+def _rebuild(group_spec: GroupSpec, rows_state):
+    """The group from the rows in the state store and the subscriptions of the base snapshot."""
+    snap = group_spec.snapshot()
+    text = group_spec.text
+    keys, xs, ys, x2s = [], [], [], []
+    for (k,), (x, y, t, x2) in rows_state.iterator():
+        keys.append(k)
+        xs.append(np.nan if x is None else x)
+        ys.append(t if text else (np.nan if y is None else y))
+        x2s.append(np.nan if x2 is None else x2)
+    xs_a = np.asarray(xs, dtype=np.float64)
+    ys_a = np.empty(len(ys), dtype=object) if text else np.asarray(ys, dtype=np.float64)
+    if text:
+        ys_a[:] = ys
+    keys_a = np.empty(len(keys), dtype=object)
+    keys_a[:] = keys
+    more = {"x2s": np.asarray(x2s, dtype=np.float64)} if group_spec.x2 else {}
+    snap = dataclasses.replace(snap, keys=keys_a, xs=xs_a, ys=ys_a, **more)
+    null_keys = {k for k, x, y, x2 in zip(keys, xs_a, ys, x2s) if _null_row(x, y, y, x2, group_spec)}
+    return snap.build(), null_keys
