@@ -30,6 +30,7 @@ from sparksub.grammar.script import EventQueryStatement as _EventQueryStatement
 from sparksub.grammar.script import in_script, parse_script, spark_error
 from sparksub.jvm.bridge import subscription_group
 from sparksub import listing
+from sparksub.directory import EngineDirectory
 from sparksub.runtime.connect import refuse_connect_session
 from sparksub.planner import ir
 from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES, Catalog, TableDef
@@ -223,7 +224,7 @@ class Engine:
     instead; False never uses it.
     """
 
-    def __init__(self, spark=None, catalyst=None, conf: dict | None = None):
+    def __init__(self, spark=None, catalyst=None, conf: dict | None = None, *, path=None):
         if spark is not None and conf:
             raise InvalidArgument("Engine(spark, conf=...): conf is for the session Engine() creates; a session "
                                   "you pass is used as it is (set its options when you build it)")
@@ -239,6 +240,8 @@ class Engine:
         #: why it is not (None when it is)
         self.catalyst_reason: str | None = None
         self.uid = uuid.uuid4().hex
+        #: where the engine keeps what it knows (``path``; a temporary directory without one): directory.py
+        self.directory = EngineDirectory(path)
         self.catalog = Catalog()
         self._tables: dict[str, TableState] = {}
         self._groups: dict[tuple, GroupEntry] = {}
