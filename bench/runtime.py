@@ -406,12 +406,13 @@ class RangeBench(ClassBench):
             g.points.add(self.ids.astype(object), self.lo, self.hi)
             g.load(self.keys, self.xs, self.ys)
         else:
-            from sparksub.operators.range_classes.groups import RangeClassSnapshot
+            from sparksub.operators.agg.group import AggSnapshot
+            from sparksub.operators.topk.group import TopkSnapshot
             option = False if self.klass == "RANGE_TOPK" else "sum"
             k = np.full(self.subs, TOPK_K if self.klass == "RANGE_TOPK" else 1, dtype=np.int64)
-            g = RangeClassSnapshot(self.klass, self.name, "stock", "risk", "per", option, self.ids.astype(object),
-                                   self.lo.copy(), self.hi.copy(), k, self.keys, self.xs.copy(),
-                                   self.ys.copy()).build()
+            snapshot = TopkSnapshot if self.klass == "RANGE_TOPK" else AggSnapshot
+            g = snapshot(self.name, "stock", "risk", "per", option, self.ids.astype(object),
+                         self.lo.copy(), self.hi.copy(), k, self.keys, self.xs.copy(), self.ys.copy()).build()
         return g, time.perf_counter() - t0
 
     def pure_apply(self, op, batch) -> int:
@@ -444,7 +445,7 @@ class FilterBench(RangeBench):
         return e
 
     def pure_batch(self, lo, hi, seq0):
-        from sparksub.operators.filters.group import EVENT_PREFIX
+        from sparksub.operators.shared.schemas import EVENT_PREFIX
         b = self.user_rows(lo, hi)
         return pa.table({**{EVENT_PREFIX + c: b.column(c) for c in b.column_names},
                          "op": pa.array(np.zeros(b.num_rows, np.int8), pa.int8()),
@@ -513,7 +514,7 @@ class JoinBench(ClassBench):
                          "b": pa.array(b, pa.int64() if self.klass == "SELECT_JOIN" else pa.float64())})
 
     def pure_batch(self, lo, hi, seq0):
-        from sparksub.operators.filters.group import EVENT_PREFIX
+        from sparksub.operators.shared.schemas import EVENT_PREFIX
         b = self.user_rows(lo, hi)
         n = b.num_rows
         return pa.table({**{EVENT_PREFIX + c: b.column(c) for c in b.column_names},

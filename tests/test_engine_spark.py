@@ -201,6 +201,7 @@ def test_a_failing_group_does_not_stop_the_others(spark):
     import pyarrow as pa
 
     from sparksub.runtime import groups as spark_groups
+    from sparksub.runtime import replicas as spark_replicas
 
     e = fig1_engine(spark)
     e.sql("CREATE SUBSCRIPTION lo AS SELECT MIN(per) FROM stock WHERE risk BETWEEN 25 AND 60")
@@ -209,18 +210,18 @@ def test_a_failing_group_does_not_stop_the_others(spark):
     state = e._tables["stock"]
     entries = {en.physical.klass: en for en in e._groups.values()}
     good = e._replica(state, entries["RANGE_MIN"])
-    broken = spark_groups.GroupReplica(e.uid, entries["RANGE_MAX"].group_id, "broken", b"not a snapshot")
+    broken = spark_replicas.new_base(e.directory, e.uid, entries["RANGE_MAX"].group_id, b"not a snapshot")
     spark_groups._CACHE.clear()
     batch = pa.table({"key": ["t3"], "x": [30.0], "y": [1.0], "op": pa.array([0], pa.int8()),
                       "seq": pa.array([0], pa.int64())})
-    combined = pa.concat_tables([batch.append_column("group_id", pa.array([g.group_id], pa.string()))
+    combined = pa.concat_tables([batch.append_column("group_id", pa.array([g.replica_id], pa.string()))
                                  for g in (good, broken)])
-    from sparksub.engine import _schema_for
-    df, failed = spark_groups.run_groups(spark, {good.group_id: good, broken.group_id: broken}, combined,
-                                         "unicast", _schema_for("unicast"))
+    from sparksub.operators.shared.schemas import publish_schema
+    df, failed = spark_groups.run_groups(spark, {good.replica_id: good, broken.replica_id: broken}, combined,
+                                         "unicast", publish_schema("unicast"))
     rows = sorted(df.collect(), key=lambda r: r.op)
-    assert failed == {broken.group_id}
-    assert [(r.op, r.group_id) for r in rows] == [("error", broken.group_id), ("update", good.group_id)]
+    assert failed == {broken.replica_id}
+    assert [(r.op, r.group_id) for r in rows] == [("error", broken.replica_id), ("update", good.replica_id)]
     assert "UnpicklingError" in rows[0].reason and rows[1].value == 1.0 and rows[1].reason is None
     # Through the engine: a failed group is rebuilt from the rows, so later results stay exact.
     entries["RANGE_MAX"].replica, entries["RANGE_MAX"].base_stale = broken, False

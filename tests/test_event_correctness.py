@@ -20,6 +20,7 @@ from sparksub.grammar.events import parse_event_query
 from sparksub.operators.events import partitions as evp
 from sparksub.runtime import event_stream as ses
 from sparksub.runtime import events as spark_events
+from sparksub.runtime import replicas as spark_replicas
 from cayuga_reference import evaluate_queries
 
 STOCK_DDL = "CREATE TABLE Stock (Name STRING, Price DOUBLE, Volume BIGINT)"
@@ -113,8 +114,7 @@ def test_a_run_time_error_belongs_to_the_query_that_raised_it(spark):
     assert {(q, t1) for q, _, _, t1 in rejected} <= {(q, t1) for q, errs in errors.items() for _, t1, _ in errs}
     # Cold workers replay the logs (kept whole): the same state, the same errors dropped again.
     for c in e._event_classes.values():
-        for r in c.replicas.values():
-            r.base_id = spark_events.new_base_id()
+        c.replicas = {rid: spark_replicas.cold(r) for rid, r in c.replicas.items()}
     spark_events._CACHE.clear()
     more = stock(("MSFT", 11, 1), ("IBM", 9, 1))
     e.publish("Stock", more)

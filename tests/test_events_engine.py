@@ -19,6 +19,7 @@ from sparksub.errors import (AnalysisError, BadUpdate, DuplicateSubscription, In
                              UnknownSubscription)
 from sparksub.grammar.events import parse_event_query
 from sparksub.runtime import events as spark_events
+from sparksub.runtime import replicas as spark_replicas
 from cayuga_reference import evaluate_queries
 from sparksub.operators.events.partitions import key_partition
 
@@ -111,7 +112,7 @@ def test_worked_queries_over_several_publishes_equal_the_oracle(spark):
     keyed = stats["events:Name@Stock"]
     assert keyed["partitions"] == 3 and set(keyed["queries"]) == {"T5", "reads_T5", "ex2", "ex3", "ex4",
                                                                   "ex5_intent", "S3", "S4"}
-    routed = [r.logged_events() for r in e._event_classes["Name@Stock"].replicas.values()]
+    routed = [r.logged_rows for r in e._event_classes["Name@Stock"].replicas.values()]
     assert routed == [sum(key_partition(x["Name"], 3) == p for x in HAND_STOCK) for p in range(3)]
     unkeyed = {k: v for k, v in stats.items() if k.startswith("events:u")}
     assert sorted(q for v in unkeyed.values() for q in v["queries"]) == ["S1", "S2", "S5"]
@@ -338,8 +339,7 @@ def test_cold_workers_replay_and_a_failing_replica_does_not_stop_the_others(spar
     # Cold workers: every replica gets a new base id, so no cached executor matches and every task rebuilds
     # from its base and replays its log (the driver's cache is dropped too).
     for c in e._event_classes.values():
-        for r in c.replicas.values():
-            r.base_id = spark_events.new_base_id()
+        c.replicas = {rid: spark_replicas.cold(r) for rid, r in c.replicas.items()}
     spark_events._CACHE.clear()
     e.publish("Stock", events[25:35])
     expected = oracle(q, timed[:35])
@@ -349,7 +349,7 @@ def test_cold_workers_replay_and_a_failing_replica_does_not_stop_the_others(spar
     cls = e._event_classes[e._event_plan.class_of["u"]]
     rid = next(iter(cls.replicas))
     good = cls.replicas[rid]
-    cls.replicas[rid] = spark_events.EventReplica(e.uid, rid, "broken", b"not a base")
+    cls.replicas[rid] = spark_replicas.new_base(e.directory, e.uid, rid, b"not a base")
     rows = e.publish("Stock", events[35:]).collect()
     errors = [r for r in rows if r.op == "error"]
     assert [(r.group_id, r.query) for r in errors] == [(rid, None)] and "UnpicklingError" in errors[0].reason

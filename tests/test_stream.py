@@ -18,7 +18,8 @@ import pytest
 
 from sparksub import BadUpdate, Engine
 from sparksub.runtime import stream as spark_stream
-from sparksub.operators.range_min.group import DELETE, UPSERT, RangeMinGroup
+from sparksub.operators.range_min.group import RangeMinGroup
+from sparksub.operators.shared.schemas import DELETE, UPSERT
 
 pytestmark = pytest.mark.spark
 
@@ -345,7 +346,7 @@ def test_operator_paths_agree(schedule):
 
     from pyspark.sql.streaming.tws_tester import TwsTester
 
-    from sparksub.operators.range_min.group import UNICAST_SCHEMA
+    from sparksub.operators.shared.schemas import UNICAST_SCHEMA
     e = make_engine(None)
     state = e._tables["t"]
     groups = {entry.group_id: spark_stream.GroupSpec(

@@ -15,7 +15,7 @@ import pytest
 
 from sparksub import Engine
 from sparksub.runtime import join_stream as sjs
-from sparksub.operators.filters.group import EVENT_PREFIX
+from sparksub.operators.shared.schemas import EVENT_PREFIX
 
 pytestmark = pytest.mark.spark
 
@@ -177,31 +177,22 @@ def test_join_stream_processor_under_tws_tester(schedule):
     from pyspark.sql.streaming.tws_tester import TwsTester
 
     import pickle
-    from sparksub.engine import _arrow_type, _schema_for, _with_join_columns
     from sparksub.operators.joins import group as join_groups
+    from sparksub.operators.shared.row_validation import arrow_type
+    from sparksub.operators.shared.schemas import publish_schema
     from sparksub.runtime.stream import _Deferred
     e = make_engine(None)
     state = e._tables["r"]
     groups = {}
     for entry in e._groups.values():
-        sides = e._join_sides(entry)
-        partner = e._tables["s"]
-        names = partner.definition.column_names
-        wanted = join_groups.side_columns(sides[1])
-        rows = ({c: [] for c in join_groups.side_columns(sides[0])},
-                {c: [r[names.index(c)] for r in partner.rows.values()] for c in wanted})
-        ids, cols = entry.points.rows()
-        snap = join_groups.JoinGroupSnapshot(entry.physical.klass, entry.group_id, "x", sides, True, ids, cols, rows,
-                                             domains=e._join_domains(entry), sub_outputs=e._outputs_of(entry),
-                                             output_types=e._join_output_types(entry),
-                                             payload_types=e._join_column_types(entry))
+        # the base the engine's stream starts from: s's rows now, none of r's (the streamed side)
+        snap = entry.family.stream_snapshot(entry.registry, entry.physical, entry.group_id, e._tables, join_groups.L)
         groups[entry.group_id] = sjs.JoinStreamGroup(entry.group_id, join_groups.L, 2, _Deferred(pickle.dumps(snap)),
                                                      _Deferred(pickle.dumps(dict(state.rows))))
     tdef = state.definition
-    spec = sjs.JoinStreamSpec("uid", "sid", "r", tdef.column_names, tuple(_arrow_type(t) for _, t in tdef.columns),
-                              "rk", "bigint", "unicast",
-                              _with_join_columns(_schema_for("unicast"), "unicast", e._join_output_fields(e._groups.values(),
-                                                                                                        "unicast")),
+    schema = e._output_schema(publish_schema("unicast"), "unicast", list(e._groups.values()), tdef)
+    spec = sjs.JoinStreamSpec("uid", "sid", "r", tdef.column_names, tuple(arrow_type(t) for _, t in tdef.columns),
+                              "rk", "bigint", "unicast", schema,
                               groups, min(groups), True)
     tester = TwsTester(sjs._processor_class()(spec))
     saved, worker = sjs._CACHE, {}

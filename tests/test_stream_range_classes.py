@@ -18,7 +18,7 @@ import pytest
 
 from sparksub import Engine
 from sparksub.runtime import stream as spark_stream
-from sparksub.operators.range_min.group import DELETE, UPSERT
+from sparksub.operators.shared.schemas import DELETE, UPSERT
 
 pytestmark = pytest.mark.spark
 
@@ -120,7 +120,7 @@ def expected(mode: str):
         })
         seqs = [seq_of(f, j) for j, _ in valid]
         for entry, group in groups.values():
-            out = group.apply(Engine._group_batch(state, entry.physical, batch, seqs), mode)
+            out = group.apply(entry.family.group_batch(entry.physical, state.definition, batch, seqs), mode)
             notes.update(_key(r) for r in out.to_pylist())
     return notes, rejected, len(groups)
 
@@ -234,18 +234,18 @@ def _frames(file_no: int, gspec) -> "object":
 def test_operator_paths_agree(schedule):
     from pyspark.sql.streaming.tws_tester import TwsTester
 
-    from sparksub.engine import _schema_for, _with_range_class_columns, _y_is_text
+    from sparksub.operators.shared.range_classes import with_range_class_columns
+    from sparksub.operators.shared.schemas import publish_schema
     e = make_engine(None)
     state = e._tables["t"]
     groups = {}
     for entry in e._groups.values():
-        p = entry.physical
+        x, y, y_is_text, x2 = entry.family.stream_columns(entry.physical, state.definition)
         groups[entry.group_id] = spark_stream.GroupSpec(
-            entry.group_id, p.x, p.y, spark_stream._Deferred(pickle.dumps(e._snapshot(state, entry))),
-            _y_is_text(state.definition, p), getattr(p, "x2", None))
+            entry.group_id, x, y, spark_stream._Deferred(pickle.dumps(e._snapshot(state, entry))), y_is_text, x2)
     assert any(g.text for g in groups.values())  # the string DISTINCT is among them
     stats = _Stats()
-    schema = _with_range_class_columns(_schema_for("unicast"), "unicast", True)
+    schema = with_range_class_columns(publish_schema("unicast"), "unicast")
     spec = spark_stream.StreamSpec(e.uid, "s1", "t", "string", "unicast", schema, groups, min(groups), False, stats)
     tester = TwsTester(spark_stream._processor_class()(spec))
     workers = [{}, {}]

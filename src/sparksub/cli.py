@@ -258,8 +258,8 @@ def run(args) -> int:
             print(err, file=sys.stderr)
             return 2
         except Exception as err:  # Spark's own (a statement Spark ran): its message, not a traceback
-            from pyspark.errors import PySparkException
-            if not isinstance(err, PySparkException):
+            from sparksub.runtime.spark_errors import is_spark_error
+            if not is_spark_error(err):
                 raise
             print(f"{script}: {type(err).__name__}: {_error_text(err)}", file=sys.stderr)
             return 2

@@ -14,29 +14,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparksub.errors import BadUpdate
-from sparksub.operators.box.group import BOX_MESSAGE_SCHEMA
-from sparksub.operators.joins.group import JOIN_MESSAGE_SCHEMA
-from sparksub.operators.range_classes.groups import RANGE_MESSAGE_SCHEMA
-from sparksub.operators.range_min.group import MESSAGE_SCHEMA
+from sparksub.operators.registry import family_of
 from sparksub.planner import ir
 
 __all__ = ["message_schema", "checked_messages"]
 
-#: what a unicast row of a class without messages (FILTER, BAND_JOIN) must carry to reach its subscriber
-UNICAST_ROW_SCHEMA = pa.schema([("subscription_id", pa.string()), ("op", pa.string()), ("seq", pa.int64())])
-
 
 def message_schema(physical: ir.Node) -> pa.Schema:
-    """The columns ``deliver`` needs of a group's messages, by the group's operator node."""
-    if isinstance(physical, (ir.FilterGroupScan, ir.BandJoinGroupScan)):
-        return UNICAST_ROW_SCHEMA
-    if isinstance(physical, ir.SelectJoinGroupScan):
-        return JOIN_MESSAGE_SCHEMA
-    if isinstance(physical, (ir.BoxMinGroupScan, ir.BoxTopkGroupScan)):
-        return BOX_MESSAGE_SCHEMA
-    if isinstance(physical, (ir.RangeTopkGroupScan, ir.RangeDistinctGroupScan, ir.RangeAggGroupScan)):
-        return RANGE_MESSAGE_SCHEMA
-    return MESSAGE_SCHEMA  # RANGE_MIN / RANGE_MAX
+    """The columns ``deliver`` needs of a group's messages, by the group's operator node: its family's
+    (``operators/contract.py``; of its unicast rows for a class without messages)."""
+    return family_of(physical).message_schema(physical)
 
 
 def checked_messages(table: pa.Table, groups: dict) -> pa.Table:

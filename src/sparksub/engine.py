@@ -7,7 +7,6 @@ applies, so a bad statement or batch leaves everything as it was (DESIGN §7).
 """
 from __future__ import annotations
 
-import os
 import pickle
 import re
 import logging
@@ -21,37 +20,39 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from sparksub.errors import (AnalysisError, BadUpdate, CatalystUnavailable, DuplicateSubscription, InvalidArgument,
-                             InvalidSubscription, SparksubError, UnknownSubscription,
-                             UnsupportedSubscription, position_of)
+                             InvalidSubscription, SparksubError, UnknownSubscription, position_of)
 from sparksub.deliver_input import checked_messages
 from sparksub.grammar import statements as st
 from sparksub.grammar.event_ast import StreamExpr
 from sparksub.grammar.script import EventQueryStatement as _EventQueryStatement
-from sparksub.grammar.script import in_script, parse_script, spark_error
+from sparksub.grammar.script import in_script, parse_script
 from sparksub.jvm.bridge import subscription_group
 from sparksub import listing
 from sparksub.directory import EngineDirectory
-from sparksub.runtime.connect import refuse_connect_session
+from sparksub.journal import CHECKPOINT_RECORDS, NOTIFICATION_RETENTION_ROWS, DurableSetting, EngineJournal
+from sparksub.runtime.connect import CATALYST_ON_CONNECT, default_parallelism, is_connect_session
+from sparksub.runtime.spark_errors import spark_error, spark_parse
+# the embedded session (runtime/session.py: only the runtime imports pyspark), public here as before
+from sparksub.runtime.session import (SESSION_DEFAULTS, SESSION_LOG_LEVEL, catalyst_build_error,  # noqa: F401
+                                      catalyst_mode, spark_session)
 from sparksub.planner import ir
-from sparksub.planner.catalog import INTEGRAL_TYPES, NUMERIC_TYPES, Catalog, TableDef
-from sparksub.planner.logical import MAX_K
-from sparksub.planner.projection import join_output_columns, table_output_columns
-from sparksub.planner.classifier import (SUPPORTED_CLASSES, Planned, bind_band_join, bind_box, bind_filter_columns,
-                                         bind_range, bind_select_join, parameters_of, plan_subscription)
-from sparksub.operators.box.group import BOX_COLUMNS, BoxClassSnapshot, BoxSubscribers
-from sparksub.operators.range_min.delivery import SubscriptionPoints, Subscribers
-from sparksub.operators.filters.group import EVENT_PREFIX, Block, FilterGroup
-from sparksub.operators.range_classes.groups import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA, RangeClassSnapshot
-from sparksub.operators.range_min.group import (DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA, UPSERT, GroupSnapshot,
-                                                with_reason)
+from sparksub.planner.catalog import Catalog, TableDef
+from sparksub.planner.classifier import Planned, parameters_of, plan_subscription
+from sparksub.operators.contract import ROW_PARTITIONS, SUBSCRIPTION_SHARDS, SubscriptionFamily
 from sparksub.operators.events import partitions as evp
+from sparksub.operators.events.family import query_text
 from sparksub.operators.joins import group as join_groups
-from sparksub.operators.range_classes import subscribers as range_subscribers
+from sparksub.operators.registry import EVENTS, family_of, in_order
 from sparksub.operators.shared import row_validation
+from sparksub.operators.shared.families import grown
+from sparksub.operators.shared.schemas import (DELETE, EVENT_PREFIX, UNICAST_SCHEMA, UPSERT, mode_schema, publish_schema,
+                                               spark_type_name, with_reason)
 from sparksub.runtime import events as spark_events
+from sparksub.runtime import frames as spark_frames
 from sparksub.runtime import groups as spark_groups
+from sparksub.runtime import output as spark_output
+from sparksub.runtime import replicas as spark_replicas
 from sparksub.runtime import stream as spark_stream
-from sparksub.operators.joins.group import JOIN_ITEM_SCHEMA, JOIN_MESSAGE_SCHEMA, JoinSubscriptions, QueryChange
 
 __all__ = ["Engine", "spark_session"]
 
@@ -62,84 +63,9 @@ LOG_COMPACTION_ROWS = 200_000
 FILTER_SHARD_SIZE = 250_000
 #: Events logged per event-query replica before its base is rebuilt from a snapshot of its executor.
 EVENT_LOG_COMPACTION = 20_000
-#: why spark_session() built its session without the Catalyst extension (None: it did not)
-_catalyst_build_error: str | None = None
 #: Engine(catalyst='auto') says once per process that the extension is off, and why
 _catalyst_warned = False
-
-
-def catalyst_mode(value=None):
-    """``Engine(catalyst=...)``'s value: True, False or ``'auto'``; None reads ``$SPARKSUB_CATALYST``
-    (``on``/``off``/``auto``; default ``auto``)."""
-    if value is None:
-        value = os.environ.get("SPARKSUB_CATALYST", "auto")
-    if isinstance(value, str):
-        v = value.strip().lower()
-        if v in ("1", "on", "true", "yes"):
-            return True
-        if v in ("0", "off", "false", "no"):
-            return False
-        if v == "auto":
-            return "auto"
-        raise ValueError(f"catalyst must be True, False or 'auto', not {value!r}")
-    return bool(value)
-
-
-#: the options of the session :func:`spark_session` creates (its ``conf`` overrides them): no UI or console
-#: progress bar, two shuffle partitions and tasks (small local batches), an in-memory catalog, Arrow
-#: transfers, the RocksDB state store (stream state that survives restarts)
-SESSION_DEFAULTS = {
-    "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
-    "spark.sql.catalogImplementation": "in-memory",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.sql.streaming.stateStore.providerClass":
-        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-}
-#: the log level of the session :func:`spark_session` creates (Spark's INFO/WARN lines would bury ours)
-SESSION_LOG_LEVEL = "ERROR"
 _log = logging.getLogger("sparksub.engine")
-
-
-def spark_session(master: str = "local[*]", app_name: str = "sparksub", catalyst=None, conf: dict | None = None,
-                  **options):
-    """A new SparkSession for sparksub: :data:`SESSION_DEFAULTS` overridden by ``conf`` (and by ``options``,
-    ``**{"spark.x": v}``), log level :data:`SESSION_LOG_LEVEL`, and, unless ``catalyst`` is False, the
-    Catalyst extension (``sparksub.jvm``; built with javac on first use).  ``catalyst='auto'`` goes on
-    without the extension when it cannot be built (``Engine`` says why).
-
-    A process has one SparkContext: when one is already running, its session is returned as it is --
-    nothing is set on a session sparksub did not create -- and the options not applied are logged
-    (logger ``sparksub.engine``)."""
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    global _catalyst_build_error
-    conf = {**(conf or {}), **options}
-    if SparkContext._active_spark_context is not None:
-        running = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-        refuse_connect_session(running, embedded=True)
-        if conf:
-            _log.warning("spark_session: a SparkSession is already running in this process; using it as it "
-                         "is (not applied: %s)", ", ".join(sorted(conf)))
-        return running
-    mode = catalyst_mode(catalyst)
-    if mode is not False:
-        from sparksub import jvm
-        try:
-            conf = {**jvm.extension_conf(existing_jars=conf.get("spark.jars", "")), **{
-                k: v for k, v in conf.items() if k != "spark.jars"}}
-        except CatalystUnavailable as err:
-            if mode is True:
-                raise
-            _catalyst_build_error = str(err)
-    builder = SparkSession.builder.master(master).appName(app_name)
-    for k, v in {**SESSION_DEFAULTS, **conf}.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    refuse_connect_session(spark, embedded=True)  # SPARK_REMOTE & co. make the builder's session a Connect one
-    spark.sparkContext.setLogLevel(SESSION_LOG_LEVEL)  # our own session: see SESSION_LOG_LEVEL
-    return spark
 
 
 @dataclass
@@ -161,28 +87,22 @@ class SubscriptionRecord:
 
 @dataclass
 class GroupEntry:
+    """A subscription group as the engine keeps it: its plan node, its family (the class's contract,
+    ``operators/registry.py``) and the family's registry of its subscriptions, its templates, and the
+    runtime's record of its replicas."""
     group_id: str
-    physical: ir.Node  # the group's operator node (RangeMinGroupScan, FilterGroupScan)
-    points: object  # the registry: delivery.SubscriptionPoints (ranges) or the FilterGroup itself
+    physical: ir.Node  # the group's operator node (a planner.ir.*GroupScan)
+    family: SubscriptionFamily
+    registry: object  # the family's registry: the subscriptions and what the class keeps per subscription
     templates: list = field(default_factory=list)  # template texts; template_of[slot] indexes it
     template_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
-    replica: spark_groups.GroupReplica | None = None
-    shards: dict | None = None  # FILTER: shard group_id -> replica (subscriptions split, events to all)
+    replica: spark_replicas.Replica | None = None
+    shards: dict | None = None  # FILTER shards / join partitions: replica id -> replica
     base_stale: bool = False  # subscriptions or loaded rows changed since the replica's base
     log_rows: int = 0
-    subscribers: object = None  # the deliver() side (delivery / range_subscribers / box_groups), seeded lazily
+    subscribers: object = None  # the deliver() side (``family.subscribers``), seeded lazily
     subscribers_version: int = -1
     version: int = 0  # bumps on every publish and registration change
-    k_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # RANGE_TOPK: k per slot
-    # BOX_*: each slot's [low, high] on the second attribute (the points index holds the first)
-    x2_of: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.float64))
-    # SELECT_JOIN / BAND_JOIN: how the partitions were cut when their base was built (join_groups), and the
-    # subscription change waiting to be logged to them (003 §4.2.3: queries change while data flows)
-    join_layout: dict | None = None
-    pending_change: QueryChange | None = None
-    # top-k and joins: each slot's output columns (a subscription's SELECT list, planner.projection; DESIGN §1)
-    outputs: list = field(default_factory=list)  # distinct projections; output_of[slot] indexes it
-    output_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
 
 
 @dataclass
@@ -222,7 +142,29 @@ class Engine:
     join of a parameter table.  ``'auto'`` uses it when the session has it and otherwise says once why
     not (a WARNING of the ``logging`` logger ``sparksub.engine``); True raises ``CatalystUnavailable``
     instead; False never uses it.
+
+    ``path``: the engine's directory (``journal.py``, docs/architecture.md "The durable directory").  Everything
+    the engine knows is kept there -- tables and their rows, subscriptions (a bulk one as its parameter
+    table), event queries and their partial matches, sequence numbers, the settings that change results
+    (``parallelism``, ``join_partitions``, ``event_partitions``, ``filter_shard_size``, ``join_router_mode``,
+    ``event_seconds_per_tick``, ``event_executor``) and the notifications of the last
+    ``notification_retention_rows`` rows per table -- as a journal of committed operations (each fsynced
+    before its method returns) and periodic checkpoints.  ``Engine(path=same)`` in a new process, after
+    ``close()`` or a ``kill -9`` at any point, continues from the last committed operation: ``publish(...,
+    batch_id=...)`` tells a batch it has already committed (and returns its kept output) and
+    ``notifications()`` re-reads what a killed client may have missed.  One live engine per directory
+    (``DirectoryLocked``).  Without a path: a temporary directory, removed at exit, where only the
+    notifications are kept (for ``notifications()``, ``matches()`` and ``batch_id``).
     """
+
+    # the settings that change results: each change is journaled (journal.DurableSetting)
+    parallelism = DurableSetting()
+    join_partitions = DurableSetting()
+    event_partitions = DurableSetting()
+    filter_shard_size = DurableSetting()
+    join_router_mode = DurableSetting()
+    event_seconds_per_tick = DurableSetting()
+    event_executor = DurableSetting()
 
     def __init__(self, spark=None, catalyst=None, conf: dict | None = None, *, path=None):
         if spark is not None and conf:
@@ -231,8 +173,6 @@ class Engine:
         if conf is not None and not isinstance(conf, dict):
             raise InvalidArgument(f"Engine(conf=...) takes a dict of Spark options, got {type(conf).__name__}")
         self._conf = dict(conf or {})
-        if spark is not None:
-            refuse_connect_session(spark)   # before anything is registered (issue 15 item 11)
         self._spark = spark
         self._catalyst_mode = catalyst_mode(catalyst)
         #: whether the Catalyst extension is in use (None until the SparkSession is known)
@@ -249,7 +189,10 @@ class Engine:
         self._bulk: dict[str, list[SubscriptionRecord]] = {}  # group_id -> bulk templates
         self._next_seq = 0  # seq of the next published row (consecutive across publish calls)
         self.filter_shard_size = FILTER_SHARD_SIZE
-        #: partitions of a join group (one Spark task each); None: the session's default parallelism
+        #: the default partition count (join groups, event classes, most FILTER shards; one Spark task each);
+        #: None: the session's ``spark.default.parallelism`` (its conf, which Spark Connect can read), else 2
+        self.parallelism: int | None = None
+        #: partitions of a join group (one Spark task each); None: ``parallelism``
         self.join_partitions: int | None = None
         #: the router's mode for SELECT_JOIN groups: 'DYNAMIC' (003 §4.5), 'OPT' or a plan name
         self.join_router_mode = join_groups.DYNAMIC
@@ -265,9 +208,15 @@ class Engine:
         self._event_plan = evp.EventPlan()
         self._event_classes: dict[str, EventClassState] = {}
         self._event_clocks: dict[str, list] = {}  # table (lower) -> [events published, largest t1, rejected]
-        self._matches: dict[str, list] = {}
         self._event_resets: dict[str, int] = {}
         self._lock = threading.RLock()
+        #: notification rows kept per table (``notifications()``, ``matches()``); older files go at checkpoints
+        self.notification_retention_rows = NOTIFICATION_RETENTION_ROWS
+        #: journal records between checkpoints (a reopen replays at most this many)
+        self.checkpoint_interval = CHECKPOINT_RECORDS
+        # the journal, checkpoints and kept notifications; a directory that holds an engine is read back here
+        self._journal = EngineJournal(self, EventClassState)
+        self._journal.open()
         if spark is not None:
             self._resolve_catalyst()
 
@@ -287,12 +236,18 @@ class Engine:
         if self._catalyst_mode is False:
             self.catalyst, self.catalyst_reason = False, "catalyst=False"
             return
+        if is_connect_session(self._spark):   # the extension is classic-only (runtime/connect.py)
+            self.catalyst, self.catalyst_reason = False, f"the Catalyst extension is off: {CATALYST_ON_CONNECT}"
+            if self._catalyst_mode is True:
+                raise CatalystUnavailable(self.catalyst_reason)
+            _log.info("sparksub: %s", self.catalyst_reason)
+            return
         if bridge.loaded(self._spark):
             bridge.attach(self._spark, self)
             self.catalyst, self.catalyst_reason = True, None
             return
         from sparksub.jvm import EXTENSION_CLASS
-        reason = _catalyst_build_error or (
+        reason = catalyst_build_error() or (
             "this SparkSession was built without the extension; build yours with "
             f".config('spark.jars', str(sparksub.jvm.jar_path())).config('spark.sql.extensions', "
             f"'{EXTENSION_CLASS}') (or let sparksub.Engine() make the session)")
@@ -313,9 +268,9 @@ class Engine:
         for physical, entry in groups:
             templates = entry.templates if entry is not None and entry.templates else [str(physical)]
             more = f" (+{len(templates) - 1} more)" if len(templates) > 1 else ""
-            size = len(entry.points) if entry is not None else 0
+            size = len(entry.registry) if entry is not None else 0
             parts.append(f"{physical.klass} group {entry.group_id if entry else '(new)'}: template {templates[0]}"
-                         f"{more}, {size} subscriptions, algorithm {_ALGORITHM.get(physical.klass, '?')}, "
+                         f"{more}, {size} subscriptions, algorithm {family_of(physical).algorithm(physical)}, "
                          f"mode {mode}")
         if explained is not None:
             parts.append(f"explained: {explained}")
@@ -327,7 +282,7 @@ class Engine:
             return None
         return "; ".join(
             f"EVENT class {c.cls.id}: {len(c.cls.queries)} queries ({', '.join(c.cls.queries)}), key "
-            f"{c.cls.key or '(none)'}, {c.cls.partitions} partitions, algorithm {_ALGORITHM['EVENT']}, mode {mode}"
+            f"{c.cls.key or '(none)'}, {c.cls.partitions} partitions, algorithm {EVENTS.algorithm()}, mode {mode}"
             for c in classes)
 
     def attach(self) -> None:
@@ -412,7 +367,7 @@ class Engine:
             if subscribed(name) or name in scratch._event_queries:
                 raise DuplicateSubscription(f"duplicate subscription id {name!r}: it already exists"
                                             if subscribed(name) else f"{name!r} is already an event query")
-            _bind_constants(planned.physical, {}, np.array([name], dtype=object), scratch._column_types(planned))
+            family_of(planned.physical).bind(planned.physical, {}, np.array([name], dtype=object), scratch.catalog)
             added.add(name)
             dropped.discard(name)
         elif isinstance(stmt, st.DropSubscription):
@@ -462,26 +417,13 @@ class Engine:
     def _spark_parse(self, source: str) -> None:
         """Spark's parser's verdict on one of Spark's own statements (nothing runs); a syntax error raises
         a ParseError positioned in ``source``."""
-        jsession = getattr(self.spark, "_jsparkSession", None)
-        if jsession is None:
-            return  # no JVM parser to ask: Spark's verdict comes when the statement runs
-        from py4j.protocol import Py4JJavaError
         try:
-            jsession.sessionState().sqlParser().parsePlan(source.strip())
-        except Exception as err:  # PySpark converts the JVM's exceptions (else a raw Py4JJavaError)
-            if isinstance(err, Py4JJavaError):
-                from pyspark.errors.exceptions.captured import convert_exception
-                err = convert_exception(err.java_exception)
+            spark_parse(self.spark, source.strip())
+        except Exception as err:
             mine = spark_error(err, source.strip())
             if mine is None:
                 raise
             raise in_script(mine, source.strip(), len(source) - len(source.lstrip()), source) from None
-
-    def _column_types(self, planned: Planned) -> dict[str, str] | None:
-        """A FILTER subscription's table's column types (its parameters are checked against them)."""
-        if isinstance(planned.physical, ir.FilterGroupScan):
-            return dict(self.catalog.get(planned.physical.table).columns)
-        return None
 
     def _run(self, stmt: exp.Expression, source: str | None = None):
         if isinstance(stmt, exp.Create) and (stmt.args.get("kind") or "").upper() == "TABLE":
@@ -535,6 +477,7 @@ class Engine:
         with self._lock:
             self.catalog.add(table)
             self._tables[table.name.lower()] = TableState(table)
+            self._journal.create_table(table)
 
     def _table(self, name: str) -> TableState:
         self.catalog.get(name)  # the error names the known tables
@@ -543,20 +486,9 @@ class Engine:
     def _plan(self, query) -> Planned:
         select = st.parse_select(query) if isinstance(query, str) else query
         planned = plan_subscription(select, self.catalog)
-        _output_columns(planned, self.catalog)  # a SELECT list no row can hold fails here, before anything changes
-        if isinstance(planned.physical, _JOIN_NODES):
-            p = planned.physical  # (a self-join never gets here: the planner wants two different tables)
-            for t in (p.left, p.right):
-                if self.catalog.get(t).key is None:
-                    raise UnsupportedSubscription(f"{planned.klass} over the append-only stream {t!r}: join "
-                                                  f"subscriptions need tables with a PRIMARY KEY (a result tuple "
-                                                  f"is a pair of keys)", ("FILTER",))
-            return planned
-        if self.catalog.get(planned.physical.table).key is None and not isinstance(planned.physical,
-                                                                                   ir.FilterGroupScan):
-            raise UnsupportedSubscription(f"{planned.klass} over the append-only stream "
-                                          f"{planned.physical.table!r}: only FILTER subscriptions read streams "
-                                          f"(a range aggregate needs a table with a key)", ("FILTER",))
+        family = family_of(planned.physical)
+        family.output_columns(planned, self.catalog)  # a SELECT list no row can hold fails here, before any change
+        family.check_tables(planned.physical, self.catalog)
         return planned
 
     # ---- subscriptions -----------------------------------------------------------------------------
@@ -568,12 +500,11 @@ class Engine:
         _check_single(sub_id, planned)
         with self._lock:
             ids = np.array([sub_id], dtype=object)
-            bound = _bind_constants(planned.physical, {}, ids, self._column_types(planned))
+            bound = family_of(planned.physical).bind(planned.physical, {}, ids, self.catalog)
             self._check_new_ids(ids)
             entry = self._group_for(planned.physical)
-            slots = self._register(entry, planned.physical, ids, bound)
-            self._note_template(entry, slots, planned.template)
-            self._note_outputs(entry, slots, planned)
+            self._journal.subscribe(sub_id, planned.sql, entry.group_id)   # the commit point
+            self._register(entry, planned, ids, bound)
             self._records[sub_id] = SubscriptionRecord(planned, entry.group_id)
             self._changed(entry, subscriptions=True)
 
@@ -591,38 +522,23 @@ class Engine:
             raise InvalidSubscription(f"params lack columns for template parameters {missing} "
                                       f"(template: {template})")
         with self._lock:
-            bound = _bind_constants(planned.physical, cols, ids, self._column_types(planned))
+            bound = family_of(planned.physical).bind(planned.physical, cols, ids, self.catalog)
             self._check_new_ids(ids)
             entry = self._group_for(planned.physical)
-            slots = self._register(entry, planned.physical, ids, bound)
-            self._note_template(entry, slots, planned.template)
-            self._note_outputs(entry, slots, planned)
+            self._journal.subscribe_many(template if isinstance(template, str) else planned.sql, ids, cols,
+                                         entry.group_id)   # the commit point: the parameter table kept
+            self._register(entry, planned, ids, bound)
             self._bulk.setdefault(entry.group_id, []).append(SubscriptionRecord(planned, entry.group_id, True))
             self._changed(entry, subscriptions=True)
         return int(ids.size)
 
-    @staticmethod
-    def _register(entry: GroupEntry, physical, ids: np.ndarray, bound: dict) -> np.ndarray:
-        """Add the subscriptions, their constants bound and checked (:func:`_bind_constants`), to the
-        group's registry."""
-        if isinstance(physical, ir.FilterGroupScan):
-            return entry.points.add_block(Block(ids, bound["disjuncts"], physical.columns))
-        if isinstance(physical, _JOIN_NODES):
-            columns = bound["columns"]
-            slots = entry.points.add(ids, columns)
-            entry.pending_change = QueryChange(ids, columns)
-            return slots
-        box = isinstance(physical, _BOX_NODES)
-        x1, x2, k = bound["x1"], bound["x2"], bound.get("k")
-        if box:
-            x2_lo, x2_hi = bound["x2_lo"], bound["x2_hi"]
-        slots = entry.points.add(ids, x1, x2)
-        if k is not None:
-            entry.k_of = _grown(entry.k_of, slots, 1)
-            entry.k_of[slots] = k
-        if box:
-            entry.x2_of = _grown(entry.x2_of, slots, np.nan)
-            entry.x2_of[slots, 0], entry.x2_of[slots, 1] = x2_lo, x2_hi
+    def _register(self, entry: GroupEntry, planned: Planned, ids: np.ndarray, bound: dict) -> np.ndarray:
+        """Add the subscriptions of ``planned`` -- their constants bound and checked by the family, their output
+        columns (their SELECT list, DESIGN §1) -- to the group's registry, and note their template."""
+        family = entry.family
+        slots = family.register(entry.registry, planned.physical, ids, bound,
+                                family.output_columns(planned, self.catalog))
+        self._note_template(entry, slots, planned.template)
         return slots
 
     def _check_new_ids(self, ids) -> None:
@@ -634,9 +550,9 @@ class Engine:
             if clash is not None:
                 raise DuplicateSubscription(f"{clash!r} is already an event query")
         for entry in self._groups.values():
-            if not len(entry.points):
+            if not len(entry.registry):
                 continue
-            clash = next((i for i in ids if i in entry.points), None)
+            clash = next((i for i in ids if i in entry.registry), None)
             if clash is not None:
                 raise DuplicateSubscription(f"duplicate subscription id {clash!r}: it already exists")
 
@@ -646,9 +562,8 @@ class Engine:
                 raise UnknownSubscription(f"{sub_id!r} is an event query: DROP EVENT QUERY {sub_id} "
                                           f"(unregister_event_query)")
             entry = self._find_group(sub_id)
-            entry.points.remove([sub_id])
-            if isinstance(entry.physical, _JOIN_NODES):
-                entry.pending_change = QueryChange(np.array([], dtype=object), {}, (sub_id,))
+            self._journal.unsubscribe(sub_id)   # the commit point
+            entry.family.unregister(entry.registry, entry.physical, [sub_id])
             self._records.pop(sub_id, None)
             self._changed(entry, subscriptions=True)
 
@@ -656,39 +571,12 @@ class Engine:
     def _note_template(entry: GroupEntry, slots: np.ndarray, template: str) -> None:
         if template not in entry.templates:
             entry.templates.append(template)
-        if slots.size and slots.max() >= entry.template_of.size:
-            grown = np.zeros(max(int(slots.max()) + 1, 2 * entry.template_of.size), dtype=np.int32)
-            grown[: entry.template_of.size] = entry.template_of
-            entry.template_of = grown
+        entry.template_of = grown(entry.template_of, slots, 0)
         entry.template_of[slots] = entry.templates.index(template)
-
-    def _note_outputs(self, entry: GroupEntry, slots: np.ndarray, planned: Planned) -> None:
-        """Record the new subscriptions' output columns (their SELECT list, DESIGN §1) for top-k and joins;
-        a join group's partitions get them with the subscriptions' log entry."""
-        outputs = _output_columns(planned, self.catalog)
-        if outputs is None:
-            return
-        if outputs not in entry.outputs:
-            entry.outputs.append(outputs)
-        if slots.size and slots.max() >= entry.output_of.size:
-            grown = np.zeros(max(int(slots.max()) + 1, 2 * entry.output_of.size), dtype=np.int32)
-            grown[: entry.output_of.size] = entry.output_of
-            entry.output_of = grown
-        entry.output_of[slots] = entry.outputs.index(outputs)
-        if isinstance(entry.physical, _JOIN_NODES) and entry.pending_change is not None:
-            entry.pending_change.add_outputs = [outputs] * int(slots.size)
-            entry.pending_change.output_types = self._join_output_types(entry)
-
-    def _outputs_of(self, entry: GroupEntry, slots=None) -> list:
-        """The output columns of each of ``slots`` (default: the live ones), ``((name, side, column), ...)``."""
-        slots = entry.points.live_slots() if slots is None else np.asarray(slots, dtype=np.int64)
-        if not entry.outputs:
-            return [()] * len(slots)
-        return [entry.outputs[i] for i in entry.output_of[slots].tolist()]
 
     def _find_group(self, sub_id: str, required: bool = True) -> GroupEntry | None:
         for entry in self._groups.values():
-            if sub_id in entry.points:
+            if sub_id in entry.registry:
                 return entry
         if required:
             raise UnknownSubscription(f"no subscription {sub_id!r}")
@@ -698,41 +586,21 @@ class Engine:
         key = physical.group_key
         entry = self._groups.get(key)
         if entry is None:
-            if isinstance(physical, ir.FilterGroupScan):
-                gid = f"filter:{physical.table}"
-                tdef = self.catalog.get(physical.table)
-                registry = FilterGroup(gid, tdef.name, [(c, _arrow_type(t)) for c, t in tdef.columns])
-            elif isinstance(physical, ir.SelectJoinGroupScan):
-                p = physical
-                gid = f"select_join:{p.left}.{p.left_on}={p.right}.{p.right_on}@{p.a or '*'},{p.c or '*'}"
-                registry = JoinSubscriptions()
-            elif isinstance(physical, ir.BandJoinGroupScan):
-                p = physical
-                gid = f"band_join:{p.right}.{p.right_on}-{p.left}.{p.left_on}"
-                registry = JoinSubscriptions()
-            else:
-                gid = f"{physical.klass.lower()}:{physical.table}.{physical.y or '*'}@{physical.x}"
-                if isinstance(physical, ir.RangeAggGroupScan):
-                    gid = f"{physical.func.lower()}:{physical.table}.{physical.y or '*'}@{physical.x}"
-                elif isinstance(physical, _TOPK_NODES) and physical.descending:
-                    gid = f"{physical.klass.lower()}:{physical.table}.{physical.y}_desc@{physical.x}"
-                if isinstance(physical, _BOX_NODES):
-                    gid += f",{physical.x2}"
-                registry = SubscriptionPoints()
-            entry = GroupEntry(gid, physical, registry)
+            family = family_of(physical)
+            gid = family.group_id(physical)
+            entry = GroupEntry(gid, physical, family, family.new_registry(physical, self.catalog, gid))
             self._groups[key] = entry
         return entry
 
     def _changed(self, entry: GroupEntry, subscriptions: bool = False) -> None:
         entry.version += 1
-        change, entry.pending_change = entry.pending_change, None
+        change = entry.family.take_change(entry.registry)   # a change the partitions' layout can take, or None
         # (a group left without subscriptions is skipped by publish, so its partitions miss batches: rebuild)
         if subscriptions and change is not None and entry.shards is not None and not entry.base_stale \
-                and len(entry.points) and self._fits_layout(entry, change):
+                and len(entry.registry):
             # 003 §4.2.3: the partitions' operators follow query inserts / deletes (their dynamic stabbing
             # partitions), logged like update batches; no new base
-            for replica in entry.shards.values():
-                replica.log.append(change)
+            entry.shards = {rid: replica.append(change) for rid, replica in entry.shards.items()}
             entry.log_rows += max(len(change.add_ids), len(change.remove_ids))
             return
         if subscriptions:
@@ -759,7 +627,7 @@ class Engine:
         row); one row per event query (class EVENT, its group the event class it runs in, its text)."""
         out = []
         for entry in self._groups.values():
-            counts = np.bincount(entry.template_of[entry.points.live_slots()], minlength=len(entry.templates))
+            counts = np.bincount(entry.template_of[entry.registry.live_slots()], minlength=len(entry.templates))
             for template, n in zip(entry.templates, counts.tolist()):
                 if n:
                     out.append({"group": entry.group_id, "class": entry.physical.klass,
@@ -770,7 +638,7 @@ class Engine:
         return out
 
     def subscription_ids(self) -> list[str]:
-        return [str(i) for e in self._groups.values() for i in e.points.ids_of(e.points.live_slots())]
+        return [str(i) for e in self._groups.values() for i in e.registry.ids_of(e.registry.live_slots())]
 
     # ---- event queries (the EVENT class: Cayuga, issue 6) ---------------------------------------------
     def register_event_query(self, name: str, query: str | StreamExpr, *, text: str | None = None) -> None:
@@ -795,13 +663,14 @@ class Engine:
                 raise DuplicateSubscription(f"event query {name!r} already exists")
             if name in self._records or self._find_group(name, required=False) is not None:
                 raise DuplicateSubscription(f"{name!r} is already a subscription")
+            source = query if isinstance(query, str) else None   # what a reopen parses again (journal.py)
             if isinstance(query, str):
                 text = query if text is None else text
                 query = parse_event_query(query)
             elif not isinstance(query, StreamExpr):
                 raise InvalidSubscription(f"an event query is CEL / algebra text or an event_ast expression, "
                                           f"got {type(query).__name__}")
-            text = text if text is not None else _event_text(query)
+            text = text if text is not None else query_text(query)
             record = self._event_record(name, text, query)
             NFAEngine(**self._event_options()).register(name, record.query)   # what the executor refuses
             records = {**self._event_queries, name: record}
@@ -809,9 +678,9 @@ class Engine:
                                             self._event_plan)
             classes, superseded = self._event_rebuild(plan, records)
             # commit
+            self._journal.register_event_query(name, text, source or query_text(query), plan, classes)
             self._event_queries = records
             self._commit_event_plan(plan, classes, superseded)
-            self._matches[name] = []
 
     def unregister_event_query(self, name: str) -> None:
         """Drop an event query (``DROP EVENT QUERY name``) and its matches.  Refused while another event
@@ -829,9 +698,9 @@ class Engine:
             plan = evp.event_partition_plan([r.info for r in records.values()], self._event_partition_count(),
                                             self._event_plan)
             classes, superseded = self._event_rebuild(plan, records)
+            self._journal.unregister_event_query(name, plan, classes)   # the commit point
             self._event_queries = records
             self._commit_event_plan(plan, classes, superseded)
-            self._matches.pop(name, None)
             self._event_resets.pop(name, None)
 
     def event_queries(self) -> list[str]:
@@ -839,22 +708,73 @@ class Engine:
         return list(self._event_queries)
 
     def matches(self, name: str) -> list[dict]:
-        """Every match of event query ``name`` so far (since its registration), in order: by ``t1``; matches
+        """The matches of event query ``name`` since its registration, in order: by ``t1``; matches
         with equal ``t1`` in the executor's (the oracle's) order within a partition, partitions in turn.
         Each is a dict of the query's output attributes (as it names them) plus ``t0`` and ``t1``, with the
-        values as the output columns hold them (a computed number is a float)."""
+        values as the output columns hold them (a computed number is a float).  Read from the kept
+        notifications (``notifications()``): bounded by ``notification_retention_rows``, and they survive a
+        reopen of a durable engine; nothing is held on the driver."""
         with self._lock:
             if name not in self._event_queries:
                 raise UnknownSubscription(f"no event query {name!r}")
-            return [dict(m) for m in self._matches[name]]
+            return self._journal.matches(name, list(self._event_queries[name].attributes), set(self._event_tables()))
+
+    def notifications(self, table: str | None = None, since_seq: int | None = None):
+        """The kept notifications (a Spark DataFrame): every ``publish``'s output, as it returned it, of
+        ``table`` (None: every table; columns merged by name), the rows with ``seq >= since_seq`` when it is
+        given -- a client that knows the seqs it consumed reads what it missed, after a kill or a reopen of
+        a durable engine.  Unordered (sort by ``seq``).  Kept: the newest ``notification_retention_rows``
+        rows per table (older files are deleted at checkpoints).  ``stream()``'s output is not kept here: it
+        goes to the stream's sink."""
+        if since_seq is not None and (isinstance(since_seq, bool) or not isinstance(since_seq, (int, np.integer))):
+            raise InvalidArgument(f"notifications(since_seq=...) takes an integer seq, got {since_seq!r}")
+        with self._lock:
+            tables = None if table is None else {self._table(table).definition.name.lower()}
+            files = self._journal.notification_files(tables, since_seq)
+        return spark_output.read_notifications(self.spark, files, since_seq, publish_schema("unicast"))
+
+    def committed(self, batch_id) -> bool:
+        """Whether a ``publish(..., batch_id=batch_id)`` has been committed (kept in the engine's directory:
+        after a reopen too)."""
+        with self._lock:
+            return self._journal.committed(batch_id) is not None
+
+    def checkpoint(self) -> None:
+        """Write a checkpoint of a durable engine now (one is written every ``checkpoint_interval`` journal
+        records and at ``close()``): a reopen then replays no journal."""
+        with self._lock:
+            self._journal.checkpoint()
+
+    def close(self, checkpoint: bool = True) -> None:
+        """Checkpoint a durable engine (``checkpoint=False``: not; the next open replays the journal since the
+        last one) and release its directory: another ``Engine(path=same)`` may open it.  The engine takes no
+        more changes.  Also ``with Engine(path=...) as engine:``."""
+        with self._lock:
+            self._journal.close(checkpoint)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def checkpoint_location(self, name: str) -> str:
+        """A Structured Streaming checkpoint location for the stream ``name`` in the engine's directory
+        (``streams/<name>``): ``engine.stream(...)`` returns a streaming DataFrame whose checkpoint the caller
+        chooses at ``writeStream``; pass this one to keep the stream's state beside the engine's catalog."""
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"checkpoint_location(name) takes a non-empty string, got {name!r}")
+        return str(self.directory.area("streams", name))
 
     def _event_options(self) -> dict:
         return {"seconds_per_tick": self.event_seconds_per_tick}
 
     def _event_partition_count(self) -> int:
-        if self.event_partitions is None:
-            return max(1, int(self.spark.sparkContext.defaultParallelism))
-        return max(1, int(self.event_partitions))
+        return max(1, int(self.event_partitions)) if self.event_partitions is not None else self._parallelism()
+
+    def _parallelism(self) -> int:
+        """``parallelism``, else the session's ``spark.default.parallelism``, else 2 (no ``sparkContext``: Connect)."""
+        return max(1, int(self.parallelism)) if self.parallelism is not None else default_parallelism(self.spark)
 
     def _event_tables(self) -> dict[str, str]:
         return {t.name.lower(): t.name for t in self.catalog if t.key is None}
@@ -919,7 +839,7 @@ class Engine:
                 executor = None
                 snapshot = None
                 if keep:
-                    executor = spark_events.materialize(old.replicas[rid])
+                    executor = spark_replicas.materialize(old.replicas[rid])
                     for q in reversed(leave):                # readers before the producers they read
                         executor.unregister(q)
                     for q in join:
@@ -927,11 +847,10 @@ class Engine:
                     snapshot = executor.snapshot()
                 base = evp.ReplicaBase(tuple((q, records[q].query) for q in cls.queries), snapshot, options,
                                        self.event_executor)
-                raw = pickle.dumps(base, protocol=pickle.HIGHEST_PROTOCOL)
-                replica = spark_events.EventReplica(self.uid, rid, spark_events.new_base_id(),
-                                                    self.spark.sparkContext.broadcast(raw))
+                # the superseded replica's files go at the commit (_commit_event_plan)
+                replica = spark_replicas.new_base(self.directory, self.uid, rid, base)
                 if executor is not None:
-                    spark_events.remember(replica, 0, executor)
+                    spark_replicas.remember(replica, 0, executor)
                 replicas[rid] = replica
             classes[cid] = EventClassState(cls, replicas, old.tick if keep else None)
             if old is not None:
@@ -942,18 +861,17 @@ class Engine:
         return classes, superseded
 
     def _commit_event_plan(self, plan: evp.EventPlan, classes: dict, superseded: list) -> None:
-        live = {id(r) for c in classes.values() for r in c.replicas.values()}
+        live = {r.directory for c in classes.values() for r in c.replicas.values()}
         for r in superseded:
-            if id(r) not in live and hasattr(r.base, "unpersist"):
-                r.base.unpersist(blocking=False)   # executors drop the superseded base
+            if r.directory not in live:
+                spark_replicas.discard(r)   # the superseded base and log files
         for q in plan.reset:
             self._event_resets[q] = self._event_resets.get(q, 0) + 1
         self._event_plan = plan
         self._event_classes = classes
 
     def _event_layout(self, tdef: TableDef, queries) -> evp.MatchLayout:
-        return evp.match_layout({q: self._event_queries[q].attributes for q in queries},
-                                [(c, _arrow_type(t)) for c, t in tdef.columns])
+        return EVENTS.output_layout({q: self._event_queries[q].attributes for q in queries}, tdef)
 
     def _event_classes_on(self, tdef: TableDef) -> list[EventClassState]:
         return [c for c in self._event_classes.values() if tdef.name in c.cls.streams]
@@ -1044,7 +962,6 @@ class Engine:
                                                  self._describe_events(classes, "batch"))
         failed = set()
         raised: list = []
-        found: list = []
         if out is not None and out.num_rows:
             ops = out.column("op").to_pylist()
             gids = out.column("group_id").to_pylist()
@@ -1052,12 +969,7 @@ class Engine:
             seqs_out = out.column("seq").to_pylist()
             # an event a query raised on: rejected for that query alone (its neighbours used it)
             raised = [(g, q) for o, g, q in zip(ops, gids, seqs_out) if o == "rejected"]
-            rows = [r for r in out.to_pylist() if r["op"] == "match"]
-            rows.sort(key=lambda r: (r["t1"], int(r["group_id"].rsplit("#", 1)[1])))   # stable
-            for r in rows:
-                m = {a: r[col] for a, col in layout.columns[r["query"]]}
-                m["t0"], m["t1"] = r["t0"], r["t1"]
-                found.append((r["query"], m))
+        # (the match rows go to the output, which publish keeps in the directory: matches() reads them there)
         pieces = []
         if rejected:
             pieces.append(self._rejected_rows(batch, seqs, times, rejected, schema))
@@ -1065,13 +977,11 @@ class Engine:
             pieces.append(out)
 
         def commit():
-            for q, m in found:
-                self._matches[q].append(m)
             for rid, (c, sub) in routed.items():
                 if rid in failed:
                     c.failures += 1      # its batch is not logged: the next task rebuilds from base + log
                     continue
-                c.replicas[rid].log.append((streams[rid], sub))   # whole: a replay drops the same errors
+                c.replicas[rid] = c.replicas[rid].append(sub, streams[rid])   # whole: a replay drops the same errors
             for c in classes:
                 if c.cls.id in ticks:
                     c.tick = ticks[c.cls.id] if c.tick is None else max(c.tick, ticks[c.cls.id])
@@ -1098,8 +1008,8 @@ class Engine:
                     col = evp.output_column(c)
                     if c in df.columns and col != c and c in evp.FIXED_COLUMNS and f"event_{c}" not in df.columns:
                         df = df.withColumnRenamed(c, col)
-                    if col in df.columns and col in types and _arrow_type_name(types[col]) != dict(df.dtypes)[col]:
-                        df = df.withColumn(col, df[col].cast(_arrow_type_name(types[col])))
+                    if col in df.columns and col in types and spark_type_name(types[col]) != dict(df.dtypes)[col]:
+                        df = df.withColumn(col, df[col].cast(spark_type_name(types[col])))
                 out = df.unionByName(events, allowMissingColumns=True)
         n = batch.num_rows
         accepted = [t for t, r in zip(times["t1"], times["reasons"]) if r is None]
@@ -1134,17 +1044,13 @@ class Engine:
         snapshot (materialised here, in the driver)."""
         for c in classes:
             for rid, replica in list(c.replicas.items()):
-                if replica.logged_events() <= EVENT_LOG_COMPACTION:
+                if replica.logged_rows <= EVENT_LOG_COMPACTION:
                     continue
-                executor = spark_events.materialize(replica)
-                base = replica.base_value()
+                executor = spark_replicas.materialize(replica)
+                base = replica.read_base()
                 base.snapshot = executor.snapshot()
-                raw = pickle.dumps(base, protocol=pickle.HIGHEST_PROTOCOL)
-                new = spark_events.EventReplica(self.uid, rid, spark_events.new_base_id(),
-                                                self.spark.sparkContext.broadcast(raw))
-                spark_events.remember(new, 0, executor)
-                if hasattr(replica.base, "unpersist"):
-                    replica.base.unpersist(blocking=False)
+                new = spark_replicas.new_base(self.directory, self.uid, rid, base, replaces=replica)
+                spark_replicas.remember(new, 0, executor)
                 c.replicas[rid] = new
 
     def _event_executors(self, c: EventClassState) -> dict:
@@ -1153,10 +1059,10 @@ class Engine:
         out = {}
         for rid, replica in c.replicas.items():
             try:
-                executor = spark_events.materialize(replica)
+                executor = spark_replicas.materialize(replica)
             except Exception:  # noqa: BLE001 - stats / EXPLAIN show what can be shown
                 continue
-            spark_events.remember(replica, len(replica.log), executor)
+            spark_replicas.remember(replica, replica.log_length, executor)
             out[rid] = executor
         return out
 
@@ -1169,12 +1075,13 @@ class Engine:
             bad = next((i for i, r in enumerate(reasons) if r is not None), None)
             if bad is not None:  # initial state: all or nothing (there is no output to set a row aside in)
                 raise BadUpdate(f"load into {state.definition.name!r}: {reasons[bad]}", bad)
+            self._journal.load(state.definition, batch)   # the commit point
             self._apply_rows(state, batch)
             for entry in self._groups_on(state):
                 self._changed(entry, subscriptions=True)  # rebuild bases from the new rows
             return batch.num_rows
 
-    def publish(self, table: str, updates, mode: str = "unicast"):
+    def publish(self, table: str, updates, mode: str = "unicast", *, batch_id=None):
         """Apply ``updates`` in order and return the notifications as a Spark DataFrame.
 
         ``mode``: ``'unicast'`` (one row per affected subscription: subscription_id, op, value, seq,
@@ -1214,10 +1121,20 @@ class Engine:
         ``reason``.  A replica whose executor fails altogether yields an ``op = 'error'`` row and its batch
         is dropped for it alone.
         Event queries have one output form: their rows come out in either ``mode``.
+
+        The output is kept in the engine's directory before the call returns (``notifications()``), and the
+        commit is journaled (a durable engine: ``Engine(path=...)``).  ``batch_id`` (a string or an integer)
+        makes the call idempotent, as a Structured Streaming sink's batch id: a batch id already committed
+        -- before a kill, in an earlier process -- is not applied again; the call returns the output kept
+        for it (an empty DataFrame once the retention window passed it).  ``committed(batch_id)`` tells.
         """
-        schema = _schema_for(mode)
+        schema = publish_schema(mode)
+        if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, (str, int))):
+            raise InvalidArgument(f"publish(batch_id=...) takes a string or an integer, got {batch_id!r}")
         with self._lock:
             state = self._table(table)
+            if batch_id is not None and self._journal.committed(batch_id) is not None:
+                return self._kept_output(state, batch_id, schema)
             batch, reasons, ticks = self._validated(state, updates)
             times = None
             if state.definition.key is None:
@@ -1231,25 +1148,18 @@ class Engine:
             if not ok.all():  # set aside (DESIGN §7): the rejected rows come out below, the rest goes on
                 batch, seqs = batch.filter(pa.array(ok)), all_seqs[ok]
             groups = self._groups_on(state)
-            if mode == "reformulated" and any(isinstance(e.physical, _UNICAST_ONLY_NODES) for e in groups):
-                # FILTER and BAND_JOIN have no reformulated form: their groups answer with their unicast rows,
-                # beside the other groups' messages (issue 15 item 6); deliver() passes them through
-                schema = _with_unicast_rows(schema)
-            if any(isinstance(e.physical, ir.FilterGroupScan) for e in groups):
-                schema = _with_event_columns(schema, state.definition)
-            if any(isinstance(e.physical, _RANGE_CLASS_NODES) for e in groups):
-                schema = _with_range_class_columns(schema, mode, any(isinstance(e.physical, _BOX_NODES)
-                                                                     for e in groups))
-            if any(isinstance(e.physical, _JOIN_NODES) for e in groups):
-                schema = _with_join_columns(schema, mode, self._join_output_fields(groups, mode))
+            # every family adds its notifications' columns (FILTER and BAND_JOIN have no reformulated form: in
+            # that mode they answer with their unicast rows beside the messages, issue 15 item 6, and deliver()
+            # passes them through)
+            schema = self._output_schema(schema, mode, groups, state.definition)
             self._net_join_rows = False
-            group_batches = {e.group_id: self._group_batch(state, e.physical, batch, seqs) for e in groups
-                             if not isinstance(e.physical, _JOIN_NODES)}
+            group_batches = {e.group_id: e.family.group_batch(e.physical, state.definition, batch, seqs)
+                             for e in groups if e.family.placement != ROW_PARTITIONS}
             replicas, parts, owner = {}, [], {}
             for e in groups:
-                if mode == "reformulated" and not isinstance(e.physical, _UNICAST_ONLY_NODES):
+                if mode == "reformulated" and e.family.reformulated(e.physical):
                     self._sync_subscribers(e)
-                if isinstance(e.physical, _JOIN_NODES):
+                if e.family.placement == ROW_PARTITIONS:
                     # one replica per partition; the rows are routed to their partitions (join_groups)
                     for rid, replica in self._join_replicas(e).items():
                         replicas[rid] = replica
@@ -1271,7 +1181,7 @@ class Engine:
                                                            self._describe([(e.physical, e) for e in groups], mode))
                 failed = {owner[rid] for rid in failed_parts}
                 if self._net_join_rows:
-                    df = _net_join_notifications(df)
+                    df = spark_frames.net_join_notifications(df)
                 df = _rename_event_columns(df, state.definition)
             else:
                 df, failed = None if times is not None else self.spark.createDataFrame(schema.empty_table()), set()
@@ -1282,7 +1192,11 @@ class Engine:
                 rejected = row_validation.rejected_rows(schema, all_seqs[~ok], reasons[~ok])
                 df = df.unionByName(_rename_event_columns(self.spark.createDataFrame(rejected), state.definition),
                                     allowMissingColumns=True)
-            # Only now, with the notifications computed, does the batch become part of the state.
+            # Only now, with the notifications computed -- and kept, with the rows the batch applies
+            # (journal.py) -- does the batch become part of the state.
+            kept = self._journal.publish_begin(
+                state.definition, self._next_seq, n_rows, batch, batch_id,
+                lambda path: spark_output.write_notifications(df, path, self._journal.durable))
             self._apply_rows(state, batch)
             self._next_seq += n_rows
             if event_commit is not None:
@@ -1293,24 +1207,25 @@ class Engine:
                     e.base_stale = True
                     e.version += 1
                     continue
-                if isinstance(e.physical, ir.FilterGroupScan):
+                if e.family.stateless:
                     continue  # stateless: nothing to log
-                if isinstance(e.physical, _JOIN_NODES):
+                if e.family.placement == ROW_PARTITIONS:
                     jb = group_batches[e.group_id]
-                    for rid, replica in e.shards.items():
+                    for rid, replica in list(e.shards.items()):
                         mine = jb.filter(pc.equal(jb.column("group_id"), rid))
                         if mine.num_rows:  # a task ran for this partition and moved its cache one step
-                            replica.log.append(mine)
+                            e.shards[rid] = replica.append(mine)
                     e.log_rows += batch.num_rows
                     e.version += 1
                     if mode == "reformulated" and e.subscribers is not None:
                         e.subscribers_version = e.version
                     continue
-                e.replica.log.append(group_batches[e.group_id])
+                e.replica = e.replica.append(group_batches[e.group_id])
                 e.log_rows += batch.num_rows
                 e.version += 1
                 if mode == "reformulated" and e.subscribers is not None:
                     e.subscribers_version = e.version
+            self._journal.publish_commit(kept, state.definition)   # the commit point (journal.py)
             if self.catalyst and df is not None:
                 # The operators ran once, above, and their output was checkpointed (lineage cut): the node
                 # on top keeps saying in df.explain() which groups produced these rows.
@@ -1320,6 +1235,18 @@ class Engine:
                 df = subscription_group(df, f"publish to {state.definition.name} (ran once, checkpointed): "
                                             + ("; ".join(what) or "no groups"))
             return df
+
+    def _kept_output(self, state: TableState, batch_id, schema: pa.Schema):
+        """``publish``'s answer for a batch id already committed: the output kept for it."""
+        kept = self._journal.committed(batch_id)
+        if kept["table"] != state.definition.name.lower():
+            raise InvalidArgument(f"publish(batch_id={batch_id!r}): that batch id was committed for table "
+                                  f"{kept['table']!r}, not {state.definition.name!r}")
+        path = self._journal.notification_path(kept)
+        if path is None:
+            _log.warning("publish(batch_id=%r): committed before; its output is past the retention window "
+                         "(notification_retention_rows) and no longer kept", batch_id)
+        return spark_output.read_notifications(self.spark, [str(path)] if path else [], None, schema)
 
     def stream(self, table: str, streaming_df, mode: str = "unicast"):
         """Run the subscriptions on ``table`` over a stream of updates: a streaming DataFrame of
@@ -1338,7 +1265,9 @@ class Engine:
         event stream), and counted (``spark_stream.stream_stats(df)``). State (the rows per group) lives in
         Spark's state store and survives restarts from the checkpoint; the subscriptions and, for a new
         checkpoint, the initial rows are those of the engine when ``stream`` is called. The stream's
-        updates do not flow back into the engine (``result``/``publish`` do not see them).
+        updates do not flow back into the engine (``result``/``publish`` do not see them).  The checkpoint
+        is the one given to ``writeStream``; ``checkpoint_location(name)`` is one inside the engine's
+        directory, which holds the catalog a restarted stream is built from (the checkpoint holds its state).
 
         Range groups (MIN/MAX, top-k, DISTINCT, aggregates) are one stateful operator
         (``transformWithStateInPandas``, one state partition per group); a micro-batch is one batch
@@ -1355,7 +1284,7 @@ class Engine:
         unioned with the range groups' (same ``seq``).
         """
         _check_streaming(streaming_df)
-        schema = _mode_schema(mode)  # run_stream adds the ``reason`` column
+        schema = mode_schema(mode)  # run_stream adds the ``reason`` column
         with self._lock:
             state = self._table(table)
             groups = self._groups_on(state)
@@ -1363,24 +1292,26 @@ class Engine:
             if not groups and not event_classes:
                 raise SparksubError(f"no subscriptions or event queries on table {table!r}: a stream serves "
                                     f"those registered when it starts")
-            joins = [e for e in groups if isinstance(e.physical, _JOIN_NODES)]
-            filters = [e for e in groups if isinstance(e.physical, ir.FilterGroupScan)]
+            joins = [e for e in groups if e.family.placement == ROW_PARTITIONS]
+            filters = [e for e in groups if e.family.placement == SUBSCRIPTION_SHARDS]
             ranges = [e for e in groups if e not in filters and e not in joins]
             # One row check for every path, the one publish makes (row_validation): malformed rows come out
             # once, from it, with their reason; the paths see the valid rows, numbered (seq) alike.
             name = _operator_name(e.physical for e in groups) + "_stream" if groups else "event_query_nfa_stream"
             checked = spark_stream.checked_updates(streaming_df, state.definition, name)
             valid = spark_stream.valid_updates(checked)
-            stream_id = spark_stream.new_stream_id(self.spark)
+            # the stream's files (the bases it starts from, its counters): stream_files/<id>/ of the engine's directory
+            stream_id = spark_stream.new_stream_id(self.directory.area("stream_files"), owner=self.directory)
+            where = spark_stream.stream_directory(stream_id)
             outs = []
             if event_classes:
-                outs.append(subscription_group(self._stream_events(state, event_classes, valid),
+                outs.append(subscription_group(self._stream_events(state, event_classes, valid, where, stream_id),
                                                self._describe_events(event_classes, "stream")))
             # (FILTER and BAND_JOIN have no reformulated form: in that mode they stream their unicast rows,
             # issue 15 item 6)
             streamed_joins = joins
             if streamed_joins:
-                joined = self._stream_joins(state, streamed_joins, valid, mode)
+                joined = self._stream_joins(state, streamed_joins, valid, mode, where, stream_id)
                 if ranges:  # a delete of an unknown key: the range groups (which hold every row) say it once
                     joined = joined.where(joined.op != "rejected")
                 outs.append(subscription_group(joined,
@@ -1389,20 +1320,19 @@ class Engine:
             if filters:
                 # a keyed table's rows live in the range or join groups' state; without them, FILTER keeps the keys
                 check_keys = state.definition.key is not None and not ranges and not joins
-                outs.append(subscription_group(self._stream_filters(state, filters, valid, check_keys),
+                outs.append(subscription_group(self._stream_filters(state, filters, valid, check_keys, where),
                                                self._describe([(e.physical, e) for e in filters], "stream unicast")))
             if ranges:
                 specs = {}
                 for e in ranges:
-                    if e.replica is not None and e.replica.log:
+                    if e.replica is not None and e.replica.log_length:
                         e.base_stale = True  # the stream seeds its state from the base: make it current
-                    p = e.physical
-                    specs[e.group_id] = (p.x, p.y, self._replica(state, e).base, _y_is_text(state.definition, p),
-                                         getattr(p, "x2", None))
-                if any(isinstance(e.physical, _RANGE_CLASS_NODES) for e in ranges):
-                    wide = _with_range_class_columns(with_reason(schema), mode,
-                                                     any(isinstance(e.physical, _BOX_NODES) for e in ranges))
-                    schema = wide.remove(wide.get_field_index("reason"))  # run_stream appends it
+                    x, y, y_is_text, x2 = e.family.stream_columns(e.physical, state.definition)
+                    # the stream's own link to the base file: the engine's compaction may replace the group's
+                    base = spark_replicas.pin(self._replica(state, e), where)
+                    specs[e.group_id] = (x, y, spark_replicas.StoredValue(base.base_path), y_is_text, x2)
+                wide = self._output_schema(with_reason(schema), mode, ranges, state.definition)
+                schema = wide.remove(wide.get_field_index("reason"))  # run_stream appends it
                 ranges_out = spark_stream.run_stream(self.spark, valid, state.definition, specs, mode, schema,
                                                      self.uid, _operator_name(e.physical for e in ranges) + "_stream",
                                                      stream_id)
@@ -1417,7 +1347,7 @@ class Engine:
             out.sparksub_stream_id = stream_id  # for spark_stream.stream_stats(out)
             return out
 
-    def _stream_events(self, state: TableState, classes: list, streaming_df):
+    def _stream_events(self, state: TableState, classes: list, streaming_df, where=None, stream_id=None):
         """Event queries over a stream (``runtime/event_stream.py``): the streaming DataFrame needs
         integer ``t0``/``t1`` columns (no global arrival order exists across micro-batches); ``_seq``, if
         present, orders events of equal ``t1``.  Each partition's executor lives in the state store
@@ -1432,28 +1362,25 @@ class Engine:
             seconds_per_tick=self.event_seconds_per_tick, executor=self.event_executor,
             plan=self._event_plan, layout=self._event_layout(tdef, members),
             spellings={c.cls.id: self._event_spellings(c.cls, tdef) for c in classes},
-            initial={rid: ex.snapshot() for c in classes for rid, ex in self._event_executors(c).items()})
+            initial={rid: ex.snapshot() for c in classes for rid, ex in self._event_executors(c).items()},
+            store=where, stats=spark_stream._STATS.get(stream_id))
         return ses.run_event_stream(streaming_df, spec, order=spark_stream.SEQ_COLUMN)
 
-    def _stream_filters(self, state: TableState, entries: list, checked_df, check_keys: bool = False):
+    def _stream_filters(self, state: TableState, entries: list, checked_df, check_keys: bool = False, where=None):
         """FILTER groups on a stream of valid rows (``spark_stream.checked_updates``): stateless, so each
         micro-batch is matched like a ``publish`` batch (events to every shard; a delete matches nothing).
         ``check_keys``: no other path keeps the keyed table's rows, so the keys are kept here
         (``spark_stream.known_key_updates``) and a delete of an unknown key comes out ``rejected``."""
-        from pyspark.sql import functions as F
         tdef = state.definition
-        schema = _with_event_columns(_schema_for("unicast"), tdef)
-        more = []
+        schema = self._output_schema(publish_schema("unicast"), "unicast", entries, tdef)
         if check_keys:
-            keys = spark_stream._Deferred(self.spark.sparkContext.broadcast(
-                pickle.dumps(set(state.rows), protocol=pickle.HIGHEST_PROTOCOL)))
+            keys = spark_replicas.write_value(f"{where}/keys.pickle", set(state.rows)) if where is not None \
+                else spark_stream._Deferred(pickle.dumps(set(state.rows), protocol=pickle.HIGHEST_PROTOCOL))
             checked_df = spark_stream.known_key_updates(checked_df, tdef, keys,
                                                         _operator_name(e.physical for e in entries) + "_stream")
-            more = [F.col(spark_stream.REASON_COLUMN).alias("reason")]
-        events = checked_df.select(*[F.col(c).alias(EVENT_PREFIX + c) for c in tdef.column_names],
-                                   F.col(spark_stream.OP_COLUMN).alias("op"), F.col(spark_stream.SEQ_COLUMN).alias("seq"),
-                                   *more)
-        replicas = {rid: r for e in entries for rid, r in self._replicas(state, e).items()}
+        events = spark_frames.filter_stream_events(checked_df, tdef.column_names, with_reason=check_keys)
+        replicas = {rid: r if where is None else spark_replicas.pin(r, where)   # (files the stream keeps)
+                    for e in entries for rid, r in self._replicas(state, e).items()}
         out = spark_groups.stream_groups(events, replicas, "unicast", schema, _operator_name(e.physical for e in entries))
         return _rename_event_columns(out, tdef)
 
@@ -1466,22 +1393,7 @@ class Engine:
             if sub_id in self._event_queries:
                 return self.matches(sub_id)
             entry = self._find_group(sub_id)
-            if isinstance(entry.physical, ir.FilterGroupScan):
-                return None
-            if isinstance(entry.physical, _JOIN_NODES):
-                # the union over the partitions (each pair lives in exactly one), ordered by the pair's keys:
-                # each result tuple as a row of the selected columns (DESIGN §1)
-                out = [r for g in self._join_partitions_materialized(entry).values() for r in g.result_rows(sub_id)]
-                return [row for _, row in sorted(out, key=lambda t: (str(t[0][0]), str(t[0][1])))]
-            state = self._tables[entry.physical.table.lower()]
-            group = self._materialized(state, entry)
-            got = group.result(sub_id)  # MIN/MAX/AGG: a value; TOPK: [(key, x, ..., y)]; DISTINCT: sorted values
-            if isinstance(entry.physical, _TOPK_NODES):
-                # the top k as rows of the selected columns, in rank order (DESIGN §1), read from the table
-                outputs = self._outputs_of(entry, [entry.points.slot(sub_id)])[0]
-                at = {c: state.column_index(c) for _, _, c in outputs}
-                return [{name: state.rows[item[0]][at[c]] for name, _, c in outputs} for item in got]
-            return got
+            return entry.family.result(entry.registry, entry.physical, self._operator(entry), sub_id, self._tables)
 
     def deliver(self, messages):
         """Play the network and the subscribers: reformulated messages -> the unicast rows they cause.
@@ -1503,18 +1415,16 @@ class Engine:
                     break
                 mine = table.filter(pc.equal(table.column("group_id"), entry.group_id))
                 if mine.num_rows:
-                    if isinstance(entry.physical, _UNICAST_ONLY_NODES):
+                    family = entry.family
+                    if not family.reformulated(entry.physical):
                         # no reformulated form: publish(..., 'reformulated') gave their unicast rows (issue 15
                         # item 6), which reach their subscribers as they are
-                        outs.append(self._unicast_rows_of(entry, mine))
+                        outs.append(self._subscribers_of(entry).deliver(mine))
                         continue
                     if entry.subscribers is None:
                         raise SparksubError(f"group {entry.group_id!r} has no subscriber state: deliver "
                                             f"the messages of publish(..., mode='reformulated')")
-                    if isinstance(entry.physical, _RANGE_CLASS_NODES):
-                        schema = pa.schema(list(schema) + [f for f in ITEM_SCHEMA if f.name not in schema.names])
-                    if isinstance(entry.physical, _JOIN_NODES):
-                        schema = pa.schema(list(schema) + [f for f in JOIN_ITEM_SCHEMA if f.name not in schema.names])
+                    schema = pa.schema(list(schema) + [f for f in family.item_schema if f.name not in schema.names])
                     outs.append(entry.subscribers.deliver(mine))
         # groups differ in columns (MIN rows lack the item columns): nulls fill in. One chunk: pyspark
         # 4.3's createDataFrame(pa.Table) drops the chunk that follows an empty one.
@@ -1529,19 +1439,6 @@ class Engine:
                                           else pa.nulls(o.num_rows, f.type) for f in schema}, schema=schema)
                                 for o in outs]).combine_chunks() if outs else schema.empty_table()
         return self.spark.createDataFrame(out)
-
-    def _unicast_rows_of(self, entry: GroupEntry, rows: pa.Table) -> pa.Table:
-        """A FILTER / BAND_JOIN group's unicast rows among reformulated output (issue 15 item 6): the unicast
-        columns and the columns its rows carry (the event's; the result tuple's keys and selected columns),
-        under the names publish gave them."""
-        if isinstance(entry.physical, ir.FilterGroupScan):
-            carried = list(self.catalog.get(entry.physical.table).column_names)
-        else:
-            carried = [f.name for f in JOIN_ITEM_SCHEMA] + list(self._join_output_types(entry))
-        names = [c for c in UNICAST_SCHEMA.names if c in rows.column_names]
-        names += [c if c in rows.column_names else f"event_{c}" for c in carried
-                  if c in rows.column_names or f"event_{c}" in rows.column_names]
-        return rows.select(list(dict.fromkeys(names)))
 
     def explain(self, target: str, format: str = "text") -> str:
         """EXPLAIN SUBSCRIPTION: our plan and the Spark physical plan it runs in, for a subscription id, a
@@ -1567,36 +1464,35 @@ class Engine:
                     planned = self._plan(target)
                     entry = self._groups.get(planned.physical.group_key)
             spark_plan = self._spark_plan(planned.physical)
-            if isinstance(planned.physical, _JOIN_NODES):
-                group = (self._join_view(entry) if entry is not None and len(entry.points)
-                         else join_groups.JoinGroupDescription(planned.klass))
-                return explain_text(target, planned, entry, group, spark_plan, bool(self.catalyst))
-            state = self._tables[planned.physical.table.lower()]
-            group = self._materialized(state, entry) if entry is not None and len(entry.points) else None
-            return explain_text(target, planned, entry, group, spark_plan, bool(self.catalyst))
+            operator = self._operator(entry) if entry is not None and len(entry.registry) else None
+            lines = family_of(planned.physical).explain_lines(entry.registry if entry is not None else None,
+                                                              planned.physical, operator)
+            return explain_text(target, planned, entry, lines, spark_plan, bool(self.catalyst))
 
     def stats(self) -> dict:
         """Per group id, the operator's counters.  Event classes (``events:<class>``): the queries, key,
         partitions, streams, the executors' counters (``NFAEngine.stats()``) summed over the partitions,
         events logged, failures and rejected events; event streams (``stream:<table>``): events
-        published, the largest t1, events rejected."""
+        published, the largest t1, events rejected.  ``runtime``: the worker caches' outcomes over every
+        replica, summed from the counter files under the engine's directory (``runtime/replicas.py``) --
+        ``hits``, ``catch_ups`` (log entries replayed into a cached operator), ``rebuilds`` (from the base and
+        the log files: a cold worker, or the driver), ``log_replayed``, the driver's share (``driver``), per
+        replica (``by_label``), and the streams' counters (``streams``: ``spark_stream.stream_stats``' names).
+        ``engine``: its directory (``directory``, ``durable``), ``published`` (publish calls committed, ever),
+        ``last_batch_id`` (the last committed ``publish(..., batch_id=...)``), ``next_seq``, the current
+        ``checkpoint`` and the ``journal_records`` since it (journal.py)."""
         with self._lock:
             out = {}
             for entry in self._groups.values():
-                if isinstance(entry.physical, _JOIN_NODES):
-                    out[entry.group_id] = self._join_view(entry).stats()
-                    continue
-                state = self._tables[entry.physical.table.lower()]
-                out[entry.group_id] = self._materialized(state, entry).stats()
+                out[entry.group_id] = entry.family.stats(entry.registry, entry.physical, self._operator(entry))
             for cid, c in self._event_classes.items():
-                out[f"events:{cid}"] = {**_summed_stats(self._event_executors(c).values()),
-                                        "class": "EVENT", "queries": list(c.cls.queries), "key": c.cls.key,
-                                        "partitions": c.cls.partitions, "streams": list(c.cls.streams),
-                                        "events_logged": sum(r.logged_events() for r in c.replicas.values()),
-                                        "replica_failures": c.failures, "rejected": c.rejected,
-                                        "state_resets": sum(self._event_resets.get(q, 0) for q in c.cls.queries)}
+                out[f"events:{cid}"] = EVENTS.stats(c, self._event_executors(c),
+                                                    sum(r.logged_rows for r in c.replicas.values()), self._event_resets)
             for key, (count, last, rejected) in self._event_clocks.items():
                 out[f"stream:{self.catalog.get(key).name}"] = {"events": count, "last_t1": last, "rejected": rejected}
+            out["runtime"] = {**spark_replicas.read_counts(self.directory.root / "groups"),
+                              "streams": spark_replicas.read_counts(self.directory.root / "stream_files")}
+            out["engine"] = {**self._journal.stats(), "next_seq": self._next_seq}
             return out
 
     def _explain_event(self, name: str, format: str) -> str:
@@ -1607,45 +1503,11 @@ class Engine:
         cid = self._event_plan.class_of[name]
         c = self._event_classes[cid]
         cls = c.cls
-        try:
-            cel = rec.query.to_cel()
-        except ValueError as err:
-            cel = f"(none: {err})"
-        streams = sorted(set(rec.raw_spellings) | set(rec.info.reads))
-        lines = [f"== Event query: {name} ==", f"CEL: {cel}", f"Algebra: {rec.query.to_algebra()}", "Class: EVENT",
-                 f"Reads: {', '.join(streams)}",
-                 f"Publishes: {', '.join(rec.info.publishes) or '(nothing)'}",
-                 f"Partition key (nfa.partition_key): {rec.info.key or '(none)'}",
-                 "Output: " + ", ".join(f"{evp.output_column(a)} {_arrow_type_name(t).upper()}"
-                                        for a, t in rec.attributes.items()) + ", t0 BIGINT, t1 BIGINT",
-                 "", "== Automaton ==", rec.compiled.describe(), "", "== Indexes =="]
-        executors = self._event_executors(c)
-        lines += _event_index_lines(rec.compiled, executors, cls)
-        family = next((ex.family_of(name) for ex in executors.values() if hasattr(ex, "family_of")), None)
-        if family is not None:   # nfa_families: the queries of one template run as one automaton
-            lines += [f"query family (nfa_families): {family['queries']} queries of one template run as one "
-                      f"automaton, constants as {family['slots']} parameter columns; this query is row "
-                      f"{family['row']} with {family['parameters']}",
-                      f"template: {family['template']}",
-                      f"family start index: {family['start_index']}",
-                      "family instance index: " + "; ".join(f"n{k} {t}" for k, t in
-                                                            enumerate(family['instance_index'], 1))]
-        lines += ["", "== Partitioning =="]
-        if cls.key is not None:
-            lines.append(f"hash-partitioned by {cls.key} into {cls.partitions} partitions: event class {cls.id} "
-                         f"(event_partitions.key_partition: CRC-32 of the value; NULL -> partition 0)")
-        else:
-            lines.append(f"one partition: event class {cls.id} (unkeyed group; every event of "
-                         f"{', '.join(cls.streams)} replicated to it)")
-        comp = next(comp for comp in cls.components if name in comp)
-        lines.append(f"component of queries: {', '.join(comp)}")
-        others = [", ".join(x) for x in cls.components if x != comp]
-        if others:
-            lines.append(f"other components in the class: {'; '.join(f'[{o}]' for o in others)}")
-        lines.append(f"replicas: events:{cls.id}#<partition>, each an executor rebuilt from a broadcast base "
+        lines = EVENTS.explain_lines(name, rec, cls, self._event_executors(c))
+        lines.append(f"replicas: events:{cls.id}#<partition>, each an executor rebuilt from a base file "
                      f"+ the batches logged since")
         for p, replica in enumerate(c.replicas.values()):
-            lines.append(f"partition {p}: {len(replica.log)} batches ({replica.logged_events()} events) logged "
+            lines.append(f"partition {p}: {replica.log_length} batches ({replica.logged_rows} events) logged "
                          f"since its base")
         if self._event_resets.get(name):
             lines.append(f"partial matches reset {self._event_resets[name]} time(s) (moved to another class)")
@@ -1673,7 +1535,7 @@ class Engine:
     # ---- internals ----------------------------------------------------------------------------------
     def _groups_on(self, state: TableState) -> list[GroupEntry]:
         name = state.definition.name.lower()
-        return [e for e in self._groups.values() if name in _tables_of(e.physical) and len(e.points)]
+        return [e for e in self._groups.values() if name in e.family.tables(e.physical) and len(e.registry)]
 
     def _validated(self, state: TableState, data) -> tuple[pa.Table, np.ndarray, tuple | None]:
         """``(batch, reasons, ticks)``: the batch cast to the table's schema plus an int8 ``op``; per row why
@@ -1713,325 +1575,119 @@ class Engine:
             else:
                 state.rows[row[key_i]] = row
 
-    @staticmethod
-    def _group_batch(state: TableState, p, batch: pa.Table, seqs) -> pa.Table:
-        if isinstance(p, ir.FilterGroupScan):
-            cols = {EVENT_PREFIX + c: batch.column(c) for c in state.definition.column_names}
-            return pa.table({**cols, "op": batch.column("op"), "seq": pa.array(seqs, pa.int64())})
-        extra = {}
-        if isinstance(p, _BOX_NODES):
-            extra = {"x_2": batch.column(p.x2).cast(pa.float64())}
-        if isinstance(p, ir.RangeAggGroupScan) and p.y is None:
-            y = pa.array(np.zeros(batch.num_rows))            # COUNT(*): any non-null y
-        elif _y_is_text(state.definition, p):
-            # DISTINCT of strings: beside the float ``y`` every group's batch shares (range_groups)
-            y, extra = pa.nulls(batch.num_rows, pa.float64()), {"y_text": batch.column(p.y).cast(pa.string())}
-        else:
-            y = batch.column(p.y).cast(pa.float64())
-        return pa.table({
-            "key": batch.column(state.definition.key),
-            "x": batch.column(p.x).cast(pa.float64()),
-            "y": y,
-            "op": batch.column("op"),
-            "seq": pa.array(seqs, pa.int64()),
-            **extra,
-        })
-
     def _snapshot(self, state: TableState, entry: GroupEntry):
-        if isinstance(entry.points, FilterGroup):
-            return entry.points.snapshot()  # stateless: the subscriptions are all there is
-        p = entry.physical
-        names = state.definition.column_names
-        ix = names.index(p.x)
-        iy = names.index(p.y) if p.y is not None else ix
-        keys = np.empty(len(state.rows), dtype=object)
-        xs = np.empty(len(state.rows))
-        ys = np.empty(len(state.rows), dtype=object if isinstance(p, ir.RangeDistinctGroupScan) else np.float64)
-        for i, (k, row) in enumerate(state.rows.items()):
-            keys[i] = k
-            xs[i] = np.nan if row[ix] is None else row[ix]
-            ys[i] = (None if isinstance(p, ir.RangeDistinctGroupScan) else np.nan) if row[iy] is None else row[iy]
-        slots = entry.points.live_slots()
-        if isinstance(p, _BOX_NODES):
-            ix2 = names.index(p.x2)
-            x2s = np.array([np.nan if row[ix2] is None else row[ix2] for row in state.rows.values()], dtype=np.float64)
-            return BoxClassSnapshot(p.klass, entry.group_id, p.table, p.x, p.x2, p.y,
-                                    p.descending if isinstance(p, ir.BoxTopkGroupScan) else p.maximum,
-                                    entry.points.ids_of(slots), entry.points.x1[slots].copy(),
-                                    entry.points.x2[slots].copy(), entry.x2_of[slots, 0].copy(),
-                                    entry.x2_of[slots, 1].copy(),
-                                    entry.k_of[slots].copy() if isinstance(p, ir.BoxTopkGroupScan) else None,
-                                    keys, xs, x2s, ys)
-        if isinstance(p, _RANGE_CLASS_NODES):
-            option = {ir.RangeTopkGroupScan: getattr(p, "descending", None),
-                      ir.RangeAggGroupScan: getattr(p, "func", None)}.get(type(p))
-            return RangeClassSnapshot(p.klass, entry.group_id, p.table, p.x, p.y, option,
-                                      entry.points.ids_of(slots), entry.points.x1[slots].copy(),
-                                      entry.points.x2[slots].copy(),
-                                      entry.k_of[slots].copy() if entry.k_of.size else np.ones(len(slots), np.int64),
-                                      keys, xs, ys)
-        return GroupSnapshot(entry.group_id, p.table, p.x, p.y, p.maximum,
-                             entry.points.ids_of(slots), entry.points.x1[slots].copy(),
-                             entry.points.x2[slots].copy(), keys, xs, ys)
+        """The base the group's operator is rebuilt from (``family.snapshot``: its subscriptions and rows)."""
+        return entry.family.snapshot(entry.registry, entry.physical, entry.group_id, self._tables)
 
-    def _replica(self, state: TableState, entry: GroupEntry) -> spark_groups.GroupReplica:
+    def _replica(self, state: TableState, entry: GroupEntry) -> spark_replicas.Replica:
+        """The group's replica: its base snapshot and log in files under the engine's directory
+        (``runtime/replicas.py``); a new base when subscriptions or loaded rows changed or the log grew past
+        LOG_COMPACTION_ROWS, the superseded base and log files deleted."""
         if entry.replica is None or entry.base_stale or entry.log_rows > LOG_COMPACTION_ROWS:
-            if entry.replica is not None and hasattr(entry.replica.base, "unpersist"):
-                entry.replica.base.unpersist(blocking=False)  # executors drop the superseded base
-            raw = pickle.dumps(self._snapshot(state, entry), protocol=pickle.HIGHEST_PROTOCOL)
-            base = self.spark.sparkContext.broadcast(raw)
-            entry.replica = spark_groups.GroupReplica(self.uid, entry.group_id, spark_groups.new_base_id(), base)
+            entry.replica = spark_replicas.new_base(self.directory, self.uid, entry.group_id,
+                                                    self._snapshot(state, entry), replaces=entry.replica)
             entry.log_rows = 0
             entry.base_stale = False
         return entry.replica
 
     def _replicas(self, state: TableState, entry: GroupEntry) -> dict:
         """What the tasks of one publish need for this group, by the batch's group_id."""
-        if not isinstance(entry.points, FilterGroup):
+        if entry.family.placement != SUBSCRIPTION_SHARDS:
             return {entry.group_id: self._replica(state, entry)}
         if entry.shards is None or entry.base_stale:
-            for old in (entry.shards or {}).values():
-                old.base.unpersist(blocking=False)
-            snap = entry.points.snapshot()
-            k = max(1, min(-(-len(snap) // self.filter_shard_size), self.spark.sparkContext.defaultParallelism))
+            superseded = list((entry.shards or {}).values())
+            snap = self._snapshot(state, entry)
+            k = max(1, min(-(-len(snap) // self.filter_shard_size), self._parallelism()))
             entry.shards = {}
             for i in range(k):
                 part = snap.shard(i, k) if k > 1 else snap
-                raw = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
                 rid = f"{entry.group_id}#{i}"
-                entry.shards[rid] = spark_groups.GroupReplica(self.uid, rid, spark_groups.new_base_id(),
-                                                              self.spark.sparkContext.broadcast(raw))
+                entry.shards[rid] = spark_replicas.new_base(self.directory, self.uid, rid, part)
+            for old in superseded:
+                spark_replicas.discard(old)
             entry.base_stale = False
         return entry.shards
 
     def _materialized(self, state: TableState, entry: GroupEntry):
         """The group as of now, in this (driver) process: from the worker-style cache + log replay."""
-        if isinstance(entry.points, FilterGroup):
-            return entry.points  # stateless: the registry is the whole operator
+        if entry.family.stateless:
+            return entry.registry  # stateless: the registry is the whole operator (operators/contract.py)
         replica = self._replica(state, entry)
-        group = spark_groups.materialize(replica)
-        spark_groups.remember(replica, len(replica.log), group)
+        group = spark_replicas.materialize(replica)
+        spark_replicas.remember(replica, replica.log_length, group)
         return group
 
     def _sync_subscribers(self, entry: GroupEntry) -> None:
         """Seed the deliver() side with every subscriber's current result, unless it is in step."""
         if entry.subscribers is not None and entry.subscribers_version == entry.version:
             return
-        if isinstance(entry.physical, ir.SelectJoinGroupScan):
-            # 000 §4: stateless subscribers, the predicate p ∧ pR ∧ pS over each message
-            ids, cols = entry.points.rows()
-            entry.subscribers = join_groups.JoinSubscribers(entry.group_id, ids, cols, self._outputs_of(entry),
-                                                            tuple(side[0] for side in self._join_sides(entry)),
-                                                            self._join_output_types(entry))
-            entry.subscribers_version = entry.version
-            return
-        state = self._tables[entry.physical.table.lower()]
-        group = self._materialized(state, entry)
-        # keys travel as text; a top-k subscriber ranks ties by the key itself, so it needs the type
-        tdef = state.definition
-        key_type = int if tdef.type_of(tdef.key) in INTEGRAL_TYPES else str
-        if isinstance(entry.physical, _BOX_NODES):
-            entry.subscribers, entry.subscribers_version = BoxSubscribers(group, key_type), entry.version
-            return
-        if isinstance(entry.physical, _RANGE_CLASS_NODES):
-            kw = {"key_type": key_type} if isinstance(entry.physical, ir.RangeTopkGroupScan) else {}
-            entry.subscribers = range_subscribers.subscribers_from_group(group, **kw)
-            entry.subscribers_version = entry.version
-            return
-        slots = entry.points.live_slots()
-        ids = entry.points.ids_of(slots)
-        subs = Subscribers()
-        subs.add(ids, entry.points.x1[slots], entry.points.x2[slots],
-                 values=group.core.range_values(entry.points.x1[slots], entry.points.x2[slots]))
-        entry.subscribers, entry.subscribers_version = subs, entry.version
+        entry.subscribers, entry.subscribers_version = self._subscribers_of(entry), entry.version
+
+    def _subscribers_of(self, entry: GroupEntry):
+        """The group's subscriber side as of now (``family.subscribers``; the operator materialised if needed)."""
+        return entry.family.subscribers(entry.registry, entry.physical, lambda: self._operator(entry), self._tables)
+
+    def _operator(self, entry: GroupEntry):
+        """The group's operator as of now, in this (driver) process (the runtime's cache + log replay): a join's
+        partitions by replica id, else the one operator (FILTER: its registry)."""
+        if entry.family.placement == ROW_PARTITIONS:
+            return self._join_partitions_materialized(entry)
+        return self._materialized(self._tables[entry.family.tables(entry.physical)[0]], entry)
+
+    @staticmethod
+    def _output_schema(schema: pa.Schema, mode: str, groups, table: TableDef) -> pa.Schema:
+        """``schema`` (``publish``'s or ``stream``'s) with the columns the notifications of ``groups`` on
+        ``table`` add, family by family in the registry's order (``operators/registry.py``)."""
+        for family, members in in_order(groups, lambda e: e.physical):
+            schema = family.output_schema(schema, mode, [(e.physical, e.registry) for e in members], table)
+        return schema
 
     # ---- join groups (SELECT_JOIN, BAND_JOIN: operators/joins/group.py) ---------------------------------------
     def _join_partition_count(self) -> int:
-        if self.join_partitions is None:
-            return max(1, int(self.spark.sparkContext.defaultParallelism))
-        return max(1, int(self.join_partitions))
-
-    def _join_sides(self, entry: GroupEntry) -> tuple:
-        """(table, key, join column, selection columns, selected columns) of the left (R) and right (S)
-        table (``join_groups.JoinGroupSnapshot``)."""
-        p = entry.physical
-        left, right = self.catalog.get(p.left), self.catalog.get(p.right)
-        if isinstance(p, ir.SelectJoinGroupScan):
-            sel = ((p.a,) if p.a else (), (p.c,) if p.c else ())
-        else:  # every local-selection column any template of the group uses (registry columns L:<col>:lo)
-            sel = tuple(tuple(sorted({n[2:-3] for n in entry.points.columns if n.startswith(pre) and n.endswith(":lo")}))
-                        for pre in ("L:", "R:"))
-        payload = join_groups.payload_columns(entry.outputs)
-        return ((left.name, left.key, p.left_on, sel[0], payload[0]),
-                (right.name, right.key, p.right_on, sel[1], payload[1]))
-
-    def _join_column_types(self, entry: GroupEntry) -> dict:
-        """(side, column) -> Arrow type of every column of the join's two tables."""
-        p = entry.physical
-        return {(d, c): _arrow_type(t) for d, name in enumerate((p.left, p.right))
-                for c, t in self.catalog.get(name).columns}
-
-    def _join_output_types(self, entry: GroupEntry) -> dict:
-        """Output name -> Arrow type over the group's projections (``join_groups.output_types``)."""
-        return join_groups.output_types(entry.outputs, self._join_column_types(entry))
-
-    def _join_output_fields(self, entries, mode: str) -> list:
-        """The selected columns' fields (under EVENT_PREFIX, as the tasks emit them) of the join groups among
-        ``entries`` in ``mode``'s output: unicast rows (and a band join's rows in any mode) carry their
-        subscription's output columns; a select-join's messages the ``table.column`` values any of its
-        subscriptions selects (``join_groups.message_column``)."""
-        types: dict = {}
-        for e in entries:
-            if not isinstance(e.physical, _JOIN_NODES):
-                continue
-            if mode == "reformulated" and isinstance(e.physical, ir.SelectJoinGroupScan):
-                ct, sides = self._join_column_types(e), self._join_sides(e)
-                mine = {join_groups.message_column(sides[d][0], c): ct[(d, c)]
-                        for d, cols in enumerate(join_groups.payload_columns(e.outputs)) for c in cols}
-            else:
-                mine = self._join_output_types(e)
-            for name, t in mine.items():
-                types[name] = join_groups.unify_types(types.get(name), t)
-        return [pa.field(EVENT_PREFIX + name, t) for name, t in types.items()]
-
-    def _join_numeric(self, entry: GroupEntry) -> bool:
-        p = entry.physical
-        return (self.catalog.get(p.left).type_of(p.left_on) in NUMERIC_TYPES
-                and self.catalog.get(p.right).type_of(p.right_on) in NUMERIC_TYPES)
-
-    def _join_targets(self, entry: GroupEntry, layout: dict, side: int, row: tuple, names: tuple) -> range:
-        """The partitions a row of ``side`` goes to (join_groups: hash of the join value / S.b ranges)."""
-        on = entry.physical.left_on if side == join_groups.L else entry.physical.right_on
-        v = row[names.index(on)]
-        if layout["kind"] == "SELECT_JOIN":
-            b = join_groups.canonical_join_value(v, layout["numeric"])
-            p = 0 if b is None else join_groups.join_value_partition(b, layout["numeric"], layout["partitions"])
-            return range(p, p + 1)
-        b = None if v is None else float(v)
-        if b is None or b != b:
-            return range(0, 1)  # joins nothing; kept in one partition so that its delete finds it
-        return join_groups.band_partitions(side, b, layout["cuts"], layout["reach"])
+        return max(1, int(self.join_partitions)) if self.join_partitions is not None else self._parallelism()
 
     def _join_replicas(self, entry: GroupEntry) -> dict:
         """One replica per partition, each with its base (its rows and every subscription) and its log."""
         if entry.shards is not None and not entry.base_stale and entry.log_rows <= LOG_COMPACTION_ROWS:
             return entry.shards
-        for old in (entry.shards or {}).values():
-            if hasattr(old.base, "unpersist"):
-                old.base.unpersist(blocking=False)
-        p = entry.physical
-        sides = self._join_sides(entry)
-        numeric = self._join_numeric(entry)
-        ids, cols = entry.points.rows()
-        n_parts = self._join_partition_count()
-        left, right = self._tables[p.left.lower()], self._tables[p.right.lower()]
-        layout = {"kind": p.klass, "partitions": n_parts, "numeric": numeric,
-                  "selections": tuple(set(side[3]) for side in sides), "payload": tuple(set(side[4]) for side in sides)}
-        if isinstance(p, ir.BandJoinGroupScan):
-            ib = right.column_index(p.right_on)
-            sb = np.array([np.nan if r[ib] is None else float(r[ib]) for r in right.rows.values()], dtype=np.float64)
-            layout["cuts"] = join_groups.band_cuts(sb, n_parts)
-            layout["reach"] = ((float(cols["lo"].min()), float(cols["hi"].max())) if len(ids) else (0.0, 0.0))
-            n_parts = len(layout["cuts"]) + 1
-        rows = [[{c: [] for c in join_groups.side_columns(side)} for _ in range(n_parts)] for side in sides]
-        for d, state in ((join_groups.L, left), (join_groups.R, right)):
-            names = state.definition.column_names
-            want = [(c, names.index(c)) for c in rows[d][0]]
-            for row in state.rows.values():
-                for part in self._join_targets(entry, layout, d, row, names):
-                    target = rows[d][part]
-                    for c, i in want:
-                        target[c].append(row[i])
-        domains = self._join_domains(entry)
-        outputs = dict(sub_outputs=self._outputs_of(entry), output_types=self._join_output_types(entry),
-                       payload_types=self._join_column_types(entry))
+        superseded = list((entry.shards or {}).values())   # their files go once the new bases are written
+        layout, snaps = entry.family.partition_snapshots(entry.registry, entry.physical, entry.group_id, self._tables,
+                                                         self._join_partition_count(), self.join_router_mode)
         entry.shards = {}
-        for part in range(n_parts):
-            rid = f"{entry.group_id}#{part}"
-            snap = join_groups.JoinGroupSnapshot(p.klass, entry.group_id, rid, sides, numeric, ids, cols,
-                                                 (rows[0][part], rows[1][part]), router_mode=self.join_router_mode,
-                                                 domains=domains, **outputs)
-            raw = pickle.dumps(snap, protocol=pickle.HIGHEST_PROTOCOL)
-            entry.shards[rid] = spark_groups.GroupReplica(self.uid, rid, spark_groups.new_base_id(),
-                                                          self.spark.sparkContext.broadcast(raw))
-        entry.join_layout = layout
+        for rid, snap in snaps.items():
+            entry.shards[rid] = spark_replicas.new_base(self.directory, self.uid, rid, snap)
+        for old in superseded:
+            spark_replicas.discard(old)
+        entry.registry.layout = layout
         entry.base_stale = False
         entry.log_rows = 0
         return entry.shards
 
-    def _join_domains(self, entry: GroupEntry) -> dict:
-        """The spans of R.a, S.b and S.c in the current rows: the router's histograms cover them (003 §4.5.1)."""
-        p = entry.physical
-        if not isinstance(p, ir.SelectJoinGroupScan):
-            return {}
-        left, right = self._tables[p.left.lower()], self._tables[p.right.lower()]
-
-        def span(*columns):
-            v = np.array([r[i] for state, i in ((tbl, tbl.column_index(c)) for tbl, c in columns)
-                          for r in state.rows.values() if r[i] is not None], dtype=np.float64)
-            v = v[np.isfinite(v)]
-            return (float(v.min()), float(v.max()) + 1.0) if v.size else (0.0, 1.0)
-        return {"A": span((left, p.a)) if p.a else (0.0, 1.0), "C": span((right, p.c)) if p.c else (0.0, 1.0),
-                "B": span((left, p.left_on), (right, p.right_on)) if self._join_numeric(entry) else (0.0, 1.0)}
-
-    def _stream_joins(self, state: TableState, entries: list, streaming_df, mode: str):
+    def _stream_joins(self, state: TableState, entries: list, streaming_df, mode: str, where=None,
+                      stream_id: str | None = None):
         """Join groups on a stream of updates to one of their tables: stream-static joins (the partner is
-        the other table's rows now), state per partition of the streamed rows (spark_join_stream)."""
+        the other table's rows now), state per partition of the streamed rows (spark_join_stream).  The
+        bases and the initial rows go to files in ``where`` (the stream's directory)."""
         from sparksub.runtime.join_stream import JoinStreamGroup, run_join_stream
         from sparksub.runtime.stream import _Deferred
+
+        def stored(name: str, value):
+            return (spark_replicas.write_value(f"{where}/{name}", value) if where is not None
+                    else _Deferred(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)))
         tdef = state.definition
         parts = self._join_partition_count()
-        sc = self.spark.sparkContext
-        initial = _Deferred(sc.broadcast(pickle.dumps(dict(state.rows), protocol=pickle.HIGHEST_PROTOCOL)))
+        initial = stored("join-initial.pickle", dict(state.rows))
         specs = {}
-        for e in entries:
-            p = e.physical
-            side = join_groups.L if tdef.name.lower() == p.left.lower() else join_groups.R
-            sides = self._join_sides(e)
-            partner = self._tables[(p.right if side == join_groups.L else p.left).lower()]
-            names = partner.definition.column_names
-            wanted = join_groups.side_columns(sides[1 - side])
-            partner_rows = {c: [r[names.index(c)] for r in partner.rows.values()] for c in wanted}
-            rows = [None, None]
-            rows[1 - side] = partner_rows
-            rows[side] = {c: [] for c in join_groups.side_columns(sides[side])}
-            ids, cols = e.points.rows()
-            snap = join_groups.JoinGroupSnapshot(p.klass, e.group_id, f"{e.group_id}#stream", sides,
-                                                 self._join_numeric(e), ids, cols, tuple(rows),
-                                                 router_mode=self.join_router_mode, domains=self._join_domains(e),
-                                                 sub_outputs=self._outputs_of(e), output_types=self._join_output_types(e),
-                                                 payload_types=self._join_column_types(e))
-            base = sc.broadcast(pickle.dumps(snap, protocol=pickle.HIGHEST_PROTOCOL))
-            specs[e.group_id] = JoinStreamGroup(e.group_id, side, parts, _Deferred(base), initial)
-        schema = _with_join_columns(_schema_for(mode), mode, self._join_output_fields(entries, mode))
-        if mode == "reformulated" and any(isinstance(e.physical, ir.BandJoinGroupScan) for e in entries):
-            schema = _with_unicast_rows(schema)  # a band join answers with its unicast rows (issue 15 item 6)
+        for n, e in enumerate(entries):
+            side = e.family.side_of(e.physical, tdef)
+            snap = e.family.stream_snapshot(e.registry, e.physical, e.group_id, self._tables, side,
+                                            self.join_router_mode)
+            specs[e.group_id] = JoinStreamGroup(e.group_id, side, parts, stored(f"join-{n}.pickle", snap), initial)
+        # (a band join answers with its unicast rows in either mode, issue 15 item 6)
+        schema = self._output_schema(publish_schema(mode), mode, entries, tdef)
         return _rename_event_columns(run_join_stream(self.spark, streaming_df, tdef, specs, mode, schema,
                                [_arrow_type(t) for _, t in tdef.columns], self.uid,
-                               _operator_name(e.physical for e in entries) + "_stream"), tdef)
-
-    @staticmethod
-    def _fits_layout(entry: GroupEntry, change: QueryChange) -> bool:
-        """Can the partitions take ``change`` as a log entry?  Not if it adds a local-selection column their
-        rows lack, or (BAND_JOIN) a band wider than the reach R rows were replicated over."""
-        layout = entry.join_layout
-        if layout is None:
-            return False
-        cols = change.add_columns
-        if not len(change.add_ids):
-            return True
-        for d, pre in enumerate(("L:", "R:")):
-            wanted = {n[2:-3] for n in cols if n.startswith(pre) and n.endswith(":lo")}
-            if not wanted <= layout["selections"][d]:
-                return False
-        # a projection selecting a column the partitions' rows lack (DESIGN §1): a new base
-        if not all(set(cols) <= layout["payload"][d] for d, cols in
-                   enumerate(join_groups.payload_columns(dict.fromkeys(change.add_outputs)))):
-            return False
-        if layout["kind"] == "BAND_JOIN":
-            lo, hi = layout["reach"]
-            return bool(np.min(cols["lo"]) >= lo and np.max(cols["hi"]) <= hi)
-        return True
+                               _operator_name(e.physical for e in entries) + "_stream", stream_id), tdef)
 
     def _join_batch(self, state: TableState, entry: GroupEntry, batch: pa.Table, seqs) -> pa.Table:
         """The batch for a join group's partitions: an upsert of a known key becomes the delete of its old row
@@ -2039,15 +1695,15 @@ class Engine:
         partition(s) (``group_id`` = the partition's replica id)."""
         tdef = state.definition
         names = tdef.column_names
-        side = join_groups.L if tdef.name.lower() == entry.physical.left.lower() else join_groups.R
-        layout = entry.join_layout
+        side = entry.family.side_of(entry.physical, tdef)
+        layout = entry.registry.layout
         ki = names.index(tdef.key)
         cols = list(zip(*(batch.column(c).to_pylist() for c in names))) if batch.num_rows else []
         ops = batch.column("op").to_numpy()
         out_rows, out_ops, out_seqs, out_parts = [], [], [], []
 
         def emit(row, op, seq):
-            for part in self._join_targets(entry, layout, side, row, names):
+            for part in entry.family.targets(entry.physical, layout, side, row, names):
                 out_rows.append(row)
                 out_ops.append(op)
                 out_seqs.append(seq)
@@ -2065,8 +1721,8 @@ class Engine:
                 emit(row, UPSERT, int(seqs[i]))
                 pending[key] = row
                 if old is not None and side == join_groups.R and layout["kind"] == "BAND_JOIN" and \
-                        self._join_targets(entry, layout, side, old, names) != \
-                        self._join_targets(entry, layout, side, row, names):
+                        entry.family.targets(entry.physical, layout, side, old, names) != \
+                        entry.family.targets(entry.physical, layout, side, row, names):
                     # an S row moving to another partition: a pair it keeps is deleted in one partition and
                     # inserted in the other; publish nets them (the only case no partition can)
                     self._net_join_rows = True
@@ -2080,49 +1736,26 @@ class Engine:
         """Every partition of a join group as of now, in this (driver) process (cache + log replay)."""
         out = {}
         for rid, replica in self._join_replicas(entry).items():
-            group = spark_groups.materialize(replica)
-            spark_groups.remember(replica, len(replica.log), group)
+            group = spark_replicas.materialize(replica)
+            spark_replicas.remember(replica, replica.log_length, group)
             out[rid] = group
         return out
-
-    def _join_view(self, entry: GroupEntry) -> join_groups.JoinGroupView:
-        parts = self._join_partitions_materialized(entry)
-        _, cols = entry.points.rows()
-        return join_groups.JoinGroupView(entry.physical.klass, entry.group_id, parts, cols, entry.join_layout or {})
 
     def _spark_plan(self, physical) -> str:
         entry = self._groups.get(physical.group_key)
         gid = entry.group_id if entry else "(new group)"
-        if isinstance(physical, _JOIN_NODES):
-            tdef = self.catalog.get(physical.left)
-            sample = pa.table({EVENT_PREFIX + c: pa.nulls(1, _arrow_type(t)) for c, t in tdef.columns})
-            sample = (sample.append_column("op", pa.array([UPSERT], pa.int8()))
-                      .append_column("seq", pa.array([0], pa.int64()))
-                      .append_column("j_side", pa.array([0], pa.int8()))
-                      .append_column("group_id", pa.array([f"{gid}#0"], pa.string())))
-            replica = spark_groups.GroupReplica(self.uid, f"{gid}#0", "explain", b"")
-            try:
-                return spark_groups.plan_string(self.spark, {f"{gid}#0": replica}, sample, "unicast",
-                                                _with_join_columns(_schema_for("unicast"), "unicast"),
-                                                _operator_name([physical]),
-                                                self._describe([(physical, entry)], "unicast", physical))
-            except Exception as err:  # EXPLAIN must not fail because Spark is unavailable
-                return f"(Spark plan unavailable: {err})"
-        state = self._tables[physical.table.lower()]
-        tdef = state.definition
+        family = family_of(physical)
+        tdef = self.catalog.get(family.tables(physical)[0])
         # One placeholder row: an empty local relation would let Spark optimise the exchange away.
         row = pa.table({c: pa.nulls(1, _arrow_type(t)) for c, t in tdef.columns}).append_column(
             "op", pa.array([UPSERT], pa.int8()))
-        sample = self._group_batch(state, physical, row, np.zeros(1, dtype=np.int64))
-        sample = sample.append_column("group_id", pa.array([gid], pa.string()))
-        schema = _schema_for("unicast")
-        if isinstance(physical, ir.FilterGroupScan):
-            schema = _with_event_columns(schema, tdef)
-        elif isinstance(physical, _RANGE_CLASS_NODES):
-            schema = _with_range_class_columns(schema, "unicast")
-        replica = spark_groups.GroupReplica(self.uid, gid, "explain", b"")
+        sample = family.group_batch(physical, tdef, row, np.zeros(1, dtype=np.int64))
+        rid = f"{gid}#0" if family.placement == ROW_PARTITIONS else gid   # (a join: its first partition)
+        sample = sample.append_column("group_id", pa.array([rid], pa.string()))
+        schema = family.output_schema(publish_schema("unicast"), "unicast", [(physical, None)], tdef)
+        replica = spark_replicas.Replica(self.uid, rid, "", "explain")   # a placeholder: never run
         try:
-            return spark_groups.plan_string(self.spark, {gid: replica}, sample, "unicast", schema,
+            return spark_groups.plan_string(self.spark, {rid: replica}, sample, "unicast", schema,
                                             _operator_name([physical]),
                                             self._describe([(physical, entry)], "unicast", physical))
         except Exception as err:  # EXPLAIN must not fail because Spark is unavailable
@@ -2132,12 +1765,6 @@ class Engine:
 # ---- input conversion -----------------------------------------------------------------------------
 
 _arrow_type = row_validation.arrow_type  # a column's Arrow type, as validation casts it
-
-
-def _arrow_type_name(t: pa.DataType) -> str:
-    """The Spark SQL type name of an Arrow type (as ``DataFrame.dtypes`` spells it)."""
-    return {pa.string(): "string", pa.float64(): "double", pa.int64(): "bigint", pa.bool_(): "boolean",
-            pa.timestamp("us"): "timestamp", pa.date32(): "date", pa.int8(): "tinyint"}.get(t, "string")
 
 
 def _to_arrow(data) -> pa.Table:
@@ -2221,15 +1848,8 @@ def _param_columns(params) -> dict:
 
 def _operator_name(physicals) -> str:
     """The name Spark's EXPLAIN shows for the task function: the operator families it runs."""
-    kinds = sorted({_OPERATOR_KIND.get(type(p), "range_min") for p in physicals})
+    kinds = sorted({family_of(p).operator_name(p) for p in physicals})
     return "_and_".join(kinds) + ("_group" if len(kinds) == 1 else "_groups")
-
-
-def _with_event_columns(schema: pa.Schema, tdef: TableDef) -> pa.Schema:
-    """A FILTER notification carries the event: the table's columns, in the task under EVENT_PREFIX."""
-    for c, t in tdef.columns:
-        schema = schema.append(pa.field(EVENT_PREFIX + c, _arrow_type(t)))
-    return schema
 
 
 def _rename_event_columns(df, tdef: TableDef):
@@ -2243,143 +1863,8 @@ def _rename_event_columns(df, tdef: TableDef):
     return df
 
 
-def _mode_schema(mode: str) -> pa.Schema:
-    schemas = {"unicast": UNICAST_SCHEMA, "reformulated": MESSAGE_SCHEMA}
-    if mode not in schemas:
-        raise ValueError(f"unknown mode {mode!r}; expected 'unicast' or 'reformulated'")
-    return schemas[mode]
-
-
-def _schema_for(mode: str) -> pa.Schema:
-    """The output schema of ``publish`` and ``stream``: the mode's columns plus a nullable ``reason``."""
-    return with_reason(_mode_schema(mode))
-
-
-_BOX_NODES = (ir.BoxMinGroupScan, ir.BoxTopkGroupScan)
-#: what each class's group operator runs: the ``SubscriptionGroup`` node says it in Spark's EXPLAIN
-_ALGORITHM = {
-    "RANGE_MIN": "A2B-tree + update classification, Mar/Hull/EMar (000 §2-3)",
-    "RANGE_MAX": "A2B-tree + update classification, Mar/Hull/EMar (000 §2-3)",
-    "RANGE_TOPK": "influence regions + Paint-Batch (002)",
-    "RANGE_DISTINCT": "Mar over duplicates (000 §4)",
-    "RANGE_AGG": "relaxed range deltas with exact sums (000 §4)",
-    "BOX_MIN": "4-d box messages, 2x2-d stabbing index", "BOX_MAX": "4-d box messages, 2x2-d stabbing index",
-    "BOX_TOPK": "4-d box messages, 2x2-d stabbing index",
-    "FILTER": "two-phase matching, clusters, multi-attribute hashing (001)",
-    "SELECT_JOIN": "SJ-SSI on hotspots, SJ-SelectFirst/JoinFirst routed per tuple (003 ch. 4)",
-    "BAND_JOIN": "BJ-SSI over a dynamic stabbing partition (003 ch. 4)",
-    "EVENT": "automata with prefix sharing, static + instance indexes, query families (004)",
-}
-_JOIN_NODES = (ir.SelectJoinGroupScan, ir.BandJoinGroupScan)
-#: classes without a reformulated form: in that mode their unicast rows come out (issue 15 item 6)
-_UNICAST_ONLY_NODES = (ir.FilterGroupScan, ir.BandJoinGroupScan)
 #: what explain() takes for a name (of a subscription or an event query), not a SELECT
 _BARE_NAME = re.compile(r"`[^`]+`|[\w.$-]+")
-_TOPK_NODES = (ir.RangeTopkGroupScan, ir.BoxTopkGroupScan)
-#: groups whose notifications carry the item columns (and, reformulated, RANGE_MESSAGE_SCHEMA's)
-_RANGE_CLASS_NODES = (ir.RangeTopkGroupScan, ir.RangeDistinctGroupScan, ir.RangeAggGroupScan) + _BOX_NODES
-_OPERATOR_KIND = {ir.FilterGroupScan: "filter", ir.RangeTopkGroupScan: "range_topk",
-                  ir.BoxMinGroupScan: "box_min", ir.BoxTopkGroupScan: "box_topk",
-                  ir.RangeDistinctGroupScan: "range_distinct", ir.RangeAggGroupScan: "range_agg",
-                  ir.SelectJoinGroupScan: "select_join", ir.BandJoinGroupScan: "band_join"}
-
-
-def _net_join_notifications(df):
-    """Join notifications netted per (subscription, seq, result tuple): an insert and a delete of one pair
-    in one update (a band-join S row moving between partitions) cancel; every other row passes through."""
-    from pyspark.sql import functions as F
-    is_join = F.col("left_key").isNotNull() & F.col("op").isin("insert", "delete")
-    keys = [F.col(f"`{c}`") for c in df.columns if c != "op"]  # (selected columns may be named ``t.c``)
-    sign = F.when(F.col("op") == "insert", F.lit(1)).otherwise(F.lit(-1))
-    netted = (df.where(is_join).groupBy(*keys).agg(F.sum(sign).alias("_net")).where(F.col("_net") != 0)
-              .withColumn("op", F.when(F.col("_net") > 0, F.lit("insert")).otherwise(F.lit("delete")))
-              .select(*[F.col(f"`{c}`") for c in df.columns]))
-    return df.where(~is_join).unionByName(netted).localCheckpoint(eager=True)
-
-
-def _tables_of(physical) -> tuple[str, ...]:
-    """The tables (lower case) whose updates a group reads: one, or a join's two."""
-    if isinstance(physical, _JOIN_NODES):
-        return (physical.left.lower(), physical.right.lower())
-    return (physical.table.lower(),)
-
-
-def _with_join_columns(schema: pa.Schema, mode: str, selected=()) -> pa.Schema:
-    """The columns a join notification adds (``join_groups``): the result tuple's keys; reformulated, the
-    message's selection values and its position; and ``selected`` (``Engine._join_output_fields``: the
-    subscriptions' selected columns, the messages' ``table.column`` values), which share their names with
-    the FILTER event columns (one column, one type: ``join_groups.unify_types``)."""
-    extra = list(JOIN_ITEM_SCHEMA) if mode == "unicast" else [f for f in JOIN_MESSAGE_SCHEMA
-                                                              if f.name not in ("group_id", "seq", "op")]
-    for f in extra:
-        if f.name not in schema.names:
-            schema = schema.insert(len(schema) - 1, f)  # before ``reason``
-    for f in selected:
-        i = schema.get_field_index(f.name)
-        if i < 0:
-            schema = schema.insert(len(schema) - 1, f)
-        elif schema.field(i).type != f.type:
-            schema = schema.set(i, pa.field(f.name, join_groups.unify_types(schema.field(i).type, f.type)))
-    return schema
-
-
-def _with_unicast_rows(schema: pa.Schema) -> pa.Schema:
-    """Reformulated output that also carries unicast rows (FILTER, BAND_JOIN: no reformulated form; issue 15
-    item 6): their ``subscription_id`` first."""
-    return schema if "subscription_id" in schema.names else schema.insert(0, pa.field("subscription_id", pa.string()))
-
-
-def _output_columns(planned: Planned, catalog: Catalog) -> tuple | None:
-    """A top-k or join subscription's output columns (``planner.projection``) as plain ``((name, side,
-    column), ...)`` -- what its result rows and, for joins, its notifications carry (DESIGN §1); None for the
-    other classes (a value, a set, or FILTER's own projection)."""
-    p = planned.physical
-    if not isinstance(p, _JOIN_NODES + _TOPK_NODES):
-        return None
-    select = st.parse_select(planned.sql)
-    cols = (join_output_columns(select, catalog, p.left, p.right) if isinstance(p, _JOIN_NODES)
-            else table_output_columns(select, catalog))
-    return tuple(tuple(c) for c in cols)
-
-
-def _bind_join(physical, params: dict, ids: np.ndarray) -> dict:
-    """The bound constants of join subscriptions as the registry's float64 columns (``JoinSubscriptions``)."""
-    if isinstance(physical, ir.SelectJoinGroupScan):
-        a_lo, a_hi, c_lo, c_hi = bind_select_join(physical, params, ids.size, ids=ids)
-        return {"a_lo": a_lo, "a_hi": a_hi, "c_lo": c_lo, "c_hi": c_hi}
-    bound = bind_band_join(physical, params, ids.size, ids=ids)
-    cols = {"lo": bound.low, "hi": bound.high}
-    for pre, where in (("L:", bound.left_where), ("R:", bound.right_where)):
-        for col, (lo, hi) in where.items():
-            cols[f"{pre}{col}:lo"], cols[f"{pre}{col}:hi"] = lo, hi
-    return cols
-
-
-def _with_range_class_columns(schema: pa.Schema, mode: str, box: bool = False) -> pa.Schema:
-    """The columns a top-k / DISTINCT / aggregate notification adds (``range_groups``); ``box``: and a
-    box message's second-attribute bounds (``box_groups.BOX_COLUMNS``)."""
-    extra = list(ITEM_SCHEMA) if mode == "unicast" else list(RANGE_MESSAGE_SCHEMA) + (list(BOX_COLUMNS) if box else [])
-    for f in extra:
-        if f.name not in schema.names:
-            schema = schema.insert(len(schema) - 1, f)  # before ``reason``
-    return schema
-
-
-def _y_is_text(tdef: TableDef, physical) -> bool:
-    """A DISTINCT over a non-numeric column: its values travel as strings (``y_text``), not floats."""
-    if not isinstance(physical, ir.RangeDistinctGroupScan):
-        return False
-    t = _arrow_type(tdef.type_of(physical.y))
-    return not (pa.types.is_floating(t) or pa.types.is_integer(t))
-
-
-def _grown(column: np.ndarray, slots: np.ndarray, fill) -> np.ndarray:
-    """A per-slot column grown (geometrically, new rows = ``fill``) to hold ``slots``."""
-    if not slots.size or slots.max() < column.shape[0]:
-        return column
-    grown = np.full((max(int(slots.max()) + 1, 2 * column.shape[0]),) + column.shape[1:], fill, dtype=column.dtype)
-    grown[: column.shape[0]] = column
-    return grown
 
 
 def _check_streaming(df) -> None:
@@ -2433,45 +1918,7 @@ def _utf8_encodable(text: str) -> bool:
         return False
 
 
-def _bind_constants(physical, params: dict, ids: np.ndarray, types: dict | None) -> dict:
-    """Every constant of ``ids.size`` subscriptions of one plan bound as columns and checked (NaN, empty
-    ranges, LIMIT k, parameter types), nothing registered: what ``Engine._register`` adds.  ``types``: the
-    FILTER table's column types."""
-    if isinstance(physical, ir.FilterGroupScan):
-        return {"disjuncts": bind_filter_columns(physical, params, ids.size, ids=ids, types=types)}
-    if isinstance(physical, _JOIN_NODES):
-        return {"columns": _bind_join(physical, params, ids)}
-    out = {}
-    if isinstance(physical, _BOX_NODES):
-        out["x1"], out["x2"], out["x2_lo"], out["x2_hi"] = bind_box(physical, params, ids.size, ids=ids)
-    else:
-        out["x1"], out["x2"] = bind_range(physical, params, ids.size, ids=ids)
-    if isinstance(physical, _TOPK_NODES):
-        out["k"] = _bind_k(physical, params, ids)
-    return out
-
-
-def _bind_k(physical, params: dict, ids: np.ndarray) -> np.ndarray:
-    """LIMIT k per subscription: a template constant or a parameter column of positive integers up to
-    ``MAX_K`` (k is an int64 column); a bad one is named with its subscription."""
-    v = physical.k
-    if isinstance(v, ir.Const):
-        # the planner bounds a constant LIMIT by MAX_K exactly; its float may round up to 2**63
-        return np.full(ids.size, min(int(v.value), MAX_K), dtype=np.int64)
-    col = np.asarray(params[v.name], dtype=object)
-    if col.shape != (ids.size,):
-        raise InvalidSubscription(f"parameter {v.name!r} has {col.size} values, expected {ids.size}")
-    values = col.tolist()
-    bad = next((i for i, k in enumerate(values)
-                if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, float, np.integer, np.floating))
-                or k != k or k < 1 or k > MAX_K or k != int(k)), None)
-    if bad is not None:
-        raise InvalidSubscription(f"subscription {ids[bad]!r}: LIMIT :{v.name} must be a positive integer up "
-                                  f"to {MAX_K}, got {values[bad]!r:.40}")
-    return np.array(values, dtype=np.int64)
-
-
-# ---- event queries: scripts, EXPLAIN -------------------------------------------------------------------
+# ---- scripts ----------------------------------------------------------------------------------------------
 
 def _script_error(err: Exception, item, text: str) -> Exception:
     """``err``, raised running the script statement ``item``, as ``sql`` raises it: ours positioned in
@@ -2485,96 +1932,3 @@ def _script_error(err: Exception, item, text: str) -> Exception:
     return err if mine is None else in_script(mine, source, item.offset + lead, text)
 
 
-def _event_text(query: StreamExpr) -> str:
-    try:
-        return query.to_cel()
-    except ValueError:
-        return query.to_algebra()
-
-
-_WORK = ("events", "guards_checked", "conjuncts_evaluated", "nodes_visited", "instances_visited", "edges_evaluated",
-         "instances_created", "instances_alive", "instances_expired", "instances_unmatchable", "matches")
-
-
-def _summed_stats(executors) -> dict:
-    """The executors' counters summed (the structure counts — nodes, automata — are the same in each)."""
-    out: dict = {}
-    for ex in executors:
-        for k, v in ex.stats().items():
-            if k in ("queries", "automata", "nodes", "nodes_without_sharing", "start_groups"):
-                out[k] = v
-            elif k == "bytes_per_instance":
-                continue
-            elif isinstance(v, (int, float)):
-                out[k] = out.get(k, 0) + v
-    return out
-
-
-def _static_access(conjuncts) -> str:
-    """How the static index reaches a guard (nfa._StaticIndex's rule: an ``attr = const`` conjunct, else a
-    range ``attr op const``, else the guard is checked on every event)."""
-    from sparksub.grammar.event_ast import Attr, Compare, Const
-    from sparksub.grammar.events import parse_predicate
-    flip = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}
-    best = None
-    for text in conjuncts:
-        try:
-            e = parse_predicate(text)
-        except SparksubError:
-            continue
-        if not isinstance(e, Compare) or e.op not in flip:
-            continue
-        for a, b, op in ((e.left, e.right, e.op), (e.right, e.left, flip[e.op])):
-            if isinstance(a, Attr) and isinstance(b, Const) and (op == "=" or not isinstance(b.value, bool)):
-                if best is None or (op == "=" and best[1] != "="):
-                    best = (a.name, op)
-                break
-    if best is None:
-        return "checked on every event" if conjuncts else "no static conjunct: every event"
-    return f"hash on {best[0]}" if best[1] == "=" else f"sorted bounds on {best[0]} {best[1]} const"
-
-
-def _static_tables(executor) -> str:
-    """The executor's static index, per stream: its access tables and how many guards each holds."""
-    describe = getattr(executor, "static_index", None)
-    if describe is None:
-        return "(not exposed by this executor)"
-    return "; ".join(f"{stream}: {', '.join(items) or 'empty'}" for stream, items in describe().items()) or "(empty)"
-
-
-def _event_index_lines(compiled, executors: dict, cls) -> list[str]:
-    """EXPLAIN's index section for one event query: per automaton node, its static guard and how the
-    static index reaches it, its instance index; then the class's executors (structure and work)."""
-    lines = []
-    many = len(compiled.automata) > 1
-    for a in compiled.automata:
-        pre = f"{a.query}: " if many else ""
-        nodes = {n.id: n for n in a.nodes}
-        for e in a.edges:
-            if e.source == "start":
-                lines.append(f"{pre}start -> {e.target} on {nodes['start'].label.split(' | ')[0]}: static guard "
-                             f"{' AND '.join(e.static) or 'TRUE'}; {_static_access(e.static)}")
-            elif e.kind == "filter":
-                n = nodes[e.source]
-                pure = all(seg.startswith("FILTER{") for seg in n.label.split(" | ")[1:])
-                line = f"{pre}{n.id} on {n.label.split(' | ')[0]}: static guard {' AND '.join(e.static) or 'TRUE'}; "
-                if n.instance_index and pure:
-                    line += (f"found through the instance index on {' AND '.join(n.instance_index)} (instances "
-                             f"hashed on their binding value; an event visits its own bucket, guard checked there)")
-                elif n.instance_index:
-                    line += (f"{_static_access(e.static)}; instance index on {' AND '.join(n.instance_index)} "
-                             f"(an event visits only the bucket of its value)")
-                else:
-                    line += f"{_static_access(e.static)}; no instance index (every instance of the node is visited)"
-                if n.dur_bound is not None:
-                    line += f"; instances expire after DUR {n.dur_bound}"
-                lines.append(line)
-    if executors:
-        first = next(iter(executors.values()))
-        st_ = _summed_stats(executors.values())
-        lines.append(f"executor static index (class {cls.id}, all its queries): {_static_tables(first)}")
-        lines.append(f"prefix sharing (class {cls.id}): nodes {st_.get('nodes', 0)} (without sharing "
-                     f"{st_.get('nodes_without_sharing', 0)}), start groups {st_.get('start_groups', 0)}")
-        lines.append("work so far (NFAEngine.stats() over the partitions): "
-                     + ", ".join(f"{k.replace('_', ' ')} {st_.get(k, 0)}" for k in _WORK))
-    return lines

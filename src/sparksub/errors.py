@@ -71,8 +71,8 @@ class CatalystUnavailable(SparksubError):
 
 
 class SparkConnectUnsupported(SparksubError):
-    """A Spark Connect session was given to (or made for) ``Engine``: the runtime still needs a classic
-    SparkSession (py4j: ``sparkContext``, broadcasts, the JVM extension) until it is Connect-clean."""
+    """No longer raised: ``Engine`` runs on a Spark Connect session since issue 16 (``runtime/connect.py``).
+    Kept so that code catching it still imports."""
 
 
 class UnsupportedSubscription(SparksubError):
@@ -106,3 +106,9 @@ class BadUpdate(SparksubError):
         self.row, self.column = row, column
         where = "" if row is None else f" (row {row}" + (f", column {column!r}" if column else "") + ")"
         super().__init__(message + where)
+
+
+class DirectoryLocked(SparksubError):
+    """``Engine(path=...)`` on a directory another live engine holds (its lock file names the process): one
+    engine per directory, as one writer per journal (``journal.py``).  A lock left by a dead process is
+    taken over."""

@@ -20,8 +20,7 @@ from sparksub.operators.box import group as box_groups
 from sparksub.operators.box.group import (BOX_MESSAGE_SCHEMA, BOX_UNICAST_SCHEMA, BoxClassSnapshot,
                                            BoxMinReceiver, BoxTopkReceiver, StabIndex, deliver,
                                            measure_false_positives)
-from sparksub.operators.range_classes.groups import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA
-from sparksub.operators.range_min.group import UNICAST_SCHEMA
+from sparksub.operators.shared.schemas import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA, UNICAST_SCHEMA
 from sparksub.planner import ir
 from sparksub.planner.catalog import Catalog, TableDef
 from sparksub.planner.classifier import bind_box, bind_range, parameters_of, plan_subscription

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparksub.errors import DuplicateSubscription, UnknownSubscription
-from sparksub.operators.filters.group import EVENT_PREFIX, FilterGroup
+from sparksub.operators.filters.group import FilterGroup
+from sparksub.operators.shared.schemas import EVENT_PREFIX
 from sparksub.operators.filters.counting import CountingMatcher
 from sparksub.operators.filters.le_subscribe import LeSubscribe
 

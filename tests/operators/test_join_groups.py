@@ -10,12 +10,12 @@ import numpy as np
 import pyarrow as pa
 from hypothesis import example, given, settings, strategies as st
 
-from sparksub.operators.filters.group import EVENT_PREFIX
+from sparksub.operators.shared.schemas import EVENT_PREFIX
 from sparksub.operators.joins.group import (BAND_JOIN, SELECT_JOIN, JoinGroupSnapshot, JoinSubscribers,
                                             JoinSubscriptions, QueryChange, band_cuts, band_partitions,
                                             join_value_partition, key_text, output_types, payload_columns,
                                             side_columns)
-from sparksub.operators.range_min.group import DELETE, UPSERT
+from sparksub.operators.shared.schemas import DELETE, UPSERT
 
 SJ_SIDES = (("r", "rk", "b", ("a",)), ("s", "sk", "b", ("c",)))
 BJ_SIDES = (("r", "rk", "b", ("a",)), ("s", "sk", "b", ()))

@@ -13,15 +13,20 @@ from hypothesis import strategies as st
 from sparksub.operators.agg import core as range_agg
 from sparksub.operators.distinct import core as range_distinct
 from sparksub.operators.topk import core as topk
-from sparksub.operators.range_classes.groups import RangeClassSnapshot
+from sparksub.operators.agg.group import AggSnapshot
+from sparksub.operators.distinct.group import DistinctSnapshot
+from sparksub.operators.topk.group import TopkSnapshot
 
 KEYS = [f"k{i}" for i in range(8)]
 
 
+#: each class's snapshot (topk/, distinct/, agg/ group.py)
+SNAPSHOTS = {"RANGE_TOPK": TopkSnapshot, "RANGE_DISTINCT": DistinctSnapshot, "RANGE_AGG": AggSnapshot}
+
 def _snapshot(kind, option, subs, rows, y_kind=float):
     keys = list(rows)
-    return RangeClassSnapshot(
-        kind, "g", "t", "x", "y", option,
+    return SNAPSHOTS[kind](
+        "g", "t", "x", "y", option,
         np.array([s[0] for s in subs], dtype=object), np.array([s[1] for s in subs], dtype=float),
         np.array([s[2] for s in subs], dtype=float), np.array([s[3] for s in subs], dtype=np.int64),
         np.array(keys, dtype=object), np.array([rows[k][0] for k in keys], dtype=float),

@@ -18,9 +18,14 @@ from hypothesis import strategies as st
 from sparksub.errors import DuplicateSubscription, UnknownSubscription
 from sparksub.operators.topk import core as topk
 from sparksub.operators.agg.core import AggState, exact
-from sparksub.operators.range_classes.groups import RangeClassSnapshot
-from sparksub.operators.range_classes.subscribers import (UNICAST_ITEMS_SCHEMA, AggSubscribers, DistinctSubscribers,
-                                                  RegionStats, TopkSubscribers, subscribers_from_group)
+from sparksub.operators.agg.group import AggSnapshot
+from sparksub.operators.distinct.group import DistinctSnapshot
+from sparksub.operators.topk.group import TopkSnapshot
+from sparksub.operators.agg.subscribers import AggSubscribers
+from sparksub.operators.distinct.subscribers import DistinctSubscribers
+from sparksub.operators.shared.range_classes import RegionStats
+from sparksub.operators.shared.schemas import UNICAST_ITEMS_SCHEMA
+from sparksub.operators.topk.subscribers import TopkSubscribers
 
 INF = math.inf
 _SET = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -79,10 +84,13 @@ def _apply(rows: dict, updates) -> None:
             rows[key] = (x, y)
 
 
+#: each class's snapshot (topk/, distinct/, agg/ group.py)
+SNAPSHOTS = {"RANGE_TOPK": TopkSnapshot, "RANGE_DISTINCT": DistinctSnapshot, "RANGE_AGG": AggSnapshot}
+
 def _snapshot(kind, option, subs, rows):
     keys = list(rows)
-    return RangeClassSnapshot(
-        kind, "g", "t", "x", "y", option,
+    return SNAPSHOTS[kind](
+        "g", "t", "x", "y", option,
         np.array([s[0] for s in subs], dtype=object), np.array([s[1] for s in subs], dtype=float),
         np.array([s[2] for s in subs], dtype=float), np.array([s[3] for s in subs], dtype=np.int64),
         np.array(keys, dtype=object), np.array([rows[k][0] for k in keys], dtype=float),
@@ -281,7 +289,8 @@ def test_subscribers_come_and_go(w, kind, data):
         batches = [[(k, x, None if y is None else "abc"[int(y) % 3], op) for k, x, y, op in ups] for ups in batches]
     klass = {"topk": "RANGE_TOPK", "distinct": "RANGE_DISTINCT", "agg": "RANGE_AGG"}[kind]
     g = _snapshot(klass, {"topk": False, "distinct": None, "agg": "sum"}[kind], subs, rows).build()
-    net = subscribers_from_group(g, **({"key_type": int if int_keys else str} if kind == "topk" else {}))
+    net = (TopkSubscribers.from_group(g, key_type=int if int_keys else str) if kind == "topk"
+           else {"distinct": DistinctSubscribers, "agg": AggSubscribers}[kind].from_group(g))
     ks = sorted({s[3] for s in subs})
     live = {s[0]: s for s in subs}
 

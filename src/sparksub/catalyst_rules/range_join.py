@@ -13,15 +13,15 @@ row, then per parameter key an aggregate, the distinct values, or the top k rows
 and hands us the two sides with fixed column names (parameters ``__k0.., __lo, __hi``; data ``__x`` and
 ``__y0..`` / ``__y`` / ``__y, __d0..``).  Spark would run a nested-loop join, |q| x |t| comparisons; we
 answer every parameter row at once from an index on the data (``operators/range_join/aggregate.py``,
-``operators/range_join/enumerate.py``; ``spark_range_join.py`` runs them in Spark tasks).  This module only
-turns the rule's spec into that plan, named for EXPLAIN.  It runs while Catalyst optimises, so it builds the
-plan lazily and starts no Spark job.
+``operators/range_join/enumerate.py``; ``runtime/range_join.py`` builds the plan that runs them in Spark
+tasks, and ``jvm/bridge.py`` hands it back to the rule).  This module reads the rule's spec and names the
+plan for EXPLAIN; it is pure (no pyspark: DESIGN §2).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["RangeJoinSpec", "parse_spec", "rewrite_range_join", "describe"]
+__all__ = ["RangeJoinSpec", "parse_spec", "describe"]
 
 _CLASS_OF = {"min": "RANGE_MIN", "max": "RANGE_MAX", "count_star": "RANGE_AGG", "count": "RANGE_AGG",
              "sum": "RANGE_AGG"}
@@ -90,44 +90,3 @@ def describe(spec: RangeJoinSpec) -> str:
             f"{''.join(', ' + f for f in spec.functions)} {where} GROUP BY {keys}, {size}; algorithm: data "
             f"sorted on {spec.x} + {' + '.join(structures)}, one O(1) range query per parameter row "
             f"(range_join_aggregate); mode: batch")
-
-
-def _numeric(df, column: str):
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import DoubleType, FloatType
-    t = df.schema[column].dataType
-    return df.withColumn(column, F.col(column).cast("double" if isinstance(t, (DoubleType, FloatType)) else "bigint"))
-
-
-def rewrite_range_join(spark, spec_text: str, params_plan, data_plan):
-    """The replacement plan (a JVM ``LogicalPlan``) for the rule, or None to keep Spark's."""
-    from pyspark.sql import DataFrame
-
-    from sparksub.jvm.bridge import subscription_group
-    from sparksub.runtime import range_join as srj
-
-    spec = parse_spec(spec_text)
-    of_rows = spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows
-    params = DataFrame(of_rows(spark._jsparkSession, params_plan), spark)
-    data = DataFrame(of_rows(spark._jsparkSession, data_plan), spark)
-    # The analyser made x and the bounds one type; the cores compare int64 exactly or float64.
-    for column in ("__lo", "__hi"):
-        params = _numeric(params, column)
-    data = _numeric(data, "__x")
-    keys = list(spec.keys)
-    try:
-        if spec.kind == "distinct":
-            out = srj.range_join_distinct_df(params, data, keys, spec.lo_strict, spec.hi_strict)
-        elif spec.kind == "topk":
-            out = srj.range_join_topk_df(params, _numeric(data, "__y"), keys, spec.k, spec.descending,
-                                         spec.nulls_first, spec.lo_strict, spec.hi_strict,
-                                         [f"__d{i}" for i in range(spec.payload)])
-        else:
-            for i, kind in enumerate(spec.aggregates):
-                if kind != "count_star":
-                    data = _numeric(data, f"__y{i}")
-            out = srj.range_join_aggregate_df(params, data, keys, list(spec.aggregates), spec.lo_strict,
-                                              spec.hi_strict, [t.lower() for t in spec.result_types])
-    except ValueError:  # a shape the core declines (e.g. a float SUM): Spark's plan stays
-        return None
-    return subscription_group(out, describe(spec))._jdf.queryExecution().analyzed()

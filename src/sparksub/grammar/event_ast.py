@@ -73,6 +73,8 @@ __all__ = [
 ]
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: an attribute as the builder's string arguments name it: ``name``, ``$1.name``, ``$2.name``, ``$.name``
+_SCOPED_NAME = re.compile(r"(?:(?P<scope>\$[12]?)\.)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\Z")
 
 #: Arithmetic operators (``^`` is power, right-associative).
 ARITH_OPS = ("+", "-", "*", "/", "%", "^")
@@ -657,13 +659,25 @@ def _lit(x) -> Expr:
     return x if isinstance(x, Expr) else Const(x)
 
 
+#: The CEL expression parser (``grammar.events.parse_predicate``), registered by that module when it is
+#: imported (the package always imports it): the parser builds these nodes, so this module cannot import it
+#: without a cycle.
+PREDICATE_PARSER = None
+
+
 def _expr(x) -> Expr:
-    """Builder-method argument: an Expr, or CEL expression text."""
+    """Builder-method argument: an Expr as it is; a string as CEL expression text (an attribute name such
+    as ``Price`` or ``$1.Name`` directly, anything else through the registered parser); any other value as
+    a literal."""
     if isinstance(x, Expr):
         return x
     if isinstance(x, str):
-        from sparksub.grammar.events import parse_predicate
-        return parse_predicate(x)
+        m = _SCOPED_NAME.match(x.strip())
+        if m is not None:
+            return Attr(m.group("name"), Scope(m.group("scope") or ""))
+        if PREDICATE_PARSER is None:  # pragma: no cover - sparksub's __init__ imports grammar.events
+            raise AnalysisError(f"builder argument {x!r}: import sparksub.grammar.events to parse CEL text")
+        return PREDICATE_PARSER(x)
     return Const(x)
 
 

@@ -29,6 +29,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 from lark.lexer import PatternStr
 
 from sparksub.errors import AnalysisError, ParseError
+from sparksub.grammar import event_ast as _event_ast
 from sparksub.grammar.event_ast import (
     Aggregate, And, Attr, Call, Compare, Const, Dur, Item, Iteration, Not, Or, Project, Publish, Rename,
     Scope, Select, Sequence, Stream, StreamExpr, Union, BinOp, Expr, Neg, _plain_to_right, neg,
@@ -379,3 +380,7 @@ def parse_event_query(text: str) -> StreamExpr:
             return parse_algebra(text)
         except ParseError as algebra_error:
             raise max((cel_error, algebra_error), key=lambda e: (e.line, e.column)) from None
+
+
+# The builder's string arguments are CEL text (event_ast._expr); the AST module cannot import this one.
+_event_ast.PREDICATE_PARSER = parse_predicate

@@ -18,7 +18,8 @@ from sparksub.errors import AnalysisError, ParseError, SparksubError
 from sparksub.grammar import statements as st
 from sparksub.grammar.event_ast import StreamExpr
 
-__all__ = ["EventQueryStatement", "ScriptStatement", "parse_script", "script_pieces", "in_script", "spark_error"]
+__all__ = ["EventQueryStatement", "ScriptStatement", "parse_script", "script_pieces", "in_script",
+           "spark_message_error"]
 
 
 @dataclass
@@ -114,20 +115,22 @@ def parse_script(text: str) -> list[ScriptStatement]:
 _SPARK_POSITION = re.compile(r"line (\d+),? pos (\d+)")
 
 
-def spark_error(err: Exception, source: str) -> SparksubError | None:
-    """A PySpark parse or analysis error of the Spark statement ``source`` as ours (ParseError /
-    AnalysisError at Spark's line and position in ``source``, so that :func:`in_script` can place it in
-    the script); None for any other exception."""
-    try:
-        from pyspark.errors import AnalysisException, ParseException
-    except ImportError:  # pragma: no cover - pyspark is a dependency
-        return None
-    if not isinstance(err, (ParseException, AnalysisException)):
-        return None
-    m = _SPARK_POSITION.search(str(err))
+def spark_message_error(message: str, source: str, syntax: bool) -> SparksubError:
+    """Spark's error ``message`` about its own statement ``source`` as ours: a ParseError (``syntax``) or an
+    AnalysisError at Spark's line and position in ``source``, so that :func:`in_script` can place it in the
+    script.  Which of PySpark's exceptions is which is the runtime's business (``runtime/spark_errors.py``:
+    only the runtime imports pyspark).
+
+    >>> print(spark_message_error("[PARSE_SYNTAX_ERROR] Syntax error at or near 'FORM'.(line 1, pos 9)",
+    ...                           "SELECT 1 FORM t", syntax=True))
+    Spark: [PARSE_SYNTAX_ERROR] Syntax error at or near 'FORM'. (line 1, column 10)
+      SELECT 1 FORM t
+               ^
+    """
+    m = _SPARK_POSITION.search(message)
     # Spark's position is in ``source``; ours replaces it
-    message = re.sub(r"\s*(?:\(line \d+,? pos \d+\)|;?\s*line \d+,? pos \d+)", "", str(err).strip().split("\n")[0])
+    text = re.sub(r"\s*(?:\(line \d+,? pos \d+\)|;?\s*line \d+,? pos \d+)", "", message.strip().split("\n")[0])
     line, column = (int(m.group(1)), int(m.group(2)) + 1) if m else (None, None)
-    if isinstance(err, ParseException):
-        return ParseError(f"Spark: {message}", source, line or 1, column or 1)
-    return AnalysisError(f"Spark: {message}", source if line else None, line, column)
+    if syntax:
+        return ParseError(f"Spark: {text}", source, line or 1, column or 1)
+    return AnalysisError(f"Spark: {text}", source if line else None, line, column)

@@ -56,15 +56,18 @@ def subscription_group(df, description: str | None):
     ``df`` itself when ``description`` is None (the extension is off)."""
     if description is None:
         return df
-    from pyspark.sql import DataFrame
     spark = df.sparkSession
-    jvm = spark._jvm
-    node = jvm.sparksub.SubscriptionGroup(description, df._jdf.queryExecution().logical())
-    out = DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, node), spark)
+    out = _dataframe(spark, spark._jvm.sparksub.SubscriptionGroup(description, df._jdf.queryExecution().logical()))
     for name, value in vars(df).items():  # what our wrappers hang on their DataFrames (sparksub_stream_id)
         if name.startswith("sparksub_"):
             setattr(out, name, value)
     return out
+
+
+def _dataframe(spark, plan):
+    """The DataFrame of a JVM ``LogicalPlan``."""
+    from pyspark.sql import DataFrame
+    return DataFrame(spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, plan), spark)
 
 
 class StatementBridge:
@@ -85,8 +88,16 @@ class StatementBridge:
         return answer_plan(self._spark, answer)
 
     def rewrite(self, spec: str, params, data):
-        from sparksub.catalyst_rules.range_join import rewrite_range_join
-        return rewrite_range_join(self._spark, spec, params, data)
+        """The replacement plan (a JVM ``LogicalPlan``) for a range join the rule recognised (``spec``: its
+        text; ``params``, ``data``: the two sides' plans), or None to keep Spark's.  It runs while Catalyst
+        optimises: the plan is built lazily, no Spark job starts."""
+        from sparksub.catalyst_rules.range_join import describe, parse_spec
+        from sparksub.runtime.range_join import rewrite_range_join
+        parsed = parse_spec(spec)
+        out = rewrite_range_join(parsed, _dataframe(self._spark, params), _dataframe(self._spark, data))
+        if out is None:
+            return None
+        return subscription_group(out, describe(parsed))._jdf.queryExecution().analyzed()
 
     class Java:
         implements = ["sparksub.Bridge"]

@@ -26,27 +26,12 @@ from sparksub.catalyst_rules.rules import BATCHES
 from sparksub.errors import InvalidSubscription, UnsupportedSubscription
 from sparksub.planner import ir
 from sparksub.planner.catalog import NUMERIC_TYPES, Catalog
+from sparksub.planner.classes import SUPPORTED_CLASSES
 from sparksub.planner.logical import to_logical
 
 __all__ = ["SUPPORTED_CLASSES", "Planned", "plan_subscription", "bind_range", "bind_box", "bind_filter_columns",
            "bind_select_join", "bind_band_join", "BandJoinBounds", "parameters_of"]
 
-SUPPORTED_CLASSES = (
-    "RANGE_MIN (SELECT MIN(y) FROM t WHERE x BETWEEN a AND b)",
-    "RANGE_MAX (SELECT MAX(y) FROM t WHERE x BETWEEN a AND b)",
-    "RANGE_TOPK (SELECT cols FROM t WHERE x BETWEEN a AND b ORDER BY y [DESC] LIMIT k)",
-    "RANGE_DISTINCT (SELECT DISTINCT y FROM t WHERE x BETWEEN a AND b)",
-    "RANGE_AGG (SELECT COUNT(*) | SUM(y) | AVG(y) FROM t WHERE x BETWEEN a AND b)",
-    "BOX_MIN (SELECT MIN(y) FROM t WHERE x1 BETWEEN a AND b AND x2 BETWEEN c AND d)",
-    "BOX_MAX (SELECT MAX(y) FROM t WHERE x1 BETWEEN a AND b AND x2 BETWEEN c AND d)",
-    "BOX_TOPK (SELECT cols FROM t WHERE x1 BETWEEN a AND b AND x2 BETWEEN c AND d ORDER BY y [DESC] LIMIT k)",
-    "FILTER (SELECT * | cols FROM t WHERE a conjunction or DNF of attr op const, "
-    "op in = != < <= > >= BETWEEN IN IS [NOT] NULL)",
-    "SELECT_JOIN (SELECT * | cols FROM r JOIN s ON r.b = s.b [WHERE r.a BETWEEN a AND b] "
-    "[AND s.c BETWEEN c AND d]; two different tables)",
-    "BAND_JOIN (SELECT * | cols FROM r JOIN s ON s.b - r.b BETWEEN lo AND hi "
-    "[WHERE range selections on r and s columns]; two different tables)",
-)
 _JOIN_NODES = (ir.SelectJoinGroupScan, ir.BandJoinGroupScan)
 OPERATOR_NODES = (ir.RangeMinGroupScan, ir.RangeTopkGroupScan, ir.RangeDistinctGroupScan,
                   ir.RangeAggGroupScan, ir.BoxMinGroupScan, ir.BoxTopkGroupScan, ir.FilterGroupScan) + _JOIN_NODES

@@ -14,21 +14,24 @@ SPARK_PLAN_TITLE = {False: "== Spark physical plan ==",
                     True: "== Physical plan (Spark; SubscriptionGroupExec is our operator) =="}
 
 
-def explain_text(target: str, planned: Planned, entry, group, spark_plan: str, catalyst: bool = False) -> str:
+def explain_text(target: str, planned: Planned, entry, operator_lines: dict | None, spark_plan: str,
+                 catalyst: bool = False) -> str:
+    """``operator_lines``: the operator section, label -> text (the family's ``explain_lines``; None: the
+    range-min operator's description)."""
     lines = [f"== Subscription: {target} ==",
              f"SQL: {planned.sql}",
              f"Class: {planned.klass}",
              f"Template: {planned.template}",
              f"Group: {entry.group_id if entry else '(none yet)'}"
-             f" ({len(entry.points) if entry else 0} subscriptions)",
+             f" ({len(entry.registry) if entry else 0} subscriptions)",
              "", "== Logical plan ==", str(planned.logical),
              "", "== Rule trace ==" if planned.trace else "== Rule trace == (no rule changed the plan)"]
     lines += [str(t) for t in planned.trace]
     if not catalyst:  # with it, the SubscriptionGroupExec node in Spark's plan carries this line
         lines += ["", "== Physical plan ==", str(planned.physical)]
-    if group is not None:
+    if operator_lines is not None:
         lines += ["", "== Operator =="]
-        lines += [f"{k}: {v}" for k, v in group.explain().items()]
+        lines += [f"{k}: {v}" for k, v in operator_lines.items()]
     else:
         lines += ["", "== Operator ==", "algorithm: update classification + Mar/Hull/EMar (000 §2-3)",
                   "message format: <NEW_MIN, INNER_L, INNER_R, OUTER_L, OUTER_R>",

@@ -19,6 +19,7 @@ from sparksub.errors import AnalysisError, InvalidSubscription, UnsupportedSubsc
 from sparksub.grammar.statements import position
 from sparksub.planner import ir
 from sparksub.planner.catalog import NUMERIC_TYPES, Catalog
+from sparksub.planner.classes import SUPPORTED_CLASSES
 
 __all__ = ["to_logical"]
 
@@ -38,8 +39,6 @@ def _located(err: AnalysisError, *nodes: exp.Expression) -> AnalysisError:
 
 
 def _unsupported(shape: str) -> UnsupportedSubscription:
-    # classifier imports this module: its list of classes is imported when an error needs it
-    from sparksub.planner.classifier import SUPPORTED_CLASSES
     return UnsupportedSubscription(shape, SUPPORTED_CLASSES)
 
 

@@ -1,16 +1,23 @@
-"""Spark Connect: recognised, and refused until the runtime is Connect-clean.
+"""Spark Connect: recognised, and served by the same runtime as a classic session (issue 16 item 7).
 
-The runtime reaches the JVM through py4j (``sparkContext``, broadcasts, ``_jdf`` and the Catalyst
-extension's callback), which a Connect client does not have: an engine on a Connect session would take
-DDL and subscriptions and then fail at its first ``publish``.  So ``Engine`` refuses the session at once,
-saying what to use instead.  Recognised by the class's module (``pyspark.sql.connect.session``), so
-nothing of Connect is imported (its dependencies — grpcio and friends — may be missing).
+The data path uses only DataFrame APIs a Connect client has: each group's state in files under the engine's
+directory (``runtime/replicas.py``) rather than broadcasts, failed groups read from the output rather than
+an accumulator, counters in files, ``localCheckpoint`` (Spark Connect has it since 4.0), the partition
+count from the session's conf (``spark.default.parallelism``) rather than ``sparkContext``, and plan text
+through :func:`sparksub.runtime.groups.plan_text`.  What stays classic-only is the Catalyst extension
+(``jvm/``: ``spark.sql`` running our statements, EXPLAIN's ``SubscriptionGroup`` node, the range-join
+rewrite), which reaches the JVM through py4j: on a Connect session the engine runs without it and says why
+(``Engine.catalyst_reason``).  Recognised by the class's module (``pyspark.sql.connect.session``), so
+nothing of Connect is imported (its dependencies -- grpcio and friends -- may be missing).
 """
 from __future__ import annotations
 
-from sparksub.errors import SparkConnectUnsupported
+__all__ = ["is_connect_session", "CATALYST_ON_CONNECT", "default_parallelism"]
 
-__all__ = ["is_connect_session", "refuse_connect_session"]
+#: why a Connect session runs without the Catalyst extension (Engine.catalyst_reason)
+CATALYST_ON_CONNECT = ("a Spark Connect session: the Catalyst extension (spark.sql running sparksub's statements, "
+                       "EXPLAIN's SubscriptionGroup node, the range-join rewrite) needs a classic session's py4j "
+                       "gateway; publish, stream, result and EXPLAIN SUBSCRIPTION work without it")
 
 
 def is_connect_session(spark) -> bool:
@@ -19,18 +26,14 @@ def is_connect_session(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def refuse_connect_session(spark, embedded: bool = False) -> None:
-    """Raise :class:`SparkConnectUnsupported` when ``spark`` is a Connect session.  ``embedded``: the
-    session is the one ``Engine()`` made itself (the environment asked for Connect)."""
-    if not is_connect_session(spark):
-        return
-    how = ("Engine() built its embedded session with SparkSession.builder, and this environment (SPARK_API_MODE "
-           "or spark.api.mode=connect, SPARK_REMOTE, SPARK_CONNECT_MODE_ENABLED) turned it into a Spark Connect "
-           "session; unset those, or pass a classic SparkSession" if embedded else
-           "Engine(spark) was given a Spark Connect session (SparkSession.builder.remote(...)); pass a classic "
-           "SparkSession instead")
-    raise SparkConnectUnsupported(
-        f"sparksub does not run on Spark Connect yet: {how} (sparksub.Engine() makes an embedded local one; "
-        f"for a cluster, SparkSession.builder.master(<master URL>).getOrCreate(), without .remote() or "
-        f"SPARK_REMOTE). Until the runtime is Connect-clean, it needs a classic session's py4j gateway "
-        f"(sparkContext, broadcasts, the Catalyst extension) and would fail at the first publish.")
+def default_parallelism(spark, fallback: int = 2) -> int:
+    """The session's ``spark.default.parallelism`` (its conf, which a Connect client can read), else
+    ``fallback``: how many partitions a join or event class and FILTER shards get unless the engine sets it."""
+    try:
+        value = spark.conf.get("spark.default.parallelism", None)
+    except Exception:  # noqa: BLE001 - a conf the server does not expose: the fallback
+        value = None
+    try:
+        return max(1, int(value)) if value is not None else fallback
+    except (TypeError, ValueError):
+        return fallback

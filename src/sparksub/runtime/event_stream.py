@@ -21,7 +21,8 @@ class's queries, compiled) is a cache in the Python worker, one per class finger
 restores the replica's snapshot into it (skipped when the worker's executor already holds this replica as
 of the state's ``applied``, in the same streaming query run) and stores the new snapshot.  A replica
 without state starts from ``initial`` (the engine's snapshot of that replica when the stream starts, so
-a new checkpoint continues the engine's partial matches), else empty.  The whole snapshot is rewritten
+a new checkpoint continues the engine's partial matches; a file the stream keeps under the engine's
+directory, ``stream_files/<stream id>/``), else empty.  The whole snapshot is rewritten
 every micro-batch that has events for the replica: state I/O proportional to its live instances.
 
 **Restart with other queries.**  A stored fingerprint that differs from the class's is an error (the stream
@@ -68,6 +69,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -81,6 +83,7 @@ from sparksub.operators.shared import row_validation
 from sparksub.runtime import stream as spark_stream
 from sparksub.operators.events.nfa import resolve_query
 from sparksub.runtime.join_stream import _plain
+from sparksub.runtime.replicas import write_value
 from sparksub.runtime.stream import REJECTED, _Deferred
 
 __all__ = ["event_query_stream", "run_event_stream", "event_stream_spec", "EventStreamSpec", "StreamClass",
@@ -105,7 +108,7 @@ class StreamClass:
     spellings: tuple       # the names under which its queries read the stream
     flush: bool            # release a micro-batch's last tick at its end (module docstring)
     fingerprint: str
-    initial: object = None  # _Deferred {replica id: snapshot bytes}: replicas without state start there
+    initial: object = None  # {replica id: snapshot bytes} (StoredValue or _Deferred): replicas without state start there
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,7 @@ class EventStreamSpec:
     classes: tuple         # StreamClass, ...
     layout: evp.MatchLayout
     schema: pa.Schema      # the output schema (layout.schema())
+    stats: object = None   # the stream's counters (spark_stream.stream_stats), or None
 
     def cls(self, rid: str) -> StreamClass:
         cid = rid[len("events:"):].rsplit("#", 1)[0]
@@ -159,12 +163,13 @@ def event_stream_spec(stream: str, columns: Mapping[str, pa.DataType], queries: 
                       seconds_per_tick: float = 1, flush: bool | None = None,
                       executor: str = evp.DEFAULT_EXECUTOR, plan: evp.EventPlan | None = None,
                       layout: evp.MatchLayout | None = None, spellings: Mapping[str, tuple] | None = None,
-                      initial: Mapping[str, bytes] | None = None) -> EventStreamSpec:
+                      initial: Mapping[str, bytes] | None = None, store=None, stats=None) -> EventStreamSpec:
     """The spec of a stream of ``stream``'s events (``columns``: its event columns and their Arrow types)
     through ``queries`` (name -> text or AST).  Without Spark.  The engine passes its own ``plan`` (the
     classes reading ``stream`` are taken), ``layout``, ``spellings`` (class id -> the names its queries
-    read the stream under) and ``initial`` (replica id -> its executor's snapshot now); otherwise they are
-    derived here (``event_partitions``)."""
+    read the stream under), ``initial`` (replica id -> its executor's snapshot now), ``store`` (the
+    stream's directory: ``initial`` goes to a file there rather than into every task's closure) and
+    ``stats`` (its counters); otherwise they are derived here (``event_partitions``)."""
     from sparksub.grammar.events import parse_event_query
     asts = {q: parse_event_query(t) if isinstance(t, str) else t for q, t in queries.items()}
     if plan is None:
@@ -175,7 +180,7 @@ def event_stream_spec(stream: str, columns: Mapping[str, pa.DataType], queries: 
         layout = evp.match_layout(_attributes(stream, columns, asts), list(columns.items()))
     options = {"seconds_per_tick": seconds_per_tick}
     classes = []
-    for c in plan.classes.values():
+    for n, c in enumerate(plan.classes.values()):
         if stream not in c.streams:
             continue
         if tuple(c.streams) != (stream,):
@@ -186,16 +191,18 @@ def event_stream_spec(stream: str, columns: Mapping[str, pa.DataType], queries: 
         text = json.dumps([stream, c.id, c.key, c.partitions, executor, sorted(options.items()),
                            [(q, repr(asts[q])) for q in c.queries]])
         mine = None if initial is None else {r: initial[r] for r in c.replica_ids() if r in initial}
+        if mine:
+            mine = write_value(os.path.join(store, f"initial-{n}.pickle"), mine) if store is not None else _Deferred(mine)
         classes.append(StreamClass(c.id, c.key, c.partitions, base,
                                    tuple((spellings or {}).get(c.id, (stream,))),
                                    _exact_flush(c.queries, asts) if flush is None else bool(flush),
                                    hashlib.sha256(text.encode("utf-8")).hexdigest()[:20],
-                                   _Deferred(mine) if mine else None))
+                                   mine or None))
     if not classes:
         raise AnalysisError(f"no event queries on stream {stream!r}")
     cols = tuple(columns)
     return EventStreamSpec(stream, cols, tuple(pa.types.is_integer(columns[c]) for c in cols), tuple(classes),
-                           layout, layout.schema())
+                           layout, layout.schema(), stats)
 
 
 def _attributes(stream: str, columns: Mapping[str, pa.DataType], asts: Mapping) -> dict:
@@ -327,10 +334,14 @@ def apply_event_micro_batch(spec: EventStreamSpec, rid: str, pdf: pd.DataFrame, 
     query_id, run_id = spark_stream._query_identity()
     cached = _executor_for(c)
     executor = cached.executor
+    how = "cache_hits"
     if cached.holder != (query_id, run_id, rid, applied):
         seed = c.initial.get().get(rid) if c.initial is not None else None
         executor.restore(bytes(stored[3]) if stored is not None else (seed or cached.empty))
+        how = "rebuilt" if stored is not None else "seeded"
     cached.holder = None  # until the new snapshot is stored
+    if spec.stats is not None:
+        spec.stats.add({"micro_batches": 1, how: 1})
 
     t0s, t1s = _ticks(pdf["ev_t0"]), _ticks(pdf["ev_t1"])
     ords = pdf["ev_ord"].to_numpy(dtype=np.int64)

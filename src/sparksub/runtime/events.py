@@ -1,21 +1,18 @@
 """Thin Spark wrapper: event queries run inside Spark tasks (``mapInArrow``), one executor per replica.
 
 The pure parts (plan, routing hash, output schema, match rows, replica bases) are in
-``operators/events/partitions.py``; this module holds what needs Spark: the replicas (a broadcast base +
-the log of event batches that reached them), the worker-process cache, the task function and the job.
-
-A replica is one partition of an event class (``event_partitions.event_partition_plan``).  As for the
-subscription groups (``spark_groups``), its state lives where its tasks run: a Python worker caches the
-materialised executor between tasks, keyed by (engine, replica) and checked against (base id, log
-position), so a warm worker feeds only the new batch; a cold one (new executor, restarted worker,
-recomputed partition) rebuilds from the base and replays the log with the matches discarded.  Either way
-the output is the same (the executor is deterministic).  A replica whose executor fails yields one
-``op = 'error'`` row naming the failure instead of its matches — the other replicas' matches still come
-out (DESIGN §7) — and its batch is not logged: the next task rebuilds it from base + log.  A run-time
-evaluation error (a numeric overflow, say: the registration check refuses ill-typed queries) belongs to
-the query that raised it: the executor charges it to that query alone, which yields one ``op =
-'rejected'`` row naming the query (``query``) and the event; every other query of the replica keeps the
-event, and the batch is logged whole (a replay meets the same error and drops it again).
+``operators/events/partitions.py``; this module holds what needs Spark: the task function and the job.
+A replica is one partition of an event class (``event_partitions.event_partition_plan``), its state in
+files as every group's (``runtime/replicas.py``: a base ``ReplicaBase`` + the log of event batches that
+reached it, each fed under its stream names), cached in the Python worker between tasks; a cold worker
+rebuilds from the files and replays the log with the matches discarded.  Either way the output is the same
+(the executor is deterministic).  A replica whose executor fails yields one ``op = 'error'`` row naming
+the failure instead of its matches -- the other replicas' matches still come out (DESIGN §7) -- and its
+batch is not logged: the next task rebuilds it from base + log.  A run-time evaluation error (a numeric
+overflow, say: the registration check refuses ill-typed queries) belongs to the query that raised it:
+the executor charges it to that query alone, which yields one ``op = 'rejected'`` row naming the query
+(``query``) and the event; every other query of the replica keeps the event, and the batch is logged
+whole (a replay meets the same error and drops it again).
 
 The job: the events, one row per (event, replica it reaches) with the replica id in ``replica``, are
 repartitioned by ``replica``, sorted by (replica, t1, seq) within each partition, and run by
@@ -23,70 +20,21 @@ repartitioned by ``replica``, sorted by (replica, t1, seq) within each partition
 """
 from __future__ import annotations
 
-import pickle
-import uuid
-from dataclasses import dataclass, field
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparksub.jvm.bridge import subscription_group
-from sparksub.operators.events.partitions import (MatchLayout, ReplicaBase, feed_events, matches_to_table,
-                                                 rejected_events_table)
+from sparksub.operators.events.partitions import MatchLayout, feed_events, matches_to_table, rejected_events_table
+from sparksub.runtime.groups import plan_text
+from sparksub.runtime.replicas import _CACHE, Replica, materialize, remember  # noqa: F401 (_CACHE: bench probe)
 
-__all__ = ["EventReplica", "new_base_id", "materialize", "remember", "run_event_queries", "event_plan_string",
-           "OPERATOR_NAME"]
+__all__ = ["materialize", "remember", "run_event_queries", "event_plan_string", "OPERATOR_NAME"]
 
 #: The task function's name (what Spark's EXPLAIN shows for the operator).
 OPERATOR_NAME = "event_query_nfa"
 
-# Worker-process cache: (engine_uid, replica_id) -> (base_id, log position, executor).
-_CACHE: dict[tuple[str, str], tuple[str, int, object]] = {}
 
-
-@dataclass
-class EventReplica:
-    """How to rebuild one replica anywhere: its base (a Broadcast of pickled ``ReplicaBase``, or the
-    bytes) and the batches fed since, as ``(stream names, events table)``, oldest first."""
-
-    engine_uid: str
-    replica_id: str
-    base_id: str
-    base: object
-    log: list = field(default_factory=list)
-
-    def base_value(self) -> ReplicaBase:
-        raw = self.base.value if hasattr(self.base, "value") else self.base
-        return pickle.loads(raw)
-
-    def logged_events(self) -> int:
-        return sum(t.num_rows for _, t in self.log)
-
-
-def new_base_id() -> str:
-    return uuid.uuid4().hex
-
-
-def materialize(replica: EventReplica):
-    """The replica's executor with every logged batch fed (matches discarded).  Removes it from the
-    cache: the caller puts it back with :func:`remember` once its next batch succeeded, so a task that
-    fails half-way never leaves a half-fed executor behind."""
-    upto = len(replica.log)
-    entry = _CACHE.pop((replica.engine_uid, replica.replica_id), None)
-    if entry is not None and entry[0] == replica.base_id and entry[1] <= upto:
-        _, applied, executor = entry
-    else:
-        executor, applied = replica.base_value().build(), 0
-    for streams, events in replica.log[applied:upto]:
-        feed_events(executor, streams, events)
-    return executor
-
-
-def remember(replica: EventReplica, position: int, executor) -> None:
-    _CACHE[(replica.engine_uid, replica.replica_id)] = (replica.base_id, position, executor)
-
-
-def _feed(replica: EventReplica, streams: tuple, events: pa.Table, schema: pa.Schema):
+def _feed(replica: Replica, streams: tuple, events: pa.Table, schema: pa.Schema):
     """Feed a batch to the replica's executor: (executor, matches, rejected rows or None).  Each run-time
     evaluation error is charged to the query that raised it (``feed_events``): a ``rejected`` row naming
     that query and the event; the other queries keep the event."""
@@ -104,7 +52,7 @@ def _error_table(schema: pa.Schema, rid: str, err: Exception) -> pa.Table:
     return pa.table(row, schema=schema)
 
 
-def _operator(replicas: dict[str, EventReplica], streams: dict[str, tuple], layout: MatchLayout,
+def _operator(replicas: dict[str, Replica], streams: dict[str, tuple], layout: MatchLayout,
               schema: pa.Schema):
     """The task body: per replica in its rows, materialise, feed the batch in (t1, seq) order, flush,
     emit the matches as rows of ``schema``."""
@@ -124,7 +72,7 @@ def _operator(replicas: dict[str, EventReplica], streams: dict[str, tuple], layo
             except Exception as err:  # noqa: BLE001 - reported as a row; the replica rebuilds next time
                 yield from _error_table(schema, rid, err).to_batches()
                 continue
-            remember(replica, len(replica.log) + 1, executor)
+            remember(replica, replica.log_length + 1, executor)
             yield from out.to_batches()
     event_query_nfa.__name__ = OPERATOR_NAME
     return event_query_nfa
@@ -138,7 +86,7 @@ def _plan(spark, replicas, batch: pa.Table, streams, layout, schema, describe: s
     return subscription_group(df.mapInArrow(_operator(replicas, streams, layout, schema), _ddl(schema)), describe)
 
 
-def run_event_queries(spark, replicas: dict[str, EventReplica], batch: pa.Table, streams: dict[str, tuple],
+def run_event_queries(spark, replicas: dict[str, Replica], batch: pa.Table, streams: dict[str, tuple],
                       layout: MatchLayout, describe: str | None = None) -> pa.Table:
     """Run ``batch`` (``event_partitions.events_table`` columns plus ``replica``) through the replicas it
     names, in Spark; returns the output rows (``layout.schema()``: match rows and ``error`` rows),
@@ -149,11 +97,10 @@ def run_event_queries(spark, replicas: dict[str, EventReplica], batch: pa.Table,
     return _plan(spark, replicas, batch, streams, layout, schema, describe).toArrow().cast(schema)
 
 
-def event_plan_string(spark, replicas: dict[str, EventReplica], batch: pa.Table, streams: dict[str, tuple],
+def event_plan_string(spark, replicas: dict[str, Replica], batch: pa.Table, streams: dict[str, tuple],
                       layout: MatchLayout, describe: str | None = None) -> str:
     """Spark's physical plan of the job (not executed)."""
-    df = _plan(spark, replicas, batch, streams, layout, layout.schema(), describe)
-    return df._jdf.queryExecution().executedPlan().treeString()
+    return plan_text(_plan(spark, replicas, batch, streams, layout, layout.schema(), describe))
 
 
 _DDL = {pa.string(): "string", pa.float64(): "double", pa.int64(): "bigint", pa.int32(): "int",

@@ -1,71 +1,29 @@
 """Thin Spark wrapper: run group operators inside Spark tasks (Arrow batches, ``mapInArrow``).
 
-A group's state lives where its tasks run. The driver keeps the conceptual database (the rows) and
-each group's subscriptions; what a task needs is shipped as a :class:`GroupReplica`: a *base*
-snapshot (a Spark broadcast, rebuilt only when subscriptions change or the log grows long) plus the
-*log* of update batches applied since. A Python worker caches the materialised group between tasks,
-keyed by (engine, group, base, log position), so a warm worker applies only the new batch; a cold one
-(a new executor, a restarted worker, a recomputed partition) rebuilds from base + log. Either way the
-output is the same: the operator is deterministic, so recomputing a partition is safe.
+A group's state lives in files under the engine's directory (``runtime/replicas.py``): a *base* snapshot,
+rebuilt only when subscriptions change or the log grows long, plus the *log* of update batches applied
+since.  What a task needs is a :class:`~sparksub.runtime.replicas.Replica` -- the base's path, its id and
+the log length, small whatever the group's size.  A Python worker caches the materialised group between
+tasks, keyed by (engine, group) and checked against (base, log position), so a warm worker applies only the
+new batch; a cold one (a new executor, a restarted worker, a recomputed partition) rebuilds from the files.
+Either way the output is the same: the operator is deterministic, so recomputing a partition is safe.
 
-One partition per group (000 §2.3.2: a range-min group's updates are sequential — each update's
+One partition per group (000 §2.3.2: a range-min group's updates are sequential -- each update's
 classification depends on the previous ones; DS-CN, the distributed variant, is in docs/).
+
+Only DataFrame APIs Spark Connect has: a failed group is read from the checkpointed output (its ``op =
+'error'`` row), not from an accumulator; the plan's text comes from :func:`plan_text`.
 """
 from __future__ import annotations
 
-import pickle
-import uuid
-from dataclasses import dataclass, field
-
 import pyarrow as pa
-from pyspark.accumulators import AccumulatorParam
 
 from sparksub.jvm.bridge import subscription_group
 from sparksub.operators.shared import row_validation
-from sparksub.operators.range_min.group import GroupSnapshot, RangeMinGroup
+from sparksub.runtime.connect import is_connect_session
+from sparksub.runtime.replicas import _CACHE, Replica, materialize, remember  # noqa: F401 (_CACHE: bench probe)
 
-__all__ = ["GroupReplica", "materialize", "remember", "run_groups", "plan_string"]
-
-# Worker-process cache: (engine_uid, group_id) -> (base_id, log_position, group).
-_CACHE: dict[tuple[str, str], tuple[str, int, RangeMinGroup]] = {}
-
-
-@dataclass
-class GroupReplica:
-    """How to rebuild one group anywhere: base snapshot + the update log since it."""
-    engine_uid: str
-    group_id: str
-    base_id: str
-    base: object  # a pyspark Broadcast of pickled GroupSnapshot bytes, or the bytes themselves
-    log: list = field(default_factory=list)  # pyarrow Tables (key, x, y, op, seq), oldest first
-
-    def base_snapshot(self) -> GroupSnapshot:
-        raw = self.base.value if hasattr(self.base, "value") else self.base
-        return pickle.loads(raw)
-
-
-def new_base_id() -> str:
-    return uuid.uuid4().hex
-
-
-def materialize(replica: GroupReplica) -> RangeMinGroup:
-    """The group with every logged batch applied. Removes it from the cache: the caller puts it back
-    with :func:`remember` once the next batch succeeded, so a task that fails half-way never leaves a
-    half-applied group behind."""
-    upto = len(replica.log)
-    entry = _CACHE.pop((replica.engine_uid, replica.group_id), None)
-    if entry is not None and entry[0] == replica.base_id and entry[1] <= upto:
-        _, applied, group = entry
-    else:
-        group, applied = replica.base_snapshot().build(), 0
-    if not group.stateless:
-        for batch in replica.log[applied:upto]:
-            group.apply(batch, "none")
-    return group
-
-
-def remember(replica: GroupReplica, position: int, group: RangeMinGroup) -> None:
-    _CACHE[(replica.engine_uid, replica.group_id)] = (replica.base_id, position, group)
+__all__ = ["materialize", "remember", "run_groups", "plan_string", "plan_text", "failed_groups"]
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -81,11 +39,11 @@ def _error_batch(schema: pa.Schema, gid: str, seq: int, err: Exception) -> pa.Re
     return pa.RecordBatch.from_pydict(row, schema=schema)
 
 
-def _operator(replicas: dict[str, GroupReplica], mode: str, schema: pa.Schema, failures=None,
-              name: str = "range_min_group"):
+def _operator(replicas: dict[str, Replica], mode: str, schema: pa.Schema, name: str = "range_min_group"):
     """The task body. ``schema`` ends with a nullable ``reason``; a group whose operator fails yields
-    one ``op = 'error'`` row naming the failure instead of its notifications, and is reported through
-    ``failures`` (an accumulator), so that the other groups' notifications still come out (DESIGN §7)."""
+    one ``op = 'error'`` row naming the failure instead of its notifications (the driver reads the failed
+    groups from those rows: :func:`failed_groups`), so that the other groups' notifications still come out
+    (DESIGN §7)."""
     def range_min_group_operator(batches):
         # Rows arrive grouped by group_id (one partition per group) and sorted by seq.
         pending: dict[str, list[pa.RecordBatch]] = {}
@@ -108,58 +66,63 @@ def _operator(replicas: dict[str, GroupReplica], mode: str, schema: pa.Schema, f
             try:
                 group = materialize(replica)
                 out = group.apply(table, mode)
-            except Exception as err:  # noqa: BLE001 - reported as a row and to the driver
-                if failures is not None:
-                    failures.add({gid})
+            except Exception as err:  # noqa: BLE001 - reported as a row, which the driver reads
                 yield _error_batch(schema, gid, int(table.column("seq")[0].as_py()), err)
                 continue
-            remember(replica, len(replica.log) + 1, group)
+            # a stateless group (FILTER) logs nothing: it stays at the replica's position and the next task hits
+            remember(replica, replica.log_length + (0 if getattr(group, "stateless", False) else 1), group)
             for rb in _conform(out, schema).to_batches():
                 yield rb
     range_min_group_operator.__name__ = f"{name}_{mode}"  # what Spark's EXPLAIN prints
     return range_min_group_operator
 
 
-class _SetUnion(AccumulatorParam):
-    """Accumulator of the ids of groups whose operator failed."""
-
-    def zero(self, value):
-        return set()
-
-    def addInPlace(self, a, b):
-        return a | b
-
-
-def run_groups(spark, replicas: dict[str, GroupReplica], batch: pa.Table, mode: str, schema: pa.Schema,
+def run_groups(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, schema: pa.Schema,
                name: str = "range_min_group", describe: str | None = None):
     """Run ``batch`` (columns group_id, key, x, y, op, seq) through each group's operator in Spark.
 
-    Returns ``(DataFrame, failed group ids)``; the DataFrame is checkpointed locally, so the operator
-    runs exactly once per call. ``schema`` must end with the nullable ``reason`` column.
+    Returns ``(DataFrame, failed group ids)``; the DataFrame is checkpointed locally (Spark Connect has
+    ``localCheckpoint`` too), so the operator runs exactly once per call, and the failed groups are read
+    from its ``error`` rows: that read is the one job, which computes the checkpointed partitions (kept for
+    every later action; a lazy local checkpoint saves a second job). ``schema`` must end with the nullable
+    ``reason`` column.
     """
-    failures = spark.sparkContext.accumulator(set(), _SetUnion())
-    out = _plan(spark, replicas, batch, mode, schema, failures, name, describe).localCheckpoint(eager=True)
-    return out, set(failures.value)
+    out = _plan(spark, replicas, batch, mode, schema, name, describe).localCheckpoint(eager=False)
+    return out, failed_groups(out)
 
 
-def plan_string(spark, replicas: dict[str, GroupReplica], batch: pa.Table, mode: str, schema: pa.Schema,
+def failed_groups(df) -> set:
+    """The ``group_id`` of every ``op = 'error'`` row of ``df`` (a checkpointed output: a small job)."""
+    from pyspark.sql import functions as F
+    return {r[0] for r in df.where(F.col("op") == "error").select("group_id").collect()}
+
+
+def plan_string(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, schema: pa.Schema,
                 name: str = "range_min_group", describe: str | None = None) -> str:
     """Spark's physical plan for running ``batch`` through the groups (not executed)."""
-    df = _plan(spark, replicas, batch, mode, schema, None, name, describe)
+    return plan_text(_plan(spark, replicas, batch, mode, schema, name, describe))
+
+
+def plan_text(df) -> str:
+    """``df``'s physical plan as text: the executed plan's tree on a classic session (through the JVM), the
+    ``simple`` EXPLAIN's physical plan on Spark Connect (which has no ``_jdf``)."""
+    if is_connect_session(df.sparkSession):
+        text = df._explain_string(mode="simple")
+        head = "== Physical Plan =="
+        return text.split(head, 1)[1].strip("\n") + "\n" if head in text else text
     return df._jdf.queryExecution().executedPlan().treeString()
 
 
-def _plan(spark, replicas, batch: pa.Table, mode: str, schema: pa.Schema, failures=None,
-          name: str = "range_min_group", describe: str | None = None):
+def _plan(spark, replicas, batch: pa.Table, mode: str, schema: pa.Schema, name: str = "range_min_group",
+          describe: str | None = None):
     # One partition per group, rows in seq order within it. One chunk: pyspark 4.3's
     # createDataFrame(pa.Table) drops the chunk that follows an empty one.
     df = spark.createDataFrame(batch.combine_chunks())
     df = df.repartition(max(len(replicas), 1), "group_id").sortWithinPartitions("group_id", "seq")
-    return subscription_group(df.mapInArrow(_operator(replicas, mode, schema, failures, name), _ddl(schema)),
-                              describe)
+    return subscription_group(df.mapInArrow(_operator(replicas, mode, schema, name), _ddl(schema)), describe)
 
 
-def stream_groups(events, replicas: dict[str, GroupReplica], mode: str, schema: pa.Schema,
+def stream_groups(events, replicas: dict[str, Replica], mode: str, schema: pa.Schema,
                   name: str = "filter_group"):
     """Stateless groups (FILTER) over a streaming DataFrame of events (columns group_id-free:
     the batch columns but ``group_id``; with a ``reason`` column, the rows that have one come out once as
@@ -173,7 +136,7 @@ def stream_groups(events, replicas: dict[str, GroupReplica], mode: str, schema: 
         shards = F.when(F.col("reason").isNull(), shards).otherwise(F.array(F.lit(rids[0])))
     df = events.withColumn("group_id", F.explode(shards))
     df = df.repartition(max(len(rids), 1), "group_id")
-    return df.mapInArrow(_operator(replicas, mode, schema, None, name), _ddl(schema))
+    return df.mapInArrow(_operator(replicas, mode, schema, name), _ddl(schema))
 
 
 def _ddl(schema: pa.Schema) -> str:

@@ -19,8 +19,9 @@ table's columns); ValueState ``meta``: ``(applied, rebuilds)``.  The join group 
 over the partition's rows, the static side and the subscriptions) is a cache in the Python worker, keyed by
 (engine, stream, partition) and usable by the same streaming query run while its ``applied`` equals the
 state's; otherwise -- a first task in this worker, a restart, a replayed micro-batch -- it is rebuilt from
-the MapState plus the broadcast base (static side, subscriptions).  The first micro-batch seeds the
-MapState with the partition's share of the engine's rows of the table.
+the MapState plus the base (static side, subscriptions), a file the stream keeps under the engine's
+directory (``stream_files/<stream id>/``, ``runtime/replicas.py``).  The first micro-batch seeds the MapState
+with the partition's share of the engine's rows of the table (a file too).
 
 Order, ``seq`` and malformed rows as ``spark_stream``: rows apply in ``_seq`` order (else input order, ``seq
 = (micro-batch id << 32) + rank``, both from ``spark_stream.checked_updates``, which also sets malformed rows
@@ -40,10 +41,10 @@ import pandas as pd
 import pyarrow as pa
 
 from sparksub.runtime import stream as spark_stream
-from sparksub.operators.filters.group import EVENT_PREFIX
+from sparksub.operators.shared.schemas import EVENT_PREFIX
 from sparksub.operators.joins.group import key_text, side_columns
-from sparksub.operators.range_min.group import DELETE, UPSERT
-from sparksub.runtime.stream import REJECTED, _Deferred
+from sparksub.operators.shared.schemas import DELETE, UPSERT
+from sparksub.runtime.stream import REJECTED, _loaded
 
 __all__ = ["JoinStreamGroup", "run_join_stream", "key_partition"]
 
@@ -63,16 +64,15 @@ class JoinStreamGroup:
     group_id: str
     side: int          # the side of the join the streamed table is (join_groups.L / R)
     partitions: int
-    base: _Deferred    # pickled JoinGroupSnapshot: the static side's rows, the subscriptions, no streamed rows
-    initial: _Deferred  # pickled {key: row tuple} of the streamed table when the stream starts
+    base: object       # JoinGroupSnapshot: the static side's rows, the subscriptions, no streamed rows
+    initial: object    # {key: row tuple} of the streamed table when the stream starts
+    # (each a replicas.StoredValue -- a file under the engine's directory -- or a stream._Deferred)
 
     def snapshot(self):
-        raw = self.base.get()
-        return pickle.loads(raw.value if hasattr(raw, "value") else raw)
+        return _loaded(self.base.get())
 
     def initial_rows(self) -> dict:
-        raw = self.initial.get()
-        return pickle.loads(raw.value if hasattr(raw, "value") else raw)
+        return _loaded(self.initial.get())
 
 
 @dataclass
@@ -89,12 +89,14 @@ class JoinStreamSpec:
     groups: dict       # group_id -> JoinStreamGroup
     primary: str
     seq_given: bool
+    stats: object = None  # the stream's counters (spark_stream.stream_stats: seeded, cache_hits, rebuilt), or None
 
 
 def run_join_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: pa.Schema, arrow_types,
-                    engine_uid: str, name: str = "select_join_group_stream"):
+                    engine_uid: str, name: str = "select_join_group_stream", stream_id: str | None = None):
     """The streaming DataFrame of the join groups' notifications (``schema``: the output columns, ending with
-    ``reason``); ``groups``: group_id -> :class:`JoinStreamGroup`."""
+    ``reason``); ``groups``: group_id -> :class:`JoinStreamGroup`; ``stream_id``: whose counters
+    (``spark_stream.new_stream_id``) count its partitions' cache hits and rebuilds."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -102,8 +104,9 @@ def run_join_stream(spark, streaming_df, table_def, groups: dict, mode: str, sch
     names = table_def.column_names
     rows = u.df.select(*[u.typed[c].alias(c) for c in names], u.key.alias("j_key"), u.op.alias("j_op"),
                        u.order.alias("j_ord"), u.reason.alias("j_reason"))
-    spec = JoinStreamSpec(engine_uid, uuid.uuid4().hex, table_def.name, tuple(names), tuple(arrow_types),
-                          table_def.key, u.key_type, mode, schema, groups, min(groups), u.seq_given)
+    spec = JoinStreamSpec(engine_uid, stream_id or uuid.uuid4().hex, table_def.name, tuple(names), tuple(arrow_types),
+                          table_def.key, u.key_type, mode, schema, groups, min(groups), u.seq_given,
+                          spark_stream._STATS.get(stream_id) if stream_id is not None else None)
     routed_schema = StructType(list(rows.schema.fields) + [StructField("group_id", StringType(), False)])
     routed = rows.mapInArrow(_route_function(spec, name), routed_schema)
     processor = _processor_class()(spec)
@@ -166,7 +169,9 @@ def apply_join_micro_batch(spec: JoinStreamSpec, rid: str, pdf: pd.DataFrame, st
     pdf = pdf.iloc[np.argsort(pdf["j_ord"].to_numpy(), kind="stable")]
     query_id, run_id = spark_stream._query_identity()
     ident = (spec.engine_uid, spec.stream_id, rid)
-    group, applied, rebuilds = _group_for(spec, gs, rid, int(part), state, ident, query_id, run_id)
+    group, applied, rebuilds, how = _group_for(spec, gs, rid, int(part), state, ident, query_id, run_id)
+    if spec.stats is not None:
+        spec.stats.add({"micro_batches": 1, how: 1})
 
     n = len(pdf)
     keys = pdf["j_key"].tolist()
@@ -240,18 +245,19 @@ def _batch(spec: JoinStreamSpec, gs: JoinStreamGroup, rows, ops, seqs) -> pa.Tab
 
 
 def _group_for(spec, gs: JoinStreamGroup, rid: str, part: int, state: JoinStreamState, ident, query_id, run_id):
-    """(group, applied, rebuilds): the partition's operator as of the state store."""
+    """(group, applied, rebuilds, how): the partition's operator as of the state store; ``how`` one of
+    seeded / cache_hits / rebuilt (spark_stream.STAT_NAMES)."""
     if not state.meta.exists():  # first micro-batch: seed the state with this partition's rows
         mine = {k: row for k, row in gs.initial_rows().items() if key_partition(k, gs.partitions) == part}
         for k, row in mine.items():
             state.rows.updateValue((k,), (pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL),))
-        return _build(spec, gs, rid, mine.values()), 0, 0
+        return _build(spec, gs, rid, mine.values()), 0, 0, "seeded"
     applied, rebuilds = (int(v) for v in state.meta.get())
     cached = _CACHE.pop(ident, None)
     if cached is not None and cached[:3] == (query_id, run_id, applied):
-        return cached[3], applied, rebuilds
+        return cached[3], applied, rebuilds, "cache_hits"
     rows = [pickle.loads(v[0]) for _, v in state.rows.iterator()]
-    return _build(spec, gs, rid, rows), applied, rebuilds + 1
+    return _build(spec, gs, rid, rows), applied, rebuilds + 1, "rebuilt"
 
 
 def _build(spec: JoinStreamSpec, gs: JoinStreamGroup, rid: str, rows):

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from sparksub.operators.range_join.aggregate import AGGREGATES, range_join_aggregate
 
-__all__ = ["range_join_aggregate_df", "range_join_topk_df", "range_join_distinct_df", "PART"]
+__all__ = ["range_join_aggregate_df", "range_join_topk_df", "range_join_distinct_df", "rewrite_range_join", "PART"]
 
 #: The part column (never a key: the core's inputs have it dropped).
 PART = "__rja_part"
@@ -96,6 +96,40 @@ def range_join_distinct_df(params_df, data_df, keys: list[str], lo_strict: bool,
                + [("__y", data_df.schema["__y"].dataType.simpleString())])
     return _cogrouped(params_df, data_df, keys, ["__x", "__y"], partitions, ddl, name,
                       lambda left, right: range_join_distinct(left, right, keys, lo_strict, hi_strict))
+
+
+def rewrite_range_join(spec, params, data):
+    """The plan that replaces the range join the Catalyst rule recognised (``catalyst_rules.range_join``:
+    ``spec`` is its :class:`~sparksub.catalyst_rules.range_join.RangeJoinSpec`), from the rule's two sides as
+    DataFrames (``params``: ``__k0..``, ``__lo``, ``__hi``; ``data``: ``__x`` and the aggregated / listed
+    columns), lazily; None to keep Spark's plan (a shape the cores decline, e.g. a float SUM)."""
+    # The analyser made x and the bounds one type; the cores compare int64 exactly or float64.
+    for column in ("__lo", "__hi"):
+        params = _numeric(params, column)
+    data = _numeric(data, "__x")
+    keys = list(spec.keys)
+    try:
+        if spec.kind == "distinct":
+            return range_join_distinct_df(params, data, keys, spec.lo_strict, spec.hi_strict)
+        if spec.kind == "topk":
+            return range_join_topk_df(params, _numeric(data, "__y"), keys, spec.k, spec.descending,
+                                      spec.nulls_first, spec.lo_strict, spec.hi_strict,
+                                      [f"__d{i}" for i in range(spec.payload)])
+        for i, kind in enumerate(spec.aggregates):
+            if kind != "count_star":
+                data = _numeric(data, f"__y{i}")
+        return range_join_aggregate_df(params, data, keys, list(spec.aggregates), spec.lo_strict, spec.hi_strict,
+                                       [t.lower() for t in spec.result_types])
+    except ValueError:  # a shape the core declines: Spark's plan stays
+        return None
+
+
+def _numeric(df, column: str):
+    """``column`` as the cores compare it: double when Spark's type is a float, else bigint."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DoubleType, FloatType
+    t = df.schema[column].dataType
+    return df.withColumn(column, F.col(column).cast("double" if isinstance(t, (DoubleType, FloatType)) else "bigint"))
 
 
 def _cogrouped(params_df, data_df, keys: list[str], data_columns: list[str], partitions, ddl: str, name: str,

@@ -35,8 +35,9 @@ and usable only by the same streaming query *run* (``spark.jobGroup.id`` is the 
 group a batch or two ago), the missing micro-batches are replayed from the log ring; otherwise -- a
 first task in this worker, a restart (new run id), a replayed or retried micro-batch (the cache is
 *ahead* of the state store) -- the index is rebuilt from the MapState plus the subscriptions of the
-broadcast base snapshot. On the first micro-batch (no state yet) the rows come from the base snapshot
-and are written into the MapState. State writes per micro-batch: one MapState write per distinct key
+base snapshot, a file the stream keeps under the engine's directory (``stream_files/<stream id>/``, a link to
+the group's base when the stream starts: ``runtime/replicas.py``). On the first micro-batch (no state yet)
+the rows come from the base snapshot and are written into the MapState. State writes per micro-batch: one MapState write per distinct key
 touched (one round trip each to the JVM), one ListState put, one ValueState update.
 
 **Order.** Every row gets its ``seq`` in ``checked_updates``, before any path sees it (the range groups
@@ -59,8 +60,12 @@ unknown key is found by the operator (it needs the state): the first group (by i
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import os
 import pickle
+import shutil
+import tempfile
 import threading
 import uuid
 from dataclasses import dataclass
@@ -70,7 +75,8 @@ import pandas as pd
 import pyarrow as pa
 
 from sparksub.operators.shared import row_validation
-from sparksub.operators.range_min.group import DELETE, UPSERT, with_reason
+from sparksub.operators.shared.schemas import DELETE, UPSERT, with_reason
+from sparksub.runtime.replicas import CounterFile
 
 __all__ = ["run_stream", "stream_stats", "output_schema", "checked_updates", "valid_updates", "rejected_updates",
            "typed_updates", "new_stream_id", "REJECTED", "STAT_NAMES"]
@@ -88,8 +94,9 @@ _NO_SEQ = -(2 ** 63)  # a null _seq (the row is rejected; its seq comes out null
 #: Worker-process cache: (engine uid, group id, stream id) -> (query id, run id, applied, group, null_keys).
 _CACHE: dict[tuple[str, str, str], tuple] = {}
 
-#: Driver side: stream id -> the Spark accumulator of that stream's counters.
-_STATS: dict[str, object] = {}
+#: Driver side: stream id -> the stream's counters (a CounterFile in its directory: every task adds to it,
+#: from any process, without an accumulator -- Spark Connect has none).
+_STATS: dict[str, CounterFile] = {}
 
 _SPARK_DDL = {pa.string(): "string", pa.float64(): "double", pa.int64(): "bigint", pa.int8(): "tinyint"}
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
@@ -102,10 +109,8 @@ def output_schema(schema: pa.Schema) -> pa.Schema:
 
 
 class _Deferred:
-    """Holds a Broadcast pickled, unpickled on first use. transformWithStateInPandas unpickles the
-    processor in a driver-side Python process too (to learn the state schemas), where no broadcast is
-    loaded; pickling the Broadcast inside this wrapper still registers it with the UDF, so the
-    executors' workers do get it."""
+    """Holds a value pickled, unpickled on first use (``get``), as ``replicas.StoredValue`` holds one in a
+    file: the stream's specs take either (tests hand values in; the engine hands files)."""
 
     def __init__(self, obj):
         self._obj, self._raw = obj, None
@@ -129,13 +134,17 @@ class GroupSpec:
     group_id: str
     x: str
     y: str | None     # None: COUNT(*) (any row with an X counts)
-    base: _Deferred   # a Broadcast of the pickled GroupSnapshot / RangeClassSnapshot (or those bytes)
+    base: object      # the pickled GroupSnapshot / RangeClassSnapshot: a StoredValue (its file) or a _Deferred
     text: bool = False  # Y is a string column (DISTINCT): it travels in ``t``, not ``y``
     x2: str | None = None  # a 2-d box group's second attribute
 
     def snapshot(self):
-        base = self.base.get()
-        return pickle.loads(base.value if hasattr(base, "value") else base)
+        return _loaded(self.base.get())
+
+
+def _loaded(value):
+    """A stored value as it was handed in: bytes (pickled) are unpickled."""
+    return pickle.loads(value) if isinstance(value, (bytes, bytearray)) else value
 
 
 @dataclass
@@ -149,7 +158,7 @@ class StreamSpec:
     groups: dict              # group_id -> GroupSpec
     primary: str              # the group that emits rejected rows
     seq_given: bool           # ord is the seq (checked_updates numbers every row); else seq = (applied << 32) + rank
-    stats: object = None      # an Accumulator of dict counters, or None (e.g. Spark Connect)
+    stats: object = None      # where the counters go (a CounterFile, anything with ``add(dict)``), or None
 
 
 # ---- Spark side (driver) ---------------------------------------------------------------------------
@@ -260,7 +269,7 @@ def rejected_updates(checked, table_def, stream_id: str | None = None, name: str
         carried.update({t: t for t in ("t0", "t1") if t in checked.columns and t not in carried})
     out = StructType(fields)
     schema = to_arrow_schema(out, timezone="UTC")
-    acc = _STATS.get(stream_id) if stream_id is not None else None
+    counters = _STATS.get(stream_id) if stream_id is not None else None
 
     def rejected(batches):
         for rb in batches:
@@ -269,8 +278,8 @@ def rejected_updates(checked, table_def, stream_id: str | None = None, name: str
             columns = {out: rb.column(c) for c, out in carried.items()}
             table = row_validation.rejected_rows(schema, rb.column(SEQ_COLUMN), rb.column(REASON_COLUMN).to_pylist(),
                                                  columns)
-            if acc is not None:
-                acc.add({"rejected": table.num_rows})
+            if counters is not None:
+                counters.add({"rejected": table.num_rows})
             yield from table.to_batches()
     rejected.__name__ = f"{name}_rejected"
     return checked.where(F.col(REASON_COLUMN).isNotNull()).mapInArrow(rejected, out)
@@ -282,19 +291,47 @@ def valid_updates(checked):
     return checked.where(F.col(REASON_COLUMN).isNull())
 
 
-def new_stream_id(spark) -> str:
-    """A new stream's id, with its counters (``stream_stats``) registered."""
+def new_stream_id(directory=None, owner=None) -> str:
+    """A new stream's id, with its counters (``stream_stats``) in ``directory/<id>/`` (the engine's
+    ``streams`` area; without one, a temporary directory removed at exit).  ``owner``: what keeps
+    ``directory`` on disk (the engine's ``EngineDirectory``, whose temporary directory goes with it): held
+    for the life of the process, since the streaming query outlives the engine and its DataFrame."""
     stream_id = uuid.uuid4().hex
-    _new_stats(spark, stream_id)
+    if owner is not None:
+        _OWNERS[stream_id] = owner
+    if isinstance(directory, (str, os.PathLike)):
+        where = os.path.join(directory, stream_id)
+    else:
+        where = tempfile.mkdtemp(prefix=f"sparksub-stream-{stream_id[:8]}-")
+        _TEMPORARY.append(where)
+    os.makedirs(where, exist_ok=True)
+    _STATS[stream_id] = CounterFile(where, stream_id)
     return stream_id
+
+
+def stream_directory(stream_id: str) -> str:
+    """Where a stream (``new_stream_id``) keeps its files: counters and the bases it started from."""
+    return _STATS[stream_id].directory
+
+
+_TEMPORARY: list = []
+_OWNERS: dict = {}
+
+
+def _remove_temporary() -> None:
+    for where in _TEMPORARY:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+atexit.register(_remove_temporary)
 
 
 def known_key_updates(checked, table_def, initial_keys, name: str = "updates"):
     """``checked`` (valid rows of ``checked_updates``) with a delete of a key the table does not hold given
     its reason (``row_validation.unknown_key_reason``), as ``publish`` finds it in its rows.  For a stream
     no other operator keeps the table's rows for (FILTER alone on a keyed table): one ValueState per key
-    (``present``), seeded from ``initial_keys`` (a ``_Deferred`` of the pickled set of keys when the stream
-    starts), grouped by the key (``<name>_keys`` in EXPLAIN)."""
+    (``present``), seeded from ``initial_keys`` (the set of keys when the stream starts, in a file:
+    ``replicas.StoredValue``), grouped by the key (``<name>_keys`` in EXPLAIN)."""
     spec = KeySpec(table_def.name, initial_keys)
     return _transform_with_state(checked.groupBy(table_def.key), _key_processor_class()(spec), checked.schema,
                                  f"{name}_keys")
@@ -303,11 +340,10 @@ def known_key_updates(checked, table_def, initial_keys, name: str = "updates"):
 @dataclass
 class KeySpec:
     table: str
-    initial: _Deferred   # pickled set of the keys the table held when the stream started
+    initial: object   # the set of the keys the table held when the stream started (StoredValue or _Deferred)
 
     def initial_keys(self) -> set:
-        raw = self.initial.get()
-        return pickle.loads(raw.value if hasattr(raw, "value") else raw)
+        return _loaded(self.initial.get())
 
 
 def _key_processor_class():
@@ -396,7 +432,8 @@ def typed_updates(streaming_df, table_def) -> TypedUpdates:
 def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: pa.Schema,
                engine_uid: str, name: str = "range_min_group_stream", stream_id: str | None = None):
     """The streaming DataFrame of notifications. ``groups``: group_id -> (x column, y column or None,
-    base, y is text, second box attribute or None), ``base`` being the broadcast pickled snapshot (``GroupReplica.base``); ``name``:
+    base, y is text, second box attribute or None), ``base`` being the group's base snapshot in a file
+    (``replicas.StoredValue``; or a ``_Deferred``); ``name``:
     what Spark's EXPLAIN calls the stateful operator; ``stream_id``: the stream's counters (``new_stream_id``;
     None: new ones).  ``streaming_df``: raw updates, or ``checked_updates`` (then rows with a reason are
     emitted as ``rejected`` by the first group; the engine passes only the valid ones)."""
@@ -425,10 +462,10 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
               .select("g.group_id", "key", "g.x", "g.y", "g.t", "g.x2", "op", "ord", "reason"))
 
     if stream_id is None:
-        stream_id = new_stream_id(spark)
+        stream_id = new_stream_id()
     stats = _STATS.get(stream_id)
     spec = StreamSpec(engine_uid, stream_id, tname, key_type, mode, output_schema(schema),
-                      {gid: GroupSpec(gid, x, y, _Deferred(base), text, x2)
+                      {gid: GroupSpec(gid, x, y, base, text, x2)
                        for gid, (x, y, base, text, x2) in groups.items()},
                       min(groups), seq_given, stats)
     processor = _processor_class()(spec)
@@ -444,32 +481,12 @@ def stream_stats(df_or_id) -> dict:
     seeded (groups whose state was seeded from the base snapshot), cache_hits, caught_up (a stale
     cached index brought up to date from the log ring), rebuilt (index rebuilt from the state store),
     updates (valid rows applied, summed over groups), rejected (rows set aside),
-    notifications (output rows other than rejected ones)."""
+    notifications (output rows other than rejected ones).  Read from the stream's counter files
+    (``replicas.CounterFile``), which every task adds to."""
     sid = df_or_id if isinstance(df_or_id, str) else df_or_id.sparksub_stream_id
-    acc = _STATS.get(sid)
-    value = dict(acc.value) if acc is not None else {}
+    counters = _STATS.get(sid)
+    value = counters.read() if counters is not None else {}
     return {k: int(value.get(k, 0)) for k in STAT_NAMES}
-
-
-def _new_stats(spark, stream_id: str):
-    try:
-        sc = spark.sparkContext
-    except Exception:  # Spark Connect: no accumulators, no counters
-        return None
-    from pyspark.accumulators import AccumulatorParam
-
-    class _DictSum(AccumulatorParam):
-        def zero(self, value):
-            return {}
-
-        def addInPlace(self, a, b):
-            for k, v in b.items():
-                a[k] = a.get(k, 0) + v
-            return a
-
-    acc = sc.accumulator({}, _DictSum())
-    _STATS[stream_id] = acc
-    return acc
 
 
 def _transform_with_state(grouped, processor, out_ddl: str, name: str):

@@ -8,7 +8,7 @@
 
 Each group holds one table's rows on (key, x, x2, y) and the subscriptions of one (table, x, x2, y,
 ...) as columns, and turns a batch of updates (in ``seq`` order) into notifications, with the
-interface of :class:`~sparksub.operators.range_classes.groups.TopkGroup` (``apply(batch, mode)``,
+interface of :class:`~sparksub.operators.topk.group.TopkGroup` (``apply(batch, mode)``,
 ``result``, ``explain``, ``stats``, ``load``, ``len``, ``in``).  The server cores are
 :class:`~sparksub.operators.box.core.BoxMinCore` / :class:`~sparksub.operators.box.core.BoxTopkCore`
 (002 §IV-C: a box ``[l1, r1] x [l2, r2]`` is the point (l1, r1, l2, r2) of the 4-d subscription
@@ -103,8 +103,7 @@ from sparksub.errors import BadUpdate, InvalidSubscription, SparksubError, Unkno
 from sparksub.operators.box.core import (BoxMessage, BoxMinCore, BoxTopkCore, BoxTopkMessage,
                                           BoxTopkSubscriber, box_matches)
 from sparksub.operators.shared.point_index import PointIndex2D
-from sparksub.operators.range_classes.groups import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA
-from sparksub.operators.range_min.group import DELETE, UNICAST_SCHEMA
+from sparksub.operators.shared.schemas import DELETE, ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA, UNICAST_SCHEMA
 
 __all__ = ["BoxClassSnapshot", "BoxMinGroup", "BoxTopkGroup", "BOX_COLUMNS", "BOX_MESSAGE_SCHEMA",
            "BOX_UNICAST_SCHEMA", "StabIndex", "box_reaches", "BoxMinReceiver", "BoxTopkReceiver",

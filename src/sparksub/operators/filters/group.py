@@ -19,12 +19,10 @@ import pyarrow.compute as pc
 from sparksub.errors import DuplicateSubscription, InvalidSubscription, UnknownSubscription
 from sparksub.operators.filters.le_subscribe import LeSubscribe
 from sparksub.operators.filters.predicates import Pred
+from sparksub.operators.shared.schemas import EVENT_PREFIX
 
-__all__ = ["FilterGroup", "FilterSnapshot", "EVENT_PREFIX", "notification_schema"]
+__all__ = ["FilterGroup", "FilterSnapshot", "notification_schema"]
 
-#: Event columns travel to the task under this prefix, so they never collide with the range groups'
-#: batch columns (key, x, y) in the combined batch of one publish.
-EVENT_PREFIX = "e__"
 
 
 def notification_schema(table_columns: list[tuple[str, pa.DataType]]) -> list[tuple[str, pa.DataType]]:

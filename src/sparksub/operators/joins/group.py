@@ -49,9 +49,9 @@ import numpy as np
 import pyarrow as pa
 
 from sparksub.errors import DuplicateSubscription, InvalidSubscription, UnknownSubscription
-from sparksub.operators.filters.group import EVENT_PREFIX
+from sparksub.operators.shared.schemas import EVENT_PREFIX
 from sparksub.operators.joins.band import BJSSI
-from sparksub.operators.range_min.group import DELETE
+from sparksub.operators.shared.schemas import DELETE
 from sparksub.operators.joins.router import DYNAMIC, PAPER_PLANS, Router
 from sparksub.operators.shared.ssi import stabbing_number
 

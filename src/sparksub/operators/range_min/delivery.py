@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparksub.errors import DuplicateSubscription, InvalidSubscription, UnknownSubscription
+from sparksub.operators.shared.arrays import id_list
 from sparksub.operators.shared.point_index import PointIndex2D
 
 __all__ = [
@@ -92,18 +93,6 @@ def message_rectangle(inner_l: float, inner_r: float, outer_l: float, outer_r: f
 
 
 # ---------------------------------------------------------------------------------- registry
-def _as_id_list(ids) -> list:
-    if isinstance(ids, str):
-        raise TypeError("ids must be a sequence of strings, not a single string")
-    if isinstance(ids, (pa.Array, pa.ChunkedArray)):
-        return ids.to_pylist()
-    if isinstance(ids, np.ndarray):
-        return ids.reshape(-1).tolist()
-    if hasattr(ids, "tolist") and not isinstance(ids, list):   # pandas Series / Index
-        return list(ids.tolist())
-    return list(ids)
-
-
 def _to_float(values) -> np.ndarray:
     """float64 numpy array; nulls become NaN."""
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
@@ -168,7 +157,7 @@ class SubscriptionPoints:
         repeated in the batch, and :class:`InvalidSubscription` for a NaN bound or ``x1 > x2``;
         in both cases nothing is registered.
         """
-        ids = _as_id_list(ids)
+        ids = id_list(ids)
         x1 = np.asarray(x1, dtype=np.float64).reshape(-1)
         x2 = np.asarray(x2, dtype=np.float64).reshape(-1)
         n = len(ids)
@@ -215,7 +204,7 @@ class SubscriptionPoints:
         Raises :class:`UnknownSubscription` naming the first id that is not registered (or repeated
         in the batch); nothing is removed then.
         """
-        ids = _as_id_list(ids)
+        ids = id_list(ids)
         if not ids:
             return np.empty(0, dtype=np.int64)
         slot_of = self._slot_of
@@ -248,7 +237,7 @@ class SubscriptionPoints:
 
     def slots_of(self, ids) -> np.ndarray:
         """Slots of several ids (:class:`UnknownSubscription` naming the first unknown one)."""
-        ids = _as_id_list(ids)
+        ids = id_list(ids)
         try:
             return np.fromiter((self._slot_of[s] for s in ids), dtype=np.int64, count=len(ids))
         except KeyError as e:
@@ -459,7 +448,7 @@ class Subscribers:
 
     def add(self, ids, x1, x2, values=None) -> np.ndarray:
         """Register subscribers (see :meth:`SubscriptionPoints.add`) with initial values (default NaN)."""
-        ids = _as_id_list(ids)
+        ids = id_list(ids)
         if values is not None:
             values = _to_float(values) if hasattr(values, "dtype") or isinstance(
                 values, (pa.Array, pa.ChunkedArray)) else np.array(

@@ -26,28 +26,12 @@ import pyarrow as pa
 from sparksub.operators.range_min.delivery import (MESSAGE_BYTES, UNICAST_ROW_BYTES, SubscriptionPoints,
                                          unicast)
 from sparksub.operators.range_min.core import RangeMinCore
+from sparksub.operators.shared.schemas import DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA
 
-__all__ = ["RangeMinGroup", "GroupSnapshot", "UPSERT", "DELETE", "MESSAGE_SCHEMA", "UNICAST_SCHEMA",
-           "MODES", "with_reason"]
+__all__ = ["RangeMinGroup", "GroupSnapshot", "MODES"]
 
-UPSERT, DELETE = 0, 1
+#: the group's modes: the output forms (shared/schemas.py) and the baseline's count, or index upkeep only
 MODES = ("unicast", "reformulated", "cn_relax", "none")
-
-MESSAGE_SCHEMA = pa.schema([
-    ("group_id", pa.string()), ("seq", pa.int64()), ("step", pa.int8()), ("op", pa.string()),
-    ("new_value", pa.float64()), ("inner_l", pa.float64()), ("inner_r", pa.float64()),
-    ("outer_l", pa.float64()), ("outer_r", pa.float64()),
-])
-UNICAST_SCHEMA = pa.schema([
-    ("subscription_id", pa.string()), ("op", pa.string()), ("value", pa.float64()), ("seq", pa.int64()),
-    ("group_id", pa.string()),
-])
-
-
-def with_reason(schema: pa.Schema) -> pa.Schema:
-    """An output schema plus the nullable ``reason`` of rejected (stream) or failed (group) rows."""
-    return schema.append(pa.field("reason", pa.string()))
-
 
 CN_RELAX_SCHEMA = pa.schema([("group_id", pa.string()), ("seq", pa.int64()), ("deliveries", pa.int64())])
 

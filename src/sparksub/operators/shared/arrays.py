@@ -6,8 +6,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
-__all__ = ["concat_ranges"]
+__all__ = ["concat_ranges", "id_list"]
 
 
 def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -18,3 +19,16 @@ def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         return np.empty(0, dtype=np.int64)
     offs = np.cumsum(lengths) - lengths
     return np.arange(total, dtype=np.int64) + np.repeat(np.asarray(starts, dtype=np.int64) - offs, lengths)
+
+
+def id_list(ids) -> list:
+    """Subscription ids as a list, from a list, numpy / Arrow array or pandas Series (not one string)."""
+    if isinstance(ids, str):
+        raise TypeError("ids must be a sequence of strings, not a single string")
+    if isinstance(ids, (pa.Array, pa.ChunkedArray)):
+        return ids.to_pylist()
+    if isinstance(ids, np.ndarray):
+        return ids.reshape(-1).tolist()
+    if hasattr(ids, "tolist") and not isinstance(ids, list):   # pandas Series / Index
+        return list(ids.tolist())
+    return list(ids)

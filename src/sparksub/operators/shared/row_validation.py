@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparksub.errors import BadUpdate
-from sparksub.operators.range_min.group import DELETE, UPSERT
+from sparksub.operators.shared.schemas import DELETE, UPSERT
 
 __all__ = ["RowShape", "CheckedRows", "check_rows", "rejected_rows", "interval_reason", "unknown_key_reason", "arrow_type",
            "UPSERT", "DELETE", "REJECTED"]

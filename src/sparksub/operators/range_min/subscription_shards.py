@@ -1,0 +1,108 @@
+"""A range-MIN group's subscriptions split into shards, for matching messages in parallel.  Pure.
+
+Matching is the content-based network's role (000 §2.3.1; DESIGN §5): each reformulated message
+⟨NEW_VALUE, INNER_L, INNER_R, OUTER_L, OUTER_R⟩ is a rectangle in the (x1, x2) plane of the subscription
+points, ``OUTER_L < x1 <= INNER_L`` and ``INNER_R <= x2 < OUTER_R`` (an infinite OUTER bound closed), and
+:func:`~sparksub.operators.range_min.delivery.match` answers it with one point-index query.  Every
+subscription is in exactly one shard, so the matches of a message are the disjoint union of its matches in
+each shard; S-UN's rows (:func:`~sparksub.operators.range_min.delivery.unicast`) are per (seq,
+subscription), so they split the same way.
+
+* ``by="x1"``: shard j holds the subscriptions with ``c_j <= x1 < c_{j+1}``, the cut points an equal-count
+  histogram of x1 (as DS-CN's zones cut X, 000 §2.3.2; Meghdoot's zones are rectangles of this plane).  A
+  message only goes to the shards whose x1 interval meets its ``(OUTER_L, INNER_L]``: most messages have a
+  short Mar and reach one or two shards.
+* ``by="hash"``: shard = crc32(id) mod k (stable across processes); balanced whatever the ranges, but every
+  message goes to every shard.
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pyarrow as pa
+
+from sparksub.operators.range_min.delivery import SubscriptionPoints, match, unicast
+from sparksub.operators.range_min.zones import equal_count_cuts
+
+__all__ = ["SubscriptionShards", "shard_subscriptions"]
+
+SHARDINGS = ("x1", "hash")
+
+
+class SubscriptionShards:
+    """k :class:`SubscriptionPoints`, each subscription in one; ``cuts`` (x1 sharding) or crc32 (hash)."""
+
+    def __init__(self, k: int, by: str = "x1", cuts=None):
+        if int(k) != k or k < 1:
+            raise ValueError(f"the number of shards must be a positive integer, got {k!r}")
+        if by not in SHARDINGS:
+            raise ValueError(f"unknown sharding {by!r}; expected one of {SHARDINGS}")
+        self.by = by
+        self.cuts = np.asarray(cuts if cuts is not None else (), dtype=np.float64)
+        if by == "x1" and len(self.cuts) > k - 1:
+            raise ValueError(f"{len(self.cuts)} cut points for {k} shards")
+        self.shards = [SubscriptionPoints() for _ in range(int(k))]
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.shards)
+
+    def shard_of(self, ids, x1) -> np.ndarray:
+        """The shard of each subscription (by its x1, or by the crc32 of its id)."""
+        if self.by == "hash":
+            return np.array([zlib.crc32(str(i).encode()) % len(self.shards) for i in ids], dtype=np.int64)
+        return np.searchsorted(self.cuts, np.asarray(x1, dtype=np.float64), side="right").astype(np.int64)
+
+    def add(self, ids, x1, x2) -> None:
+        ids = np.asarray(ids, dtype=object).reshape(-1)
+        x1 = np.asarray(x1, dtype=np.float64).reshape(-1)
+        x2 = np.asarray(x2, dtype=np.float64).reshape(-1)
+        where = self.shard_of(ids, x1)
+        for j, shard in enumerate(self.shards):
+            sel = where == j
+            if sel.any():
+                shard.add(ids[sel], x1[sel], x2[sel])
+
+    def message_shards(self, messages) -> np.ndarray:
+        """A (messages x shards) boolean matrix: which shards each message must visit.  x1 sharding: the
+        shards whose x1 interval meets ``(OUTER_L, INNER_L]``; hash sharding: all."""
+        n = messages.num_rows
+        k = len(self.shards)
+        if self.by == "hash":
+            return np.ones((n, k), dtype=bool)
+        ol = messages.column("outer_l").to_numpy()
+        il = messages.column("inner_l").to_numpy()
+        lo = np.searchsorted(self.cuts, ol, side="right")     # the shard holding OUTER_L holds x1 > OUTER_L too
+        hi = np.searchsorted(self.cuts, il, side="right")
+        j = np.arange(k)
+        return (j >= lo[:, None]) & (j <= hi[:, None])
+
+    def match(self, messages: pa.Table) -> list:
+        """Per shard, ``(message indices, subscription ids)`` of its matches (indices into ``messages``)."""
+        visit = self.message_shards(messages)
+        out = []
+        for j, shard in enumerate(self.shards):
+            rows = np.flatnonzero(visit[:, j])
+            mi, slots = match(shard, messages.take(rows))
+            out.append((rows[mi], shard.ids_of(slots)))
+        return out
+
+    def unicast(self, messages: pa.Table, old_value_of_step0=None) -> list:
+        """Per shard, its S-UN rows (:func:`~sparksub.operators.range_min.delivery.unicast`) for the messages
+        that visit it; their union is the whole group's rows."""
+        visit = self.message_shards(messages)
+        return [unicast(shard, messages.take(np.flatnonzero(visit[:, j])), old_value_of_step0)
+                for j, shard in enumerate(self.shards)]
+
+    def stats(self) -> list:
+        return [{"shard": j, "subscriptions": len(s)} for j, s in enumerate(self.shards)]
+
+
+def shard_subscriptions(points: SubscriptionPoints, k: int, by: str = "x1") -> SubscriptionShards:
+    """Split a group's subscriptions into ``k`` shards, by x1 (equal-count cuts) or by a hash of the id."""
+    slots = points.live_slots()
+    x1 = points.x1[slots]
+    cuts = equal_count_cuts(x1, k) if by == "x1" else None
+    shards = SubscriptionShards(k, by, cuts)
+    shards.add(points.ids_of(slots), x1, points.x2[slots])
+    return shards

@@ -1,0 +1,132 @@
+"""The RANGE_TOPK group operator (002): the top-k core (``topk/core.py``) with the group's subscriptions.
+
+Reformulated: Paint-Batch's messages over the whole publish batch (002 §IV-A; subscribers are exact at the
+batch's end).  Unicast: each update's Paint-Dense messages routed to the subscribers they reach (002 §II-A /
+§III-A), rows by list diff.  The frame every range class shares is ``shared/range_classes.py``.  Pure
+(numpy / pyarrow).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from sparksub.operators.shared.range_classes import RangeClassGroup, RangeClassSnapshot, key_text
+from sparksub.operators.shared.schemas import DELETE
+from sparksub.operators.topk import core as topk
+from sparksub.operators.topk.subscribers import TopkSubscribers
+
+__all__ = ["TopkGroup", "TopkSnapshot"]
+
+
+class TopkGroup(RangeClassGroup):
+    """RANGE_TOPK: Paint-Batch messages (reformulated) or per-subscription changes (unicast: each
+    update's Paint-Dense messages routed to the subscribers they reach, 002 §II-A / §III-A)."""
+
+    kind = "RANGE_TOPK"
+    _extent_name = "X extent"
+
+    def __init__(self, snap: RangeClassSnapshot):
+        super().__init__(snap)
+        self.descending = bool(snap.option)
+        self.k = np.asarray(snap.sub_k, dtype=np.int64)
+        # the reformulated form paints for the k values in use (002 §II-A, one sweep for the largest)
+        self.core = topk.TopkCore("dense", descending=self.descending, ks=sorted(set(self.k.tolist())) or [1])
+
+    def load(self, keys, xs, ys) -> None:
+        ok = self._valid(xs, ys)
+        self.core.load(np.asarray(keys, dtype=object)[ok].tolist(), np.asarray(xs, dtype=np.float64)[ok],
+                       np.asarray(ys, dtype=np.float64)[ok])
+        self._resync()
+
+    def _resync(self) -> None:
+        # the subscriber lists from the core; the index over (x1, x2) per k is built once
+        if self.subscribers is None:
+            self.subscribers = TopkSubscribers.from_group(self)
+        else:
+            self.subscribers.reseed(self.core)
+
+    @staticmethod
+    def _rectangle(m) -> tuple:
+        return m.k, m.inner_l, m.inner_r, m.outer_l, m.outer_r
+
+    def _count(self, k, inner_l, inner_r, outer_l, outer_r) -> int:
+        if self.subscribers is None:
+            return 0
+        return self.subscribers.count(k, inner_l, inner_r, outer_l, outer_r)
+
+    def _upsert(self, key, x, y):
+        return self.core.upsert(key, x, float(y))
+
+    def _delete(self, key):
+        return self.core.delete(key)
+
+    def result(self, sub_id) -> list[tuple]:
+        i = self.slot[sub_id]
+        return self.core.top_k(self.x1[i], self.x2[i], int(self.k[i]))
+
+    def _batch_messages(self, cols) -> list[dict]:
+        """A whole batch through Paint-Batch (002 §IV-A): subscribers are exact at the batch's end;
+        every message carries the batch's last ``seq``."""
+        events, alive = [], {}         # alive: key -> exists at this point of the batch
+        for key, x, y, op, seq in zip(cols["key"], cols["x"], cols["y"], cols["op"], cols["seq"]):
+            null = x is None or x != x or y is None or y != y
+            exists = alive[key] if key in alive else self.core.get(key) is not None
+            if op == DELETE or null:
+                if exists:
+                    events.append(("delete", key))
+                    alive[key] = False
+            else:
+                events.append(("upsert", key, float(x), float(y)))
+                alive[key] = True
+        if not events:
+            return []
+        last = int(cols["seq"][-1])
+        outcome = self.core.apply_batch(events)
+        self._observe(outcome.messages)
+        self._stale = True             # the unicast lists did not follow
+        return [{"seq": last, "op": "DELETE" if m.y is None else "PUT", "k": m.k, "new_value": m.y,
+                 "item_key": key_text(m.key), "item_x": m.x, "inner_l": m.inner_l, "inner_r": m.inner_r,
+                 "outer_l": m.outer_l, "outer_r": m.outer_r} for m in outcome.messages]
+
+    def _notifications(self, outcome, seq: int, mode: str) -> list[dict]:
+        if mode == "reformulated":
+            return [{"seq": seq, "op": "DELETE" if m.y is None else "PUT", "k": m.k,
+                     "new_value": m.y, "item_key": key_text(m.key), "item_x": m.x,
+                     "inner_l": m.inner_l, "inner_r": m.inner_r, "outer_l": m.outer_l, "outer_r": m.outer_r}
+                    for m in outcome.messages]
+        # unicast: the update's Paint-Dense messages reach exactly the subscriptions whose top-k may
+        # change (002 §III-A, Theorem 1); each applies them by the §II-A protocol and the ones whose list
+        # changed get the diff as rows (the change a unicast server sends, 002 §V)
+        return self.subscribers.receive(outcome.messages, seq)
+
+    def explain(self) -> dict:
+        c = self.core.counters
+        n = max(c["updates"], 1)
+        return {
+            "class": "RANGE_TOPK", "group": self.group_id, "subscriptions": len(self), "tuples": len(self.core),
+            "order": f"{self.y} {'DESC' if self.descending else 'ASC'}, ties by key ascending",
+            "k values": sorted(set(self.k.tolist())),
+            "algorithm": "influence regions (Lemma 2) + Paint-Dense (002 §III-A), Paint-Batch per "
+                         "publish batch (002 §IV-A); unicast: each update's messages routed to the "
+                         "subscribers they reach, rows by list diff",
+            "data index": f"A2B-tree on {self.x} (first_k / min_y, 002 §II-B): "
+                          f"{self.core.tree.num_leaves} leaves",
+            "message format": "Msg(k, INNER_L, INNER_R, OUTER_L, OUTER_R, key, x, y) (002 §II-A)",
+            "reformulated predicate": "k = k_s AND (OUTER_L < x1 <= INNER_L) AND (INNER_R <= x2 < OUTER_R)",
+            "calls per update (first_k / min_y / snap)": f"{c['first_k'] / n:.2f} / {c['min_y'] / n:.2f} / "
+                                                         f"{c['snap'] / n:.2f}",
+            "messages per update": round(c["messages"] / n, 3),
+            "calls so far (first_k / min_y / snap)": f"{c['first_k']} / {c['min_y']} / {c['snap']}",
+            "subscription index": f"a 2-d point index over (x1, x2) per k ({len(self)} points): one "
+                                  f"rectangle query per message and k (002 §II-A)",
+            **self._explain_network(c["messages"] / n),
+        }
+
+
+@dataclass
+class TopkSnapshot(RangeClassSnapshot):
+    """A RANGE_TOPK group's snapshot (``option``: descending; ``sub_k``: each subscription's k)."""
+    kind: ClassVar[str] = "RANGE_TOPK"
+    group_class: ClassVar[type] = TopkGroup
