@@ -56,3 +56,15 @@ def explain_snapshot(spark):
 
     check.normalise = normalise_plan
     return check
+
+
+def pytest_collection_modifyitems(config, items):
+    """``.ci/run`` runs the Spark tests a second time with ``SPARKSUB_CATALYST=off`` (the pure-Python path
+    of our statements): tests marked ``catalyst_independent`` -- their engines run without the Catalyst
+    extension in both runs (a Spark Connect session; child processes) -- run in the first run only."""
+    if os.environ.get("SPARKSUB_CATALYST", "").lower() not in ("off", "false", "0"):
+        return
+    skip = pytest.mark.skip(reason="does not depend on the Catalyst extension: covered by the first run")
+    for item in items:
+        if item.get_closest_marker("catalyst_independent"):
+            item.add_marker(skip)

@@ -23,7 +23,7 @@ import pytest
 from sparksub.engine import catalyst_mode
 from sparksub.runtime.connect import is_connect_session
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.catalyst_independent]   # engines without the extension in both runs
 
 #: pyspark's ``connect`` extra (a dependency of the package): the modules a Connect client imports
 CONNECT_MODULES = ("grpc", "grpc_status", "google.rpc", "zstandard")

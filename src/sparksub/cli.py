@@ -274,29 +274,33 @@ def run(args) -> int:
         return 2
     names = engine.event_queries()
     seen = {q: 0 for q in names}
+    attributes = {q: list(engine._event_queries[q].attributes) for q in names}   # a match row's own columns
+    from sparksub.operators.events.partitions import match_dicts
     total = n_matches = rejected = 0
     t = time.perf_counter()
     for start in range(0, len(events), args.batch):
         chunk = events.iloc[start:start + args.batch]
         try:
-            notes = engine.publish(table, chunk, mode=args.mode).toPandas()
+            output = engine.publish(table, chunk, mode=args.mode).toArrow()
         except SparksubError as err:
             print(f"{path}: rows {start}..{start + len(chunk) - 1}: {_error_text(err)}", file=sys.stderr)
             return 2
+        notes = output.to_pandas()
         total += len(notes)
         if "op" in notes.columns:      # malformed rows, set aside with their reason (DESIGN §7)
             rejected += int((notes["op"] == "rejected").sum())
+        found = []
         if "query" in notes.columns:   # event-query matches are printed below, one line each
+            # this batch's matches, from its own output (matches() would re-read every kept file each time)
+            for i, q in enumerate(names):
+                new = match_dicts(output, q, attributes[q])
+                seen[q] += len(new)
+                found += [(m["t1"], i, q, m) for m in new]
             notes = notes[notes["query"].isna()]
             notes = notes.dropna(axis=1, how="all") if len(notes) else notes
         if len(notes):
             notes = notes.sort_values("seq", kind="stable")  # groups come out one after another
             print(notes.to_string(index=False))
-        found = []
-        for i, q in enumerate(names):
-            new = engine.matches(q)[seen[q]:]
-            seen[q] += len(new)
-            found += [(m["t1"], i, q, m) for m in new]
         n_matches += len(found)
         for _, _, q, m in sorted(found, key=lambda x: x[:2]):
             attrs = ", ".join(f"{k}={v}" for k, v in m.items() if k not in ("t0", "t1"))

@@ -584,21 +584,11 @@ class EngineJournal:
         """The kept matches of event query ``name`` since its registration, as the engine's publish ordered
         them: per publish by ``t1`` and, for equal ``t1``, by partition (stable: a partition's rows in its
         executor's order); each a dict of the query's ``attributes`` (as it names them) plus ``t0``, ``t1``."""
-        from sparksub.operators.events.partitions import output_column
+        from sparksub.operators.events.partitions import match_dicts
         since = self.event_queries.get(name, {}).get("since", 0)
-        columns = [(a, output_column(a)) for a in attributes]
         out = []
         for path in self.notification_files(tables, since):
-            table = pq.read_table(path)
-            if "query" not in table.column_names:
-                continue
-            mine = pc.and_(pc.equal(table.column("op"), "match"), pc.equal(table.column("query"), name))
-            rows = table.filter(pc.fill_null(mine, False)).to_pylist()
-            rows.sort(key=lambda r: (r["t1"], int(str(r["group_id"]).rsplit("#", 1)[1])))
-            for r in rows:
-                m = {a: r.get(col) for a, col in columns}
-                m["t0"], m["t1"] = r["t0"], r["t1"]
-                out.append(m)
+            out += match_dicts(pq.read_table(path), name, attributes)
         return out
 
     def _retain(self) -> list[Path]:

@@ -75,6 +75,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sparksub.errors import AnalysisError
 from sparksub.grammar.event_ast import (
@@ -441,6 +442,19 @@ def output_column(attribute: str) -> str:
 _HEAD = [("subscription_id", pa.string()), ("op", pa.string()), ("value", pa.float64()), ("seq", pa.int64()),
          ("group_id", pa.string()), ("reason", pa.string()), ("query", pa.string())]
 _TAIL = [("t0", pa.int64()), ("t1", pa.int64())]
+
+
+def match_dicts(output: pa.Table, name: str, attributes) -> list[dict]:
+    """The matches of event query ``name`` among one publish's ``output`` rows (``op = 'match'``), in the
+    order ``Engine.matches`` gives: by ``t1`` and, for equal ``t1``, by partition (stable: a partition's rows
+    in its executor's order); each a dict of the query's ``attributes`` (as it names them), ``t0`` and ``t1``."""
+    if "query" not in output.column_names:
+        return []
+    mine = pc.and_(pc.equal(output.column("op"), "match"), pc.equal(output.column("query"), name))
+    rows = output.filter(pc.fill_null(mine, False)).to_pylist()
+    rows.sort(key=lambda r: (r["t1"], int(str(r["group_id"]).rsplit("#", 1)[1])))
+    columns = [(a, output_column(a)) for a in attributes]
+    return [{**{a: r.get(col) for a, col in columns}, "t0": r["t0"], "t1": r["t1"]} for r in rows]
 
 
 @dataclass(frozen=True)
