@@ -4,7 +4,10 @@
 worker memory, in one run::
 
     python bench/runtime.py                      # full run, local[2] (73 min at load average 4-19 on 2 cores)
-    python bench/runtime.py --quick              # smaller tables, batches 1K / 10K, few reps (~30 min under load)
+    python bench/runtime.py --quick              # smaller tables, batches 1K / 10K (+ 100K for RANGE_MIN
+                                                 #   reformulated), few reps (~30 min under load)
+    python bench/runtime.py --smoke              # toy sizes, every part: does the script run (figures meaningless)
+    python bench/runtime.py --connect --quick --skip stream rss zero   # the publish part on Spark Connect
     python bench/runtime.py --master 'local-cluster[2,1,2048]' --quick   # two executor JVMs (~20 s more to start)
     python bench/runtime.py --baseline docs/benchmarks/runtime_baseline.json   # + "previous runtime" columns
     python bench/runtime.py --pause 90           # two of the 20 warm publishes after a 90 s idle pause
@@ -37,17 +40,29 @@ into a ``FamilyEngine``) on the same batches in the same order, in this process,
 / pure. *stream*: a bounded parquet file source of N micro-batches (``maxFilesPerTrigger = 1``, rows with
 ``_seq``) through ``Engine.stream`` into a ``noop`` sink, ``processAllAvailable()``, rows/s per micro-batch
 (input rows / ``triggerExecution``) after the first, median. *fixed cost*: median wall time of a 1-row publish.
-*rebuilds*: ``engine.stats()`` exposes no rebuild counter at this commit, so a bench-side probe counts them: a
-``sitecustomize`` put on the Python workers' path only (never on the driver's) wraps
-``spark_groups.materialize`` and ``spark_events.materialize`` and logs, per task, whether the worker's cache
-held the group at the replica's base and position ("hit"), held it behind ("caught up": log batches replayed) or
-not at all ("rebuild": base + whole log). The stream's own counters (``spark_stream.stream_stats``) are given
-where they exist. *zero-rebuild check*: 20 warm publishes of 1K per class: 18 back to back, then two rounds of
+*rebuilds*: the worker cache's outcomes that ``engine.stats()["runtime"]`` reports (``runtime/replicas.py``:
+``hits``, ``catch_ups``, ``rebuilds``, ``log_replayed``, with the driver's share apart), read from the counter
+files under the engine's directory before and after each measured call (the files directly, as ``stats()``
+sums them, since ``stats()`` itself builds every group on the driver): *worker rebuilds* = rebuilds minus the
+driver's; a call that made a new base (a compaction: ``groups/<group>/<part>/<base id>``) is told apart, since
+its rebuild is by design, not a cold worker.  ``stats()["runtime"]`` itself is recorded once per class.  (The
+baseline, commit 2c381f8, had no such counter: its figures came from a probe wrapping the workers'
+``materialize``, in this script as of commit 6b2af05.)  The stream's own counters
+(``spark_stream.stream_stats``) are given where they exist. *zero-rebuild check*: 20 warm publishes of 1K per class: 18 back to back, then two rounds of
 one publish per class, each after ``--pause`` seconds of idleness. *memory*: in a fresh child process per size
 (10K, 100K, 1M range-MIN subscriptions on 100K rows; 3 unicast publishes of 1K, ``result()`` of one
 subscription, 2 reformulated publishes of 10K): the child's VmRSS, and the Python workers' (every Python process
 under the Spark JVMs, from /proc; VmRSS summed, PSS beside it since forked workers share pages), per executor
-JVM on ``local-cluster``.
+JVM on ``local-cluster``, where the report gives each executor's share of the 1M-subscription group (a group is
+one replica run by one task: one executor holds all of it; item 4's split is not in this runtime).
+
+*Connect* (``--connect``): the same parts on ``SparkSession.builder.remote(MASTER)``, a local Spark Connect
+server started by this process (tests/test_connect.py), with sparksub's session defaults.
+
+*Targets* (issue 16), PASS / FAIL at the top of the report: driver RSS at 1M range subscriptions + 100K rows
+within 100 MB of its RSS at 10K; RANGE_MIN reformulated end to end at batches of 100K >= 60% of the pure core's
+rate; no class slower than ``--baseline`` at batches of 10K or more; zero worker rebuilds in 20 warm publishes,
+two after a 90 s pause.
 
 Every figure is wall clock on a shared machine: the load average is recorded per part; compare ratios
 measured side by side (e2e / pure, now / previous) rather than absolute rates across runs.
@@ -116,6 +131,12 @@ class Sizes:
     stream_batches: int     # micro-batches (files)
     rss_subs: list          # range subscriptions per memory child
     rss_rows: int
+    #: further batches for some classes only: {class: [(batch size, repetitions)]}
+    extra_batches: dict = field(default_factory=dict)
+
+
+def class_batches(sizes: Sizes, name: str) -> list:
+    return [tuple(b) for b in sizes.batches] + [tuple(b) for b in sizes.extra_batches.get(name, [])]
 
 
 FULL = Sizes(objects=100_000, range_subs=10_000, topk_subs=2_000, filter_subs=100_000, join_rows=50_000,
@@ -124,12 +145,14 @@ FULL = Sizes(objects=100_000, range_subs=10_000, topk_subs=2_000, filter_subs=10
              rss_rows=100_000)
 QUICK = Sizes(objects=20_000, range_subs=5_000, topk_subs=1_000, filter_subs=20_000, join_rows=20_000, sj_subs=2_000,
               bj_subs=500, event_queries=300, batches=[(1_000, 3), (10_000, 2)], fixed_reps=5,
-              stream_batch=5_000, stream_batches=3, rss_subs=[10_000, 1_000_000], rss_rows=100_000)
+              stream_batch=5_000, stream_batches=3, rss_subs=[10_000, 1_000_000], rss_rows=100_000,
+              # issue 16's e2e target is at batches of 100K for this class
+              extra_batches={"RANGE_MIN reformulated": [(100_000, 1)]})
 #: for developing the script only (--tiny): every part on toy sizes
 TINY = Sizes(objects=5_000, range_subs=1_000, topk_subs=500, filter_subs=2_000, join_rows=3_000, sj_subs=300,
              bj_subs=200,
              event_queries=100, batches=[(1_000, 2), (3_000, 1)], fixed_reps=3, stream_batch=1_000, stream_batches=3,
-             rss_subs=[10_000], rss_rows=10_000)
+             rss_subs=[10_000], rss_rows=10_000, extra_batches={"RANGE_MIN reformulated": [(10_000, 1)]})
 
 
 # ============================================================================================ /proc probes
@@ -226,112 +249,32 @@ def worker_pids() -> dict:
     return {p: label for label, e in spark_processes()["executors"].items() for p in e["python"]}
 
 
-# ============================================================================================ rebuild probe
-PROBE_SOURCE = textwrap.dedent('''
-    # bench/runtime.py's rebuild probe: put on the Python workers' path only (PYTHONPATH of the Spark JVM).
-    # Wraps the worker caches' materialize(): per call, one line "time pid engine_uid replica status replayed"
-    # (status hit = the cache held the replica at its base and position; caught_up = at its base but behind:
-    # log batches replayed; rebuild = not cached or another base: built from base + the whole log).
-    import os, sys, time
-    _DIR = os.environ.get("SPARKSUB_BENCH_PROBE")
-    _TARGETS = {"sparksub.runtime.groups": "group_id", "sparksub.runtime.events": "replica_id"}
-
-    def _wrap(module, attr):
-        inner, cache = module.materialize, module._CACHE
-
-        def materialize(replica):
-            try:
-                key = (replica.engine_uid, getattr(replica, attr))
-                entry = cache.get(key)
-                upto = len(replica.log)
-                if entry is not None and entry[0] == replica.base_id and entry[1] <= upto:
-                    status, replayed = ("hit" if entry[1] == upto else "caught_up"), upto - entry[1]
-                else:
-                    status, replayed = "rebuild", upto
-                with open(os.path.join(_DIR, "%d.log" % os.getpid()), "a") as fh:
-                    fh.write("%.3f\\t%d\\t%s\\t%s\\t%s\\t%d\\n" % (time.time(), os.getpid(), key[0], key[1], status,
-                                                               replayed))
-            except Exception:
-                pass
-            return inner(replica)
-        module.materialize = materialize
-
-    if _DIR:
-        import importlib.abc
-
-        class _Loader(importlib.abc.Loader):
-            def __init__(self, inner, attr):
-                self.inner, self.attr = inner, attr
-
-            def create_module(self, spec):
-                return self.inner.create_module(spec)
-
-            def exec_module(self, module):
-                self.inner.exec_module(module)
-                try:
-                    _wrap(module, self.attr)
-                except Exception:
-                    pass
-
-        class _Finder(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path, target=None):
-                if name not in _TARGETS:
-                    return None
-                for finder in sys.meta_path:
-                    if finder is self or not hasattr(finder, "find_spec"):
-                        continue
-                    spec = finder.find_spec(name, path, target)
-                    if spec is not None and spec.loader is not None:
-                        spec.loader = _Loader(spec.loader, _TARGETS[name])
-                        return spec
-                return None
-
-        sys.meta_path.insert(0, _Finder())
-''')
+# ============================================================================================ cache counters
+def cache_counts(e) -> dict:
+    """The engine's worker-cache counters now: what ``engine.stats()["runtime"]`` reports (summed from the
+    counter files under ``<engine directory>/groups``, ``runtime/replicas.py``), read from the files directly
+    so that taking them does not make the driver build every group (``stats()`` asks each group's operator
+    for its own counters)."""
+    from sparksub.runtime import replicas
+    groups = e.directory.root / "groups"
+    # the base directories (groups/<group>/<part>/<base id>): a new one is a compaction or a changed group,
+    # whose next task rebuilds by design (not a cold worker)
+    bases = {str(p.relative_to(groups)) for p in groups.glob("*/*/*") if p.is_dir()}
+    return {**replicas.read_counts(groups), "bases": bases}
 
 
-class RebuildProbe:
-    """Reads the probe's logs (one file per worker process) incrementally."""
-
-    def __init__(self, root: Path):
-        self.site = root / "site"
-        self.logs = root / "logs"
-        self.site.mkdir(parents=True)
-        self.logs.mkdir(parents=True)
-        (self.site / "sitecustomize.py").write_text(PROBE_SOURCE)
-        self._offsets: dict[str, int] = {}
-
-    def env(self) -> dict:
-        path = os.environ.get("PYTHONPATH", "")
-        return {"PYTHONPATH": f"{self.site}:{path}" if path else str(self.site),
-                "SPARKSUB_BENCH_PROBE": str(self.logs)}
-
-    def install(self) -> None:
-        """Before the JVM starts: its environment (and so the workers') gets the probe; this process's
-        own sys.path does not change."""
-        os.environ.update(self.env())
-
-    def read(self) -> list[dict]:
-        out = []
-        for f in sorted(self.logs.glob("*.log")):
-            off = self._offsets.get(f.name, 0)
-            with open(f) as fh:
-                fh.seek(off)
-                data = fh.read()
-            end = data.rfind("\n") + 1
-            self._offsets[f.name] = off + end
-            for line in data[:end].splitlines():
-                t, pid, uid, rid, status, replayed = line.split("\t")
-                out.append({"t": float(t), "pid": int(pid), "engine": uid, "replica": rid, "status": status,
-                            "replayed": int(replayed)})
-        return out
-
-
-def count_rebuilds(records: list[dict], uid: str) -> dict:
-    mine = [r for r in records if r["engine"] == uid]
-    return {"tasks": len(mine), "rebuilds": sum(r["status"] == "rebuild" for r in mine),
-            "caught_up": sum(r["status"] == "caught_up" for r in mine),
-            "replayed_batches": sum(r["replayed"] for r in mine if r["status"] != "hit")}
+def count_delta(before: dict, after: dict) -> dict:
+    """Cache outcomes between two :func:`cache_counts`: the workers' (all processes but the driver's) and the
+    driver's own (``result``/EXPLAIN/``deliver`` materialising on the driver)."""
+    def d(k, role=None):
+        a = after.get(k, 0) - (after["driver"].get(k, 0) if role == "worker" else 0)
+        b = before.get(k, 0) - (before["driver"].get(k, 0) if role == "worker" else 0)
+        return (after["driver"].get(k, 0) - before["driver"].get(k, 0)) if role == "driver" else a - b
+    out = {"tasks": sum(d(k, "worker") for k in ("hits", "catch_ups", "rebuilds")),
+           "rebuilds": d("rebuilds", "worker"), "caught_up": d("catch_ups", "worker"),
+           "replayed_batches": d("log_replayed", "worker"), "driver_rebuilds": d("rebuilds", "driver"),
+           "driver_caught_up": d("catch_ups", "driver"), "new_bases": len(after["bases"] - before["bases"])}
+    return out
 
 
 # ============================================================================================ workloads
@@ -639,7 +582,7 @@ class Cursor:
         return lo, lo + n, seq0
 
 
-def publish_part(spark, bench: ClassBench, sizes: Sizes, probe: RebuildProbe | None) -> tuple[dict, object, Cursor]:
+def publish_part(spark, bench: ClassBench, sizes: Sizes) -> tuple[dict, object, Cursor]:
     """Registration, the cold first call, the timed batches and the 1-row calls through the engine, then
     the pure operator on the same batches in the same order."""
     res = {"class": bench.name, "klass": bench.klass, "mode": bench.mode, "subscriptions": bench.subs,
@@ -648,16 +591,17 @@ def publish_part(spark, bench: ClassBench, sizes: Sizes, probe: RebuildProbe | N
     e = bench.engine(spark)
     res["register_s"] = time.perf_counter() - t0
     cur = Cursor()
-    plan = [("warm", 1_000, 1)] + [("batch", b, r) for b, r in sizes.batches] + [("fixed", 1, sizes.fixed_reps)]
-    calls = []  # (kind, batch, lo, hi, seq0, e2e seconds, rows)
-    if probe is not None:
-        probe.read()
+    batches = class_batches(sizes, bench.name)
+    plan = [("warm", 1_000, 1)] + [("batch", b, r) for b, r in batches] + [("fixed", 1, sizes.fixed_reps)]
+    calls = []  # (kind, batch, lo, hi, seq0, e2e seconds, rows, cache outcomes of the call)
+    counts = cache_counts(e)
     for kind, size, reps in plan:
         for _ in range(reps):
             lo, hi, seq0 = cur.take(size)
             dt, n = timed_publish(e, bench, lo, hi)
-            rb = count_rebuilds(probe.read(), e.uid) if probe is not None else None
-            calls.append((kind, size, lo, hi, seq0, dt, n, rb))
+            now = cache_counts(e)
+            calls.append((kind, size, lo, hi, seq0, dt, n, count_delta(counts, now)))
+            counts = now
         log(f"  {bench.name}: publish {kind} {size:,} x{reps}: median "
             f"{statistics.median(c[5] for c in calls if c[0] == kind and c[1] == size):.3f} s")
     # the pure operator: same rows, same subscriptions, same batches in the same order (one core, no Spark)
@@ -676,7 +620,7 @@ def publish_part(spark, bench: ClassBench, sizes: Sizes, probe: RebuildProbe | N
     res["first_call_s"] = calls[0][5]
     res["first_call_rebuilds"] = calls[0][7]
     res["batches"] = []
-    for size, _ in sizes.batches:
+    for size, _ in batches:
         idx = [i for i, c in enumerate(calls) if c[0] == "batch" and c[1] == size]
         e2e = statistics.median(calls[i][5] for i in idx)
         pure = statistics.median(pure_t[i] for i in idx)
@@ -688,12 +632,16 @@ def publish_part(spark, bench: ClassBench, sizes: Sizes, probe: RebuildProbe | N
             "out_rows_per_update": sum(calls[i][6] for i in idx) / (size * len(idx)),
             "pure_out_rows_per_update": sum(pure_rows[i] for i in idx) / (size * len(idx)),
             "rebuilds": sum(r["rebuilds"] for r in rb) if rb else None,
-            "caught_up": sum(r["caught_up"] for r in rb) if rb else None})
+            "caught_up": sum(r["caught_up"] for r in rb) if rb else None,
+            "driver_rebuilds": sum(r["driver_rebuilds"] for r in rb) if rb else None,
+            "new_bases": sum(r["new_bases"] for r in rb) if rb else None})
     idx = [i for i, c in enumerate(calls) if c[0] == "fixed"]
     res["fixed_cost_s"] = statistics.median(calls[i][5] for i in idx)
     res["fixed_times"] = [calls[i][5] for i in idx]
     res["pure_1row_s"] = statistics.median(pure_t[i] for i in idx)
-    res["stats_rebuild_counter"] = _stats_rebuilds(e)
+    res["stats_runtime"] = _stats_runtime(e)
+    res["stats_rebuild_counter"] = ", ".join(k for k in ("rebuilds", "catch_ups", "hits")
+                                             if k in (res["stats_runtime"] or {})) or "not exposed"
     res["load_end"] = load_avg()
     for b in res["batches"]:
         log(f"  {bench.name} batch {b['batch']:>7,}: e2e {b['e2e_rows_s']:>9,.0f} rows/s, pure "
@@ -704,17 +652,17 @@ def publish_part(spark, bench: ClassBench, sizes: Sizes, probe: RebuildProbe | N
     return res, e, cur
 
 
-def _stats_rebuilds(e) -> str:
-    """Whether engine.stats() exposes a rebuild counter (issue 16 adds one); checked by key name."""
+def _stats_runtime(e) -> dict | None:
+    """``engine.stats()["runtime"]`` once, at the end of a class's publishes (its totals, without per-label
+    detail): the same counters the bench reads between calls, through the engine's own interface."""
     try:
-        st = e.stats()
+        st = e.stats().get("runtime")
     except Exception as err:  # noqa: BLE001 - reported, the bench goes on
-        return f"stats() failed: {type(err).__name__}"
-    keys = sorted({k for v in st.values() if isinstance(v, dict) for k in v if "rebuil" in str(k).lower()})
-    return ", ".join(keys) if keys else "not exposed"
+        return {"error": f"stats() failed: {type(err).__name__}: {str(err)[:200]}"}
+    return {k: v for k, v in st.items() if k != "by_label"} if st else None
 
 
-def zero_rebuild_part(live: list, pause: float, probe: RebuildProbe | None) -> list[dict]:
+def zero_rebuild_part(live: list, pause: float) -> list[dict]:
     """20 warm publishes of 1K per class after one warm-up publish: with ``pause`` > 0, 18 back to back, then
     two rounds (every class once) each after ``pause`` idle seconds; without, 20 back to back.
 
@@ -724,34 +672,29 @@ def zero_rebuild_part(live: list, pause: float, probe: RebuildProbe | None) -> l
     n = ZERO_REBUILD_PUBLISHES
     rounds = 2 if pause > 0 else 0
     out = {b.name: {"class": b.name, "design": "back-to-back", "times": [], "rebuilds": [], "caught_up": [],
-                    "worker_restarts": [], "pause_s": pause, "after_pause": list(range(n - rounds, n)),
-                    "by_executor": {}} for b, _, _ in live}
+                    "driver_rebuilds": [], "new_bases": [], "worker_restarts": [], "pause_s": pause,
+                    "after_pause": list(range(n - rounds, n))} for b, _, _ in live}
 
     def one(b, e, cur, seen):
         lo, hi, _ = cur.take(1_000)
+        before = cache_counts(e)
         dt, _ = timed_publish(e, b, lo, hi)
         workers = worker_pids()
-        records = probe.read() if probe is not None else []
-        rb = count_rebuilds(records, e.uid) if probe is not None else None
+        rb = count_delta(before, cache_counts(e))
         r = out[b.name]
         r["times"].append(dt)
         r["rebuilds"].append(rb["rebuilds"] if rb else None)
         r["caught_up"].append(rb["caught_up"] if rb else None)
+        r["driver_rebuilds"].append(rb["driver_rebuilds"])
+        r["new_bases"].append(rb["new_bases"])
         # Python workers that did not exist after this class's previous publish (idle ones die after 60 s)
         r["worker_restarts"].append(len(set(workers) - seen.get(b.name, set())))
         seen[b.name] = set(workers)
-        for rec in records:
-            if rec["engine"] == e.uid:
-                x = r["by_executor"].setdefault(workers.get(rec["pid"], "?"), {"tasks": 0, "rebuilds": 0})
-                x["tasks"] += 1
-                x["rebuilds"] += rec["status"] == "rebuild"
 
     seen: dict = {}
     for b, e, cur in live:
         lo, hi, _ = cur.take(1_000)   # warm-up: a log compaction or a cold worker after the earlier parts
         timed_publish(e, b, lo, hi)
-        if probe is not None:
-            probe.read()
         seen[b.name] = set(worker_pids())
         for _ in range(n - rounds):
             one(b, e, cur, seen)
@@ -766,6 +709,8 @@ def zero_rebuild_part(live: list, pause: float, probe: RebuildProbe | None) -> l
         r["total_rebuilds"] = sum(rb) if rb else None
         r["publishes_with_rebuild"] = sum(1 for x in rb if x) if rb else None
         r["warm_rebuilds"] = sum(rb[: n - rounds]) if rb else None
+        # rebuilds in publishes that made no new base: a worker that did not hold the replica (cold)
+        r["cold_rebuilds"] = sum(x for x, nb in zip(r["rebuilds"], r["new_bases"]) if x and not nb)
         r["median_s"] = statistics.median(r["times"])
         r["max_s"] = max(r["times"])
         r["after_pause_s"] = [r["times"][i] for i in r["after_pause"]]
@@ -828,7 +773,7 @@ def _stream_stats(df):
 
 
 # ============================================================================================ memory children
-def rss_child(master: str, subs: int, rows: int) -> dict:
+def rss_child(master: str, subs: int, rows: int, connect: bool = False) -> dict:
     """In a fresh process: driver and worker memory with ``subs`` range-MIN subscriptions on ``rows`` rows."""
     import range_min as rm
 
@@ -839,7 +784,7 @@ def rss_child(master: str, subs: int, rows: int) -> dict:
     stream = rm.make_updates(ys, 40_000)
     gc.collect()
     out["driver_start_mb"] = rss_mb()
-    spark = _session(master, "sparksub-bench-runtime-rss")
+    spark = _session(master, "sparksub-bench-runtime-rss", connect)
     out["driver_session_mb"] = rss_mb()
     e = Engine(spark)
     e.sql("CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)")
@@ -877,22 +822,31 @@ def rss_child(master: str, subs: int, rows: int) -> dict:
     gc.collect()
     out["driver_after_reformulated_mb"] = rss_mb()
     out["after_reformulated"] = memory_snapshot()
+    # the replicas the group's state is in (groups/<group>/<part>): one, 'whole', while a group is one task
+    groups = e.directory.root / "groups"
+    out["replicas"] = sorted(str(p.relative_to(groups)) for p in groups.glob("*/*") if p.is_dir())
+    out["cache"] = {k: v for k, v in cache_counts(e).items() if k not in ("by_label", "bases")}
     spark.stop()
     return out
 
 
-def run_rss_children(master: str, sizes: Sizes, probe_env: dict) -> list[dict]:
+def run_rss_children(master: str, sizes: Sizes, connect: bool = False) -> list[dict]:
     res = []
     for m in sizes.rss_subs:
         log(f"  memory child: {m:,} subscriptions x {sizes.rss_rows:,} rows on {master} ...")
-        env = {**os.environ, **probe_env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
         t0 = time.perf_counter()
         try:
             proc = subprocess.run([sys.executable, __file__, "--rss-child", str(m), "--rss-rows", str(sizes.rss_rows),
-                                   "--master", master], capture_output=True, text=True, timeout=1800, env=env)
+                                   "--master", master] + (["--connect"] if connect else []),
+                                  capture_output=True, text=True, timeout=1800, env=env)
             line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RSS ")), None)
             if line is None:
-                res.append({"subscriptions": m, "error": (proc.stderr or proc.stdout)[-600:]})
+                text = proc.stderr or proc.stdout
+                # the first error line names the cause (a JVM's stack trace would bury it)
+                first = next((ln for ln in text.splitlines() if "Error" in ln or "Exception" in ln), "")
+                res.append({"subscriptions": m, "error": (first.strip() + " ... " + text[-400:]) if first
+                            else text[-600:]})
                 log(f"    failed: {res[-1]['error'][-300:]}")
                 continue
             r = json.loads(line[4:])
@@ -911,14 +865,24 @@ def run_rss_children(master: str, sizes: Sizes, probe_env: dict) -> list[dict]:
 
 
 # ============================================================================================ session
-def _session(master: str, app: str):
-    from sparksub.engine import spark_session
+def _session(master: str, app: str, connect: bool = False):
+    """A classic session (sparksub's ``spark_session``), or with ``connect`` a Spark Connect client of a local
+    Connect server on ``master`` (as tests/test_connect.py starts one), with the same session defaults."""
+    from sparksub.runtime.session import SESSION_DEFAULTS
     conf = {}
     if master.startswith("local-cluster"):
         conf = {"spark.executorEnv.PYSPARK_PYTHON": sys.executable}
-        for k in ("PYTHONPATH", "SPARKSUB_BENCH_PROBE"):
-            if os.environ.get(k):
-                conf[f"spark.executorEnv.{k}"] = os.environ[k]
+        if os.environ.get("PYTHONPATH"):
+            conf["spark.executorEnv.PYTHONPATH"] = os.environ["PYTHONPATH"]
+    if connect:
+        from pyspark.sql import SparkSession
+        builder = SparkSession.builder.remote(master).appName(app)
+        # a Connect client sets session (SQL) options only: the UI and static options stay the server's
+        for k, v in {**SESSION_DEFAULTS, **conf}.items():
+            if k.startswith("spark.sql.") and k != "spark.sql.catalogImplementation":
+                builder = builder.config(k, v)
+        return builder.getOrCreate()
+    from sparksub.engine import spark_session
     return spark_session(master, app, **conf)
 
 
@@ -938,17 +902,20 @@ def code_under_test() -> dict:
     return out
 
 
-def worker_code_path(spark) -> str:
-    """Where the Python workers import sparksub from (must be the code under test)."""
-    def where(_):
+def worker_code_path(spark) -> list:
+    """Where the Python workers import sparksub from (must be the code under test); a DataFrame job, so that
+    it runs on a Connect session too."""
+    def where(batches):
         import sparksub
-        yield sparksub.__file__
-    return sorted(set(spark.sparkContext.parallelize([0, 1], 2).mapPartitions(where).collect()))
+        for _ in batches:
+            yield pa.record_batch({"path": pa.array([sparksub.__file__])})
+    rows = spark.range(0, 2, 1, 2).mapInArrow(where, "path string").collect()
+    return sorted({r["path"] for r in rows})
 
 
 # ============================================================================================ report
-def run_label(master: str, quick: bool) -> str:
-    return f"{master} {'quick' if quick else 'full'}"
+def run_label(master: str, quick: bool, connect: bool = False, smoke: bool = False) -> str:
+    return f"{'Connect ' if connect else ''}{master} {'smoke' if smoke else 'quick' if quick else 'full'}"
 
 
 def _prev_run(baseline: dict | None, label: str, master: str) -> dict | None:
@@ -983,23 +950,25 @@ def report_run(run: dict) -> list[str]:
              + (f"; previous runtime's figures from `{run['previous_source']}` (commit "
                 f"`{(prev['code'].get('commit') or '?')[:10]}`, {prev['machine']['date']}, load at start "
                 f"{prev['load_start']})" if prev else "") + ".\n")
-    targets = _targets(run)
-    if targets:
-        L.append("Issue 16's targets as this run measures them:\n")
-        L.append(md_table(["target", "measured", "status"], targets) + "\n")
+    if prev and prev.get("sizes") not in (None, run["sizes"]):
+        L.append("**The previous runtime's figures are from a run at other sizes** (its tables, subscriptions and "
+                 "batches: `python bench/runtime.py` without `--quick`); *now / previous* compares the same class "
+                 "and batch size across them, *e2e / pure* is the figure that carries over.\n")
     s = run["sizes"]
     L.append(f"Sizes: stock {s['objects']:,} rows, {s['range_subs']:,} RANGE_MIN / RANGE_AGG and "
              f"{s.get('topk_subs', s['range_subs']):,} RANGE_TOPK subscriptions, "
              f"{s['filter_subs']:,} FILTER subscriptions; r and s {s['join_rows']:,} rows each, {s['sj_subs']:,} "
              f"SELECT_JOIN and {s['bj_subs']:,} BAND_JOIN subscriptions; {s['event_queries']:,} event queries. "
-             f"Batches (size x timed repetitions): {', '.join(f'{b:,} x {r}' for b, r in s['batches'])}; "
+             f"Batches (size x timed repetitions): {', '.join(f'{b:,} x {r}' for b, r in s['batches'])}"
+             + "".join(f", and {', '.join(f'{b:,} x {r}' for b, r in v)} for {k}"
+                       for k, v in (s.get('extra_batches') or {}).items()) + "; "
              f"{s['fixed_reps']} 1-row publishes.\n")
 
     # ---- publish
     L.append("### publish: end to end vs the pure operator\n")
     prev_pub = {(p["class"], b["batch"]): b for p in (prev or {}).get("publish", []) for b in p["batches"]}
     hdr = ["class", "mode", "batch", "e2e rows/s", "pure rows/s", "e2e / pure", "s per batch (median)",
-           "out rows/update", "rebuilds (probe)", "load at class start"]
+           "out rows/update", "worker rebuilds", "load at class start"]
     if prev:
         hdr += ["previous e2e rows/s", "now / previous", "previous e2e / pure"]
     rows = []
@@ -1007,7 +976,8 @@ def report_run(run: dict) -> list[str]:
         for b in p["batches"]:
             r = [p["class"], p["mode"], f"{b['batch']:,}", fmt_num(b["e2e_rows_s"]), fmt_num(b["pure_rows_s"]),
                  f"{100 * b['ratio']:.1f}%", f"{b['e2e_s']:.3f}", fmt_num(b["out_rows_per_update"]),
-                 "n/a" if b["rebuilds"] is None else f"{b['rebuilds']} (+{b['caught_up']} caught up)",
+                 "n/a" if b["rebuilds"] is None else f"{b['rebuilds']} (+{b['caught_up']} caught up"
+                 + (f", {b['new_bases']} new bases" if b.get("new_bases") else "") + ")",
                  p["load_start"].split("/")[0]]
             if prev:
                 q = prev_pub.get((p["class"], b["batch"]))
@@ -1071,7 +1041,7 @@ def report_run(run: dict) -> list[str]:
                     f"{extra['elapsed_s'] / 60:.0f} min, load {extra['load_start']} at start, "
                     f"{extra['load_end']} at end) on fresh engines with the same sizes (one warm-up publish, no "
                     f"throughput part before). " if extra else "")
-                 + "Rebuilds from the probe; new workers = Python worker processes that did not exist after the "
+                 + "Worker rebuilds from the counters of `engine.stats()['runtime']`; new workers = Python worker processes that did not exist after the "
                    "class's previous publish (Spark ends a Python worker idle for 60 s).\n")
         L += _zero_table(run["zero_rebuild"], prev and prev.get("zero_rebuild"), back_to_back=True)
     if run.get("zero_rebuild_interleaved"):
@@ -1102,7 +1072,7 @@ def report_run(run: dict) -> list[str]:
         rows = []
         for x in run["rss"]:
             if "error" in x:
-                rows.append([f"{x['subscriptions']:,}", "failed: " + x["error"][-120:].replace("\n", " ")]
+                rows.append([f"{x['subscriptions']:,}", "failed: " + x["error"][:160].replace("\n", " ")]
                             + [""] * (len(hdr) - 2))
                 continue
             a, z = x["after_publish"], x["after_reformulated"]
@@ -1131,8 +1101,38 @@ def report_run(run: dict) -> list[str]:
                      f"{hi_['driver_after_result_mb'] - lo_['driver_after_result_mb']:+,.0f} MB after result(), "
                      f"{hi_['driver_after_reformulated_mb'] - lo_['driver_after_reformulated_mb']:+,.0f} MB after the "
                      f"reformulated publishes.\n")
+    L += _executor_share(run)
+    if run.get("caveats"):  # written into the JSON by hand, for what the script cannot see (concurrent runs)
+        L.append("**Caveats**: " + " ".join(run["caveats"]) + "\n")
     if run.get("notes"):
         L.append("Not measured in this run: " + "; ".join(run["notes"]) + ".\n")
+    return L
+
+
+def _executor_share(run: dict) -> list[str]:
+    """On local-cluster: each executor's share of the range-MIN group's memory (its Python workers' RSS after
+    the reformulated publishes), per size."""
+    ok = [x for x in run.get("rss") or [] if "error" not in x and len(x["after_reformulated"]["executors"]) > 1]
+    if not ok:
+        return []
+    L = ["### each executor's share of one large range-MIN group\n",
+         "A group is still **one replica run by one task** (item 4's split of a group across partitions is not in "
+         "this runtime): its subscriptions and rows are all in the worker of whichever executor ran that task, "
+         "and in the other executor too if a later task of the group ran there (a rebuild from the files). Per "
+         "executor JVM, its Python workers after the reformulated publishes (RSS summed; PSS), their share of all "
+         "Python workers' RSS, and the replicas the group's files hold:\n"]
+    rows = []
+    for x in ok:
+        z = x["after_reformulated"]
+        total = sum(v["python_rss_mb"] for v in z["executors"].values()) or 1.0
+        for k, v in sorted(z["executors"].items()):
+            rows.append([f"{x['subscriptions']:,} x {x['rows']:,}", k, str(v["python_processes"]),
+                         f"{_mb(v['python_rss_mb'])} ({_mb(v['python_pss_mb'])})",
+                         f"{100 * v['python_rss_mb'] / total:.0f}%", _mb(v["jvm_rss_mb"]),
+                         ", ".join(x.get("replicas", [])) or "?"])
+    L.append(md_table(["subscriptions x rows", "executor", "Python workers", "Python RSS (PSS) MB",
+                       "share of Python RSS", "executor JVM RSS MB", "replicas (groups/<group>/<part>)"], rows)
+             + "\n")
     return L
 
 
@@ -1141,14 +1141,16 @@ def _zero_table(results: list, prev: list | None, back_to_back: bool) -> list[st
     multi = any(len(x.get("by_executor", {})) > 1 for x in results)
     hdr = ["class", "rebuilds (total)", "publishes with a rebuild"]
     hdr += ["rebuilds in the back-to-back publishes"] if back_to_back else []
-    hdr += ["caught up", "new workers", "median s", "max s", "after the pauses s"]
+    hdr += ["of which with no new base (cold worker)", "caught up", "new workers", "median s", "max s",
+            "after the pauses s"]
     hdr += ["tasks / rebuilds per executor"] if multi else []
     hdr += ["previous rebuilds (back to back)", "previous publishes with a rebuild"] if prev else []
     rows = []
     for x in results:
         r = [x["class"], str(x["total_rebuilds"]), str(x["publishes_with_rebuild"])]
         r += [str(x.get("warm_rebuilds"))] if back_to_back else []
-        r += [str(sum(c for c in x["caught_up"] if c)), str(sum(x["worker_restarts"])), f"{x['median_s']:.3f}",
+        r += [str(x.get("cold_rebuilds", "n/a")), str(sum(c for c in x["caught_up"] if c)),
+              str(sum(x["worker_restarts"])), f"{x['median_s']:.3f}",
               f"{x['max_s']:.2f}", ", ".join(f"{t:.2f}" for t in x["after_pause_s"]) or "-"]
         if multi:
             r.append("; ".join(f"{k}: {v['tasks']} / {v['rebuilds']}" for k, v in sorted(x["by_executor"].items())))
@@ -1172,34 +1174,59 @@ def _loads(run: dict) -> list[float]:
 
 
 def _targets(run: dict) -> list[list[str]]:
-    """Issue 16's targets, as this run measures them (the figures the next runtime is judged against)."""
+    """Issue 16's targets as this run measures them: [target, measured, PASS / FAIL / not measured]."""
     rows = []
     rss = [x for x in run.get("rss") or [] if "error" not in x]
     small = next((x for x in rss if x["subscriptions"] == 10_000), None)
     big = next((x for x in rss if x["subscriptions"] == 1_000_000), None)
+    target = "driver RSS at 1M range subscriptions + 100K rows within 100 MB of its RSS at 10K"
     if small and big:
         d = big["driver_published_mb"] - small["driver_published_mb"]
         dz = big["driver_after_reformulated_mb"] - small["driver_after_reformulated_mb"]
-        rows.append(["driver RSS at 1M range subscriptions + 100K rows within 100 MB of its RSS at 10K",
-                     f"{d:+,.0f} MB after unicast publishes, {dz:+,.0f} MB after reformulated ones",
-                     "met" if max(d, dz) <= 100 else "not met"])
-    if big and len(big["after_reformulated"]["executors"]) > 1:
-        per = [v["python_rss_mb"] for v in big["after_reformulated"]["executors"].values()]
-        rows.append(["on local-cluster each executor holds about half of a large group (1M subscriptions)",
-                     "Python RSS per executor: " + ", ".join(f"{v:,.0f} MB" for v in per),
-                     "see the memory table (a full copy each when both are near the local[2] total)"])
+        dr = big["driver_after_result_mb"] - small["driver_after_result_mb"]
+        rows.append([target, f"{d:+,.0f} MB after unicast publishes, {dr:+,.0f} MB after result(), {dz:+,.0f} MB "
+                             f"after reformulated ones", "PASS" if max(d, dz, dr) <= 100 else "FAIL"])
+    else:
+        failed = [f"{x['subscriptions']:,}" for x in run.get("rss") or [] if "error" in x]
+        rows.append([target, f"the memory child at {', '.join(failed)} subscriptions failed (see the memory table)"
+                     if failed else "-", "not measured"])
     rm = next((p for p in run.get("publish", []) if p["class"] == "RANGE_MIN reformulated"), None)
     b = next((b for b in (rm or {}).get("batches", []) if b["batch"] == 100_000), None)
-    if b:
-        rows.append(["RANGE_MIN reformulated end to end at batches of 100K >= 60% of the pure core's rate",
-                     f"{100 * b['ratio']:.1f}%", "met" if b["ratio"] >= 0.6 else "not met"])
-    rows.append(["no class slower than today at batches of 10K or more",
-                 "this runtime is the reference" if not run.get("previous") else "see now / previous", "-"])
+    target = "RANGE_MIN reformulated end to end at batches of 100K >= 60% of the pure core's rate"
+    rows.append([target, f"{100 * b['ratio']:.1f}% ({fmt_num(b['e2e_rows_s'])} vs {fmt_num(b['pure_rows_s'])} "
+                         f"rows/s)", "PASS" if b["ratio"] >= 0.6 else "FAIL"] if b else [target, "-", "not measured"])
+    target = "no class slower than the previous runtime at batches of 10K or more"
+    prev = run.get("previous")
+    if prev:
+        prev_pub = {(p["class"], q["batch"]): q for p in prev.get("publish", []) for q in p["batches"]}
+        slower, compared = [], 0
+        for p in run.get("publish", []):
+            for q in p["batches"]:
+                old = prev_pub.get((p["class"], q["batch"]))
+                if q["batch"] >= 10_000 and old:
+                    compared += 1
+                    if q["e2e_rows_s"] < old["e2e_rows_s"]:
+                        slower.append(f"{p['class']} at {q['batch']:,}: {q['e2e_rows_s'] / old['e2e_rows_s']:.2f}x")
+        same = prev.get("sizes") in (None, run["sizes"])
+        note = "" if same else " (the previous figures are at other table / subscription sizes: see below)"
+        rows.append([target, (f"{compared} class/batch pairs compared; slower: " + ("; ".join(slower) or "none")
+                              + note) if compared else "no common batch", "not measured" if not compared
+                     else ("FAIL" if slower else "PASS") + ("" if same else " (sizes differ)")])
+    else:
+        rows.append([target, "no --baseline", "not measured"])
     z = run.get("zero_rebuild")
+    target = "zero rebuilds in 20 consecutive warm publishes, two after a 90 s pause"
     if z and z[0].get("design"):
-        bad = [f"{x['class']} {x['total_rebuilds']}" for x in z if x["total_rebuilds"]]
-        rows.append([f"zero rebuilds in 20 consecutive warm publishes, two after a {z[0]['pause_s']:.0f} s pause",
-                     "rebuilds: " + (", ".join(bad) if bad else "none"), "met" if not bad else "not met"])
+        bad = [f"{x['class']} {x['total_rebuilds']}" + (f" ({x['total_rebuilds'] - x['cold_rebuilds']} in publishes "
+                                                          f"that compacted the log: a new base)"
+                                                          if x.get("cold_rebuilds") is not None
+                                                          and x["cold_rebuilds"] < x["total_rebuilds"] else "")
+               for x in z if x["total_rebuilds"]]
+        pause = z[0]["pause_s"]
+        rows.append([target, f"pause {pause:.0f} s; worker rebuilds: " + (", ".join(bad) if bad else "none"),
+                     ("FAIL" if bad else "PASS") + ("" if pause >= 90 else " (pause < 90 s)")])
+    else:
+        rows.append([target, "-", "not measured"])
     return rows
 
 
@@ -1225,8 +1252,13 @@ def write_report(data: dict, md_path: Path, png_path: Path) -> None:
                  f"recorded during the runs ranged from {min(loads):.1f} to {max(loads):.1f}. The figures are wall "
                  f"clock under that load: absolute rates are low and noisy; the ratios measured side by side (e2e / "
                  f"pure, now / previous) are the robust figures.\n")
+    order = sorted(runs.values(), key=lambda r: (r.get("connect", False), r["quick"], r["master"] != "local[2]"))
+    L.append("## Issue 16's targets\n")
+    for run in order:
+        L.append(f"**{run['label']}** ({run['machine']['date']}, load {run['load_start']} at start):\n")
+        L += [f"* **{status}**: {target}: {measured}" for target, measured, status in _targets(run)]
+        L.append("")
     L.append("![e2e vs pure rows/s per class and batch; memory](runtime.png)\n")
-    order = sorted(runs.values(), key=lambda r: (r["quick"], r["master"] != "local[2]"))
     for run in order:
         L += report_run(run)
     L.append(textwrap.dedent("""\
@@ -1236,11 +1268,13 @@ def write_report(data: dict, md_path: Path, png_path: Path) -> None:
           driver's copy of the table, building the batch, the Spark job (one task per group or partition),
           Arrow round trips, the worker-side operator, the checkpoint of the output and `count()`. The pure
           operator runs the same batches on one core with no Spark.
-        * **rebuilds (probe)**: tasks whose Python worker did not hold the group (or held another base) and built
-          it from the broadcast base plus the whole update log; *caught up*: tasks whose worker held the group
-          behind by some batches and replayed them. FILTER groups are stateless, but their cache entry is checked
-          against a log that is never appended, so every FILTER task counts as a rebuild (issue 16).
-          A log longer than 200,000 rows (`LOG_COMPACTION_ROWS`) makes a new base: the next task rebuilds.
+        * **worker rebuilds**: from `engine.stats()["runtime"]`'s counters (the files under the engine's
+          directory), around each call: tasks whose Python worker did not hold the replica (or held another
+          base) and built it from the base file plus the whole log; *caught up*: tasks whose worker held it
+          behind and replayed the log entries it missed; *new bases*: the call compacted a log (range groups past
+          200,000 logged rows, `LOG_COMPACTION_ROWS`; an event partition past 20,000 events,
+          `EVENT_LOG_COMPACTION`) or changed the group, so the next task rebuilds by design. With `local[2]` an
+          executor has two Python workers: a task can land on the one that never held the replica (a rebuild).
         * **stream**: micro-batch rates exclude the first micro-batch (it seeds the state from the engine's rows).
         * Timings are wall clock on a shared 2-core machine: compare the ratios within a run, not absolute rates
           across runs.
@@ -1258,7 +1292,7 @@ def _plot(runs: list, path: Path) -> None:
         return
     fig, axes = plt.subplots(1, 3, figsize=(17, 5))
     classes = [p["class"] for p in main["publish"]]
-    batches = [b for b, _ in main["sizes"]["batches"]]
+    batches = sorted({q["batch"] for p in main["publish"] for q in p["batches"]})
     width = 0.8 / max(len(batches), 1)
     x = np.arange(len(classes))
     ax = axes[0]
@@ -1312,24 +1346,22 @@ def _plot(runs: list, path: Path) -> None:
 def zero_only(args, sizes: Sizes, pause: float) -> int:
     """``--zero-only``: the zero-rebuild check alone, on fresh engines, merged into the run of the same label in
     ``--json`` (an earlier result without a design mark, the interleaved one, is kept beside it)."""
-    label = run_label(args.master, args.quick)
+    label = run_label(args.master, args.quick, args.connect, args.tiny)
     data = json.loads(args.json.read_text()) if args.json.exists() else {"runs": {}}
     if label not in data["runs"]:
         raise SystemExit(f"--zero-only: no run {label!r} in {args.json} to merge into")
     started, info, load0 = time.perf_counter(), machine(), load_avg()
     work = Path(tempfile.mkdtemp(prefix="sparksub-bench-runtime-"))
-    probe = RebuildProbe(work / "probe")
-    probe.install()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     try:
         benches = make_benches(sizes, 1_000 * (ZERO_REBUILD_PUBLISHES + 2), args.only)
-        spark = _session(args.master, "sparksub-bench-runtime")
+        spark = _session(args.master, "sparksub-bench-runtime", args.connect)
         live = []
         for b in benches:
             log(f"registering {b.name} ...")
             live.append((b, b.engine(spark), Cursor()))
         log(f"\n## zero-rebuild check ({ZERO_REBUILD_PUBLISHES} warm publishes per class, pause {pause:.0f} s)")
-        results = zero_rebuild_part(live, pause, probe)
+        results = zero_rebuild_part(live, pause)
         live.clear()
         spark.stop()
     finally:
@@ -1350,6 +1382,8 @@ def zero_only(args, sizes: Sizes, pause: float) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller tables, batches 1K / 10K, few reps")
+    ap.add_argument("--connect", action="store_true",
+                    help="on a Spark Connect session (SparkSession.builder.remote(MASTER): a local Connect server)")
     ap.add_argument("--master", default="local[2]", help=f"Spark master (default local[2]; or '{CLUSTER}')")
     ap.add_argument("--pause", type=float, default=None,
                     help="idle seconds before 2 of the 20 warm publishes (default: 90 full, 0 with --quick)")
@@ -1362,12 +1396,13 @@ def main(argv=None) -> int:
     ap.add_argument("--zero-only", action="store_true",
                     help="only the zero-rebuild check, on fresh engines, merged into this label's run in --json")
     ap.add_argument("--render-only", action="store_true", help="rewrite runtime.md / runtime.png from --json")
-    ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # toy sizes, to develop the script
+    ap.add_argument("--smoke", "--tiny", dest="tiny", action="store_true",
+                    help="toy sizes, every part: checks the script runs (its figures mean nothing)")
     ap.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--rss-rows", type=int, default=100_000, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.rss_child:
-        print("RSS " + json.dumps(rss_child(args.master, args.rss_child, args.rss_rows)), flush=True)
+        print("RSS " + json.dumps(rss_child(args.master, args.rss_child, args.rss_rows, args.connect)), flush=True)
         return 0
     sizes = TINY if args.tiny else QUICK if args.quick else FULL
     pause = args.pause if args.pause is not None else (0.0 if args.quick else 90.0)
@@ -1378,22 +1413,22 @@ def main(argv=None) -> int:
         return zero_only(args, sizes, pause)
     started = time.perf_counter()
     info = machine()
-    label = run_label(args.master, args.quick)
+    label = run_label(args.master, args.quick, args.connect, args.tiny)
     code = code_under_test()
-    run = {"label": label, "master": args.master, "quick": args.quick, "machine": info, "code": code,
+    run = {"label": label, "master": args.master, "quick": args.quick, "connect": args.connect, "machine": info,
+           "code": code,
            "argv": " ".join(sys.argv[1:]), "load_start": load_avg(), "sizes": sizes.__dict__, "notes": []}
     log(f"# runtime benchmark ({label}) — {info['date']}; sparksub {code}; load {run['load_start']}")
     work = Path(tempfile.mkdtemp(prefix="sparksub-bench-runtime-"))
-    probe = RebuildProbe(work / "probe")
-    probe.install()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     try:
         n_updates = (1_000 + sum(b * r for b, r in sizes.batches) + sizes.fixed_reps
+                     + max([sum(b * r for b, r in x) for x in sizes.extra_batches.values()] or [0])
                      + 1_000 * (ZERO_REBUILD_PUBLISHES + 1) + sizes.stream_batch * sizes.stream_batches + 1_000)
         log(f"building workloads ({n_updates:,} updates per class) ...")
         benches = make_benches(sizes, n_updates, args.only)
         t0 = time.perf_counter()
-        spark = _session(args.master, "sparksub-bench-runtime")
+        spark = _session(args.master, "sparksub-bench-runtime", args.connect)
         run["spark_start_s"] = time.perf_counter() - t0
         run["worker_code"] = worker_code_path(spark)
         log(f"SparkSession {args.master} in {run['spark_start_s']:.1f} s; workers import {run['worker_code']}")
@@ -1403,13 +1438,19 @@ def main(argv=None) -> int:
         run["publish"], live = [], []
         for b in benches:
             log(f"\n## {b.name}: publish (load {load_avg()})")
-            res, e, cur = publish_part(spark, b, sizes, probe)
+            try:
+                res, e, cur = publish_part(spark, b, sizes)
+            except Exception as err:  # noqa: BLE001 - a class that fails is reported; the others go on
+                msg = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
+                log(f"  {b.name}: publish failed: {msg}")
+                run["notes"].append(f"{b.name} (publish failed: {msg})")
+                continue
             run["publish"].append(res)
             live.append((b, e, cur))
         # ---- zero rebuilds
         if "zero" not in args.skip:
             log(f"\n## zero-rebuild check ({ZERO_REBUILD_PUBLISHES} warm publishes per class, pause {pause:.0f} s)")
-            run["zero_rebuild"] = zero_rebuild_part(live, pause, probe)
+            run["zero_rebuild"] = zero_rebuild_part(live, pause)
         # ---- stream
         if "stream" not in args.skip:
             run["stream"] = []
@@ -1421,24 +1462,24 @@ def main(argv=None) -> int:
         # ---- memory
         if "rss" not in args.skip:
             log(f"\n## memory ({args.master})")
-            run["rss"] = run_rss_children(args.master, sizes, probe.env())
+            run["rss"] = run_rss_children(args.master, sizes, args.connect)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     run["load_end"] = load_avg()
     run["elapsed_s"] = time.perf_counter() - started
     if args.quick:
-        run["notes"].append("batches of 100K (full run only)")
+        run["notes"].append("batches of 100K but for " + ", ".join(sizes.extra_batches) if sizes.extra_batches
+                            else "batches of 100K (full run only)")
     if pause <= 0:
         run["notes"].append("the 90 s idle-worker case (no --pause)")
     if any(p["stats_rebuild_counter"] == "not exposed" for p in run["publish"]):
-        run["notes"].append("a rebuild counter from engine.stats() (not exposed by this runtime; the bench's probe "
-                            "counts the workers' rebuilds instead)")
+        run["notes"].append("a rebuild counter from engine.stats() (engine.stats()['runtime'] did not answer)")
     # ---- previous runtime
     baseline = json.loads(args.baseline.read_text()) if args.baseline else None
     prev = _prev_run(baseline, label, args.master)
     if prev is not None:
         run["previous"] = {k: prev.get(k) for k in ("publish", "stream", "zero_rebuild", "rss", "code", "machine",
-                                                     "load_start", "label")}
+                                                     "load_start", "label", "sizes")}
         run["previous_source"] = str(args.baseline)
     elif args.baseline:
         run["notes"].append(f"no run for {args.master} in {args.baseline}")

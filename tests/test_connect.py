@@ -3,7 +3,8 @@ under the engine's directory, no broadcasts, accumulators, ``sparkContext`` or `
 ``Engine(spark)`` on a Connect session publishes and streams with the same output as on a classic session.
 
 One scenario (:func:`scenario`) runs twice: here, on the tests' classic session, and in a subprocess on a real
-Connect session (``SparkSession.builder.remote("local[2]")``: a local Connect server), since a Connect
+Connect session (a local[2] session serving Connect on a free port, and its client: what
+``SparkSession.builder.remote("local[2]")`` does, but on a free port), since a Connect
 session in this process would clash with the session-scoped classic one.  Its output -- every row of
 every publish, the results, the matches and the stream's rows, sorted -- must be equal.  The scenario covers
 a range-min group (unicast and reformulated, with ``deliver``), a FILTER group, a SELECT_JOIN group, an event
@@ -39,10 +40,23 @@ except ImportError as err:
     raise SystemExit(0)
 sys.path.insert(0, sys.argv[1])
 import test_connect
-spark = (SparkSession.builder.remote("local[2]")
-         .config("spark.sql.streaming.stateStore.providerClass",
-                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+# What builder.remote("local[2]") does -- a local[2] session whose Connect plugin serves gRPC, and a client
+# of it -- on a free port: remote("local[...]") always binds 15002, which a second run (CI beside a
+# benchmark, two test processes) finds taken.
+import socket
+with socket.socket() as probe:
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+(SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+ .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
+ .config("spark.connect.grpc.binding.port", str(port))
+ .config("spark.sql.streaming.stateStore.providerClass",
+         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+ .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+import os
+os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"   # as remote("local") sets it: functions build Connect columns
+from pyspark.sql.connect.session import SparkSession as ConnectSession
+spark = ConnectSession.builder.remote(f"sc://localhost:{port}").getOrCreate()
 out = test_connect.scenario(spark, sys.argv[2])
 with open(sys.argv[3], "w") as fh:
     json.dump(out, fh)

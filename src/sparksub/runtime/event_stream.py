@@ -29,7 +29,10 @@ every micro-batch that has events for the replica: state I/O proportional to its
 fails with an ``AnalysisError`` naming the class's queries): instances of a changed query set cannot be
 carried over (``NFAEngine.restore`` needs the same queries).  Start such a stream on a new checkpoint.  (A
 replica without state, e.g. after raising ``partitions`` or a re-plan, cannot be told from a new one and
-starts empty: change the queries or partitions only with a new checkpoint as well.)
+starts empty: change the queries or partitions only with a new checkpoint as well.)  So event queries are
+not subscriptions-as-data yet (issue 16 item 5): the engine refuses ``CREATE`` / ``DROP EVENT QUERY`` on a
+table while an event stream over it runs (the route notes its streaming query in the stream's directory,
+``stream_control``), and a stream built before such a change fails its next micro-batch saying so.
 
 **Order.**  ``t0``/``t1`` are required (no global arrival order exists across micro-batches).  Within a
 micro-batch a replica's events are processed in ``(t1, order)``, ``order`` being the ``order`` column when
@@ -121,6 +124,7 @@ class EventStreamSpec:
     layout: evp.MatchLayout
     schema: pa.Schema      # the output schema (layout.schema())
     stats: object = None   # the stream's counters (spark_stream.stream_stats), or None
+    control: object = None  # the stream's directory (``stream_control.StreamControl``): its query, a stale plan
 
     def cls(self, rid: str) -> StreamClass:
         cid = rid[len("events:"):].rsplit("#", 1)[0]
@@ -163,13 +167,16 @@ def event_stream_spec(stream: str, columns: Mapping[str, pa.DataType], queries: 
                       seconds_per_tick: float = 1, flush: bool | None = None,
                       executor: str = evp.DEFAULT_EXECUTOR, plan: evp.EventPlan | None = None,
                       layout: evp.MatchLayout | None = None, spellings: Mapping[str, tuple] | None = None,
-                      initial: Mapping[str, bytes] | None = None, store=None, stats=None) -> EventStreamSpec:
+                      initial: Mapping[str, bytes] | None = None, store=None, stats=None,
+                      control=None) -> EventStreamSpec:
     """The spec of a stream of ``stream``'s events (``columns``: its event columns and their Arrow types)
     through ``queries`` (name -> text or AST).  Without Spark.  The engine passes its own ``plan`` (the
     classes reading ``stream`` are taken), ``layout``, ``spellings`` (class id -> the names its queries
     read the stream under), ``initial`` (replica id -> its executor's snapshot now), ``store`` (the
-    stream's directory: ``initial`` goes to a file there rather than into every task's closure) and
-    ``stats`` (its counters); otherwise they are derived here (``event_partitions``)."""
+    stream's directory: ``initial`` goes to a file there rather than into every task's closure), ``stats``
+    (its counters) and ``control`` (``stream_control.StreamControl`` of that directory: the tasks note the
+    streaming query there, and fail when the engine marked the stream's queries changed); otherwise they are
+    derived here (``event_partitions``)."""
     from sparksub.grammar.events import parse_event_query
     asts = {q: parse_event_query(t) if isinstance(t, str) else t for q, t in queries.items()}
     if plan is None:
@@ -202,7 +209,7 @@ def event_stream_spec(stream: str, columns: Mapping[str, pa.DataType], queries: 
         raise AnalysisError(f"no event queries on stream {stream!r}")
     cols = tuple(columns)
     return EventStreamSpec(stream, cols, tuple(pa.types.is_integer(columns[c]) for c in cols), tuple(classes),
-                           layout, layout.schema(), stats)
+                           layout, layout.schema(), stats, control)
 
 
 def _attributes(stream: str, columns: Mapping[str, pa.DataType], asts: Mapping) -> dict:
@@ -260,6 +267,9 @@ def _route_function(spec: EventStreamSpec, name: str, arrival: bool):
     def route(batches):
         """Each event to its replica of every class (``ev_part``); ``ev_ord`` = arrival order."""
         from pyspark import TaskContext
+        if spec.control is not None:   # the engine's event queries changed since: refuse to run the old plan
+            spec.control.check_stale()
+            spec.control.note_query(spark_stream._query_identity()[0])
         tc = TaskContext.get()
         pos = (tc.partitionId() if tc is not None else 0) << 33
         for rb in batches:

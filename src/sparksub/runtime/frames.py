@@ -7,7 +7,7 @@ from __future__ import annotations
 from sparksub.operators.filters.group import EVENT_PREFIX
 from sparksub.runtime.stream import OP_COLUMN, REASON_COLUMN, SEQ_COLUMN
 
-__all__ = ["filter_stream_events", "net_join_notifications"]
+__all__ = ["empty_frame", "filter_stream_events", "net_join_notifications"]
 
 
 def filter_stream_events(checked_df, columns, with_reason: bool = False):
@@ -31,3 +31,10 @@ def net_join_notifications(df):
               .withColumn("op", F.when(F.col("_net") > 0, F.lit("insert")).otherwise(F.lit("delete")))
               .select(*[F.col(f"`{c}`") for c in df.columns]))
     return df.where(~is_join).unionByName(netted).localCheckpoint(eager=True)
+
+
+def empty_frame(spark, schema):
+    """An empty DataFrame of the Arrow ``schema``: given as a Spark schema, since a Spark Connect client cannot
+    infer one from an Arrow table without rows (``CANNOT_INFER_EMPTY_SCHEMA``)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    return spark.createDataFrame([], from_arrow_schema(schema))

@@ -23,6 +23,14 @@ the MapState plus the base (static side, subscriptions), a file the stream keeps
 directory (``stream_files/<stream id>/``, ``runtime/replicas.py``).  The first micro-batch seeds the MapState
 with the partition's share of the engine's rows of the table (a file too).
 
+**Subscription changes** (``stream_control``): a change of a group's subscriptions while the stream runs is a
+new snapshot of the group's subscriptions in the stream's directory; each micro-batch applies the newest one
+its plan pins before its rows: a cached partition takes the difference in place, as a :class:`QueryChange`
+(003 §4.2.3: the partitions follow query inserts and deletes while data flows, as publish's do), a cold one is
+rebuilt from the MapState, the base's static side and the new subscriptions (a change that selects other
+columns of the partner's rows brings the partner's rows as of the change).  ValueState ``subs`` keeps which
+change the last micro-batch applied.
+
 Order, ``seq`` and malformed rows as ``spark_stream``: rows apply in ``_seq`` order (else input order, ``seq
 = (micro-batch id << 32) + rank``, both from ``spark_stream.checked_updates``, which also sets malformed rows
 aside); a delete of an unknown key is rejected by the operator (emitted once, by the first group).  An upsert of a known key is the delete of its old row and the insert of
@@ -41,8 +49,9 @@ import pandas as pd
 import pyarrow as pa
 
 from sparksub.runtime import stream as spark_stream
+from sparksub.runtime import stream_control
 from sparksub.operators.shared.schemas import EVENT_PREFIX
-from sparksub.operators.joins.group import key_text, side_columns
+from sparksub.operators.joins.group import QueryChange, key_text, side_columns
 from sparksub.operators.shared.schemas import DELETE, UPSERT
 from sparksub.runtime.stream import REJECTED, _loaded
 
@@ -50,7 +59,7 @@ __all__ = ["JoinStreamGroup", "run_join_stream", "key_partition"]
 
 #: join partitions cached per Python worker
 CACHE_ENTRIES = 16
-_CACHE: dict = {}  # (engine uid, stream id, partition id) -> (query id, run id, applied, group)
+_CACHE: dict = {}  # (engine uid, stream id, partition id) -> (query id, run id, applied, group, change version)
 
 
 def key_partition(key, partitions: int) -> int:
@@ -90,13 +99,16 @@ class JoinStreamSpec:
     primary: str
     seq_given: bool
     stats: object = None  # the stream's counters (spark_stream.stream_stats: seeded, cache_hits, rebuilt), or None
+    control: object = None  # the stream's directory (``stream_control.StreamControl``): subscription changes
 
 
 def run_join_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: pa.Schema, arrow_types,
-                    engine_uid: str, name: str = "select_join_group_stream", stream_id: str | None = None):
+                    engine_uid: str, name: str = "select_join_group_stream", stream_id: str | None = None,
+                    control=None):
     """The streaming DataFrame of the join groups' notifications (``schema``: the output columns, ending with
     ``reason``); ``groups``: group_id -> :class:`JoinStreamGroup`; ``stream_id``: whose counters
-    (``spark_stream.new_stream_id``) count its partitions' cache hits and rebuilds."""
+    (``spark_stream.new_stream_id``) count its partitions' cache hits and rebuilds; ``control``: the stream's
+    directory, through which the engine changes the groups' subscriptions while the stream runs."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -106,7 +118,7 @@ def run_join_stream(spark, streaming_df, table_def, groups: dict, mode: str, sch
                        u.order.alias("j_ord"), u.reason.alias("j_reason"))
     spec = JoinStreamSpec(engine_uid, stream_id or uuid.uuid4().hex, table_def.name, tuple(names), tuple(arrow_types),
                           table_def.key, u.key_type, mode, schema, groups, min(groups), u.seq_given,
-                          spark_stream._STATS.get(stream_id) if stream_id is not None else None)
+                          spark_stream._STATS.get(stream_id) if stream_id is not None else None, control)
     routed_schema = StructType(list(rows.schema.fields) + [StructField("group_id", StringType(), False)])
     routed = rows.mapInArrow(_route_function(spec, name), routed_schema)
     processor = _processor_class()(spec)
@@ -140,7 +152,8 @@ def _processor_class():
         def init(self, handle) -> None:
             self.state = JoinStreamState(
                 rows=handle.getMapState("rows", f"key {self.spec.key_type}", "row binary"),
-                meta=handle.getValueState("meta", "applied long, rebuilds long"))
+                meta=handle.getValueState("meta", "applied long, rebuilds long"),
+                subs=handle.getValueState("subs", "stream string, version long"))
 
         def handleInputRows(self, key, rows, timerValues):
             frames = [pdf for pdf in rows if len(pdf)]
@@ -159,6 +172,7 @@ class JoinStreamState:
     """A partition's state variables (the state store's handles; in tests, any look-alike)."""
     rows: object   # MapState key -> (pickled row tuple,)
     meta: object   # ValueState (applied, rebuilds)
+    subs: object = None  # ValueState (stream id, change version): the subscriptions the last micro-batch applied
 
 
 def apply_join_micro_batch(spec: JoinStreamSpec, rid: str, pdf: pd.DataFrame, state: JoinStreamState) -> pd.DataFrame:
@@ -169,9 +183,11 @@ def apply_join_micro_batch(spec: JoinStreamSpec, rid: str, pdf: pd.DataFrame, st
     pdf = pdf.iloc[np.argsort(pdf["j_ord"].to_numpy(), kind="stable")]
     query_id, run_id = spark_stream._query_identity()
     ident = (spec.engine_uid, spec.stream_id, rid)
-    group, applied, rebuilds, how = _group_for(spec, gs, rid, int(part), state, ident, query_id, run_id)
+    version = spec.control.version(gid, stream_control.batch_id()) if spec.control is not None else 0
+    group, applied, rebuilds, how = _group_for(spec, gs, rid, int(part), state, ident, query_id, run_id, version)
+    changed = spark_stream.note_subscriptions(state.subs, spec.stream_id, version)
     if spec.stats is not None:
-        spec.stats.add({"micro_batches": 1, how: 1})
+        spec.stats.add({"micro_batches": 1, how: 1, "subscription_changes": changed})
 
     n = len(pdf)
     keys = pdf["j_key"].tolist()
@@ -221,7 +237,7 @@ def apply_join_micro_batch(spec: JoinStreamSpec, rid: str, pdf: pd.DataFrame, st
         else:
             state.rows.updateValue((k,), (pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL),))
     state.meta.update((applied + 1, rebuilds))
-    _remember(ident, (query_id, run_id, applied + 1, group))
+    _remember(ident, (query_id, run_id, applied + 1, group, version))
     return _output(spec.schema, gid, notes, rej_seq, rej_reason).to_pandas()
 
 
@@ -244,25 +260,75 @@ def _batch(spec: JoinStreamSpec, gs: JoinStreamGroup, rows, ops, seqs) -> pa.Tab
                      "j_side": pa.array([gs.side] * len(ops), pa.int8())})
 
 
-def _group_for(spec, gs: JoinStreamGroup, rid: str, part: int, state: JoinStreamState, ident, query_id, run_id):
-    """(group, applied, rebuilds, how): the partition's operator as of the state store; ``how`` one of
-    seeded / cache_hits / rebuilt (spark_stream.STAT_NAMES)."""
+def _group_for(spec, gs: JoinStreamGroup, rid: str, part: int, state: JoinStreamState, ident, query_id, run_id,
+               version: int = 0):
+    """(group, applied, rebuilds, how): the partition's operator as of the state store, with the
+    subscriptions of the stream's change ``version`` (0: the base's); ``how`` one of seeded / cache_hits /
+    rebuilt (spark_stream.STAT_NAMES; a cached operator that takes a change in place is a cache hit)."""
     if not state.meta.exists():  # first micro-batch: seed the state with this partition's rows
         mine = {k: row for k, row in gs.initial_rows().items() if key_partition(k, gs.partitions) == part}
         for k, row in mine.items():
             state.rows.updateValue((k,), (pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL),))
-        return _build(spec, gs, rid, mine.values()), 0, 0, "seeded"
+        return _build(spec, gs, rid, mine.values(), _subscriptions(spec, gs, version)), 0, 0, "seeded"
     applied, rebuilds = (int(v) for v in state.meta.get())
     cached = _CACHE.pop(ident, None)
     if cached is not None and cached[:3] == (query_id, run_id, applied):
-        return cached[3], applied, rebuilds, "cache_hits"
+        group, had = cached[3], cached[4]
+        if had == version:
+            return group, applied, rebuilds, "cache_hits"
+        # 003 §4.2.3: the partition follows query inserts and deletes while data flows, as publish's do
+        change = query_change(_subscriptions(spec, gs, had), _subscriptions(spec, gs, version))
+        if change is not None:
+            group.apply(change, "none")
+            return group, applied, rebuilds, "cache_hits"
     rows = [pickle.loads(v[0]) for _, v in state.rows.iterator()]
-    return _build(spec, gs, rid, rows), applied, rebuilds + 1, "rebuilt"
+    return _build(spec, gs, rid, rows, _subscriptions(spec, gs, version)), applied, rebuilds + 1, "rebuilt"
 
 
-def _build(spec: JoinStreamSpec, gs: JoinStreamGroup, rid: str, rows):
-    """The partition's operator: the base (static side, subscriptions) with the streamed side's rows."""
-    snap = gs.snapshot()
+def _subscriptions(spec: JoinStreamSpec, gs: JoinStreamGroup, version: int):
+    """The group's subscriptions as of the stream's change ``version``: the base, or the change's snapshot
+    (``stream_control``) with the base's static side when it selects the same columns."""
+    base = gs.snapshot()
+    if not version:
+        return base
+    change = spec.control.subscriptions(gs.group_id, version)
+    if tuple(change.sides) != tuple(base.sides):
+        return change   # new columns of the partner's rows: the change's static side has them (as of the change)
+    return dataclasses.replace(change, rows=base.rows, domains=base.domains)
+
+
+def query_change(old, new) -> QueryChange | None:
+    """The :class:`QueryChange` that takes a partition from the subscriptions of snapshot ``old`` to those of
+    ``new`` (a subscription whose constants or output changed leaves and comes back); None when the partitions'
+    rows would need other columns (a new base)."""
+    if tuple(old.sides) != tuple(new.sides) or set(old.sub_columns) != set(new.sub_columns):
+        return None
+
+    def rows(snap):
+        outs = list(snap.sub_outputs) if len(snap.sub_outputs) else [()] * len(snap.sub_ids)
+        cols = {c: np.asarray(v, dtype=np.float64) for c, v in snap.sub_columns.items()}
+        return {sid: (tuple(cols[c][i] for c in sorted(cols)), outs[i]) for i, sid in enumerate(snap.sub_ids.tolist())}
+
+    before, after = rows(old), rows(new)
+    same = {sid for sid, v in after.items() if sid in before and _same(before[sid], v)}
+    removed = tuple(sid for sid in before if sid not in same)
+    idx = [i for i, sid in enumerate(new.sub_ids.tolist()) if sid not in same]
+    pick = np.asarray(idx, dtype=np.int64)
+    outputs = [new.sub_outputs[i] for i in idx] if len(new.sub_outputs) else []
+    return QueryChange(np.asarray(new.sub_ids, dtype=object)[pick],
+                       {c: np.asarray(v, dtype=np.float64)[pick] for c, v in new.sub_columns.items()},
+                       removed, outputs, dict(new.output_types))
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    """Two subscriptions' (constants, output) alike (NaN equals NaN: an open bound)."""
+    return a[1] == b[1] and all(x == y or (x != x and y != y) for x, y in zip(a[0], b[0]))
+
+
+def _build(spec: JoinStreamSpec, gs: JoinStreamGroup, rid: str, rows, subs=None):
+    """The partition's operator: the base (static side, subscriptions; ``subs``: as of a change) with the
+    streamed side's rows."""
+    snap = subs if subs is not None else gs.snapshot()
     wanted = side_columns(snap.sides[gs.side])
     idx = [spec.columns.index(c) for c in wanted]
     rows = list(rows)

@@ -29,7 +29,8 @@ def read_notifications(spark, files: list[str], since_seq: int | None, empty: pa
     window passes the files (``Engine.notification_retention_rows``)."""
     from pyspark.sql import functions as F
     if not files:
-        return spark.createDataFrame(empty.empty_table())
+        from sparksub.runtime.frames import empty_frame
+        return empty_frame(spark, empty)
     try:
         df = spark.read.option("mergeSchema", "true").parquet(*files)
     except Exception:  # noqa: BLE001 - Spark cannot merge a column typed differently across files: Arrow can

@@ -8,9 +8,11 @@ notifications. The plan (names as Spark's EXPLAIN prints them)::
                                  (range_topk_group_stream, range_min_and_range_agg_groups_stream, ...:
                                  named after the operator families it runs)
     +- Exchange hashpartitioning(group_id), REQUIRED_BY_STATEFUL_OPERATOR
-       +- Generate explode([group structs])                       every row goes to every group
+       +- MapInArrow range_min_group_stream_route(...)            every row goes to every group the
+          |                                                       micro-batch hosts (stream_control)
           +- Filter isnull(sparksub_reason)                       the valid rows (checked_updates)
-             +- MapInArrow range_min_group_stream_order(...)      seq from the input order (only without ``_seq``)
+             +- MapInArrow range_min_group_stream_order(...)      seq from the input order (without ``_seq``);
+                |                                                 the valid rows to ``applied/<micro-batch>``
                 +- Exchange RoundRobinPartitioning(1)
                    +- MapInArrow range_min_group_stream_check(...)   row_validation.check_rows
                       +- <the user's streaming source>
@@ -24,7 +26,19 @@ notifications. The plan (names as Spark's EXPLAIN prints them)::
 * ValueState ``meta``: ``(applied, rebuilds)`` -- micro-batches applied to this group so far, and how
   often the index was rebuilt from the MapState;
 * ListStates ``log0`` .. ``log3``: a ring holding the valid rows ``(batch, key, x, y, t, x2, op, seq)`` of the
-  last ``LOG_SLOTS`` micro-batches (slot ``batch % LOG_SLOTS``).
+  last ``LOG_SLOTS`` micro-batches (slot ``batch % LOG_SLOTS``);
+* ValueState ``subs``: ``(stream id, change version)`` -- the subscriptions the last micro-batch applied.
+
+**Subscriptions as data** (issue 16 item 5, ``stream_control``).  The engine publishes every subscription change
+of a group the stream hosts to the stream's directory, as the group's whole new subscription set under the next
+change version, before the statement returns; a range group that did not exist when the stream started is
+published there too (its columns, a base holding the rows the stream applied so far and the micro-batch it is
+as of).  Each micro-batch pins, in a file, the newest change version of each group and the groups added: the
+router sends the rows to every group hosted, and a group whose version moved is rebuilt from the MapState's
+rows and the new set before the micro-batch's rows (counted ``rebuilt`` and ``subscription_changes``); an added
+group is seeded from its base, replays the micro-batches between its base and this one from the stream's
+``applied/`` files, and is counted ``groups_added``.  A replayed micro-batch applies what its first attempt
+pinned.
 
 The state is the truth; the in-memory index (a materialised group: for MIN/MAX a :class:`RangeMinGroup`,
 A2B-tree + the subscriptions' point index; for the other classes a ``range_groups`` group, whose
@@ -73,9 +87,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sparksub.operators.shared import row_validation
 from sparksub.operators.shared.schemas import DELETE, UPSERT, with_reason
+from sparksub.runtime import stream_control
 from sparksub.runtime.replicas import CounterFile
 
 __all__ = ["run_stream", "stream_stats", "output_schema", "checked_updates", "valid_updates", "rejected_updates",
@@ -83,7 +99,7 @@ __all__ = ["run_stream", "stream_stats", "output_schema", "checked_updates", "va
 
 REJECTED = row_validation.REJECTED
 STAT_NAMES = ("micro_batches", "seeded", "cache_hits", "caught_up", "rebuilt", "updates", "rejected",
-              "notifications")
+              "notifications", "subscription_changes", "groups_added")
 #: Micro-batches of valid rows kept in the state (a ring of ListStates), to bring a stale cached index
 #: up to date instead of rebuilding it: Spark hands a group's task to any idle Python worker.
 LOG_SLOTS = 4
@@ -91,7 +107,8 @@ LOG_SLOTS = 4
 CACHE_ENTRIES = 32
 _NO_SEQ = -(2 ** 63)  # a null _seq (the row is rejected; its seq comes out null)
 
-#: Worker-process cache: (engine uid, group id, stream id) -> (query id, run id, applied, group, null_keys).
+#: Worker-process cache: (engine uid, group id, stream id) -> (query id, run id, applied, group, null_keys,
+#: subscription change version).
 _CACHE: dict[tuple[str, str, str], tuple] = {}
 
 #: Driver side: stream id -> the stream's counters (a CounterFile in its directory: every task adds to it,
@@ -137,6 +154,10 @@ class GroupSpec:
     base: object      # the pickled GroupSnapshot / RangeClassSnapshot: a StoredValue (its file) or a _Deferred
     text: bool = False  # Y is a string column (DISTINCT): it travels in ``t``, not ``y``
     x2: str | None = None  # a 2-d box group's second attribute
+    # a group added while the stream runs (``stream_control.publish_group``): the stream's change version its
+    # base's subscriptions are as of, and the last micro-batch whose rows its base holds (-1: none)
+    version: int = 0
+    as_of: int | None = None
 
     def snapshot(self):
         return _loaded(self.base.get())
@@ -159,6 +180,21 @@ class StreamSpec:
     primary: str              # the group that emits rejected rows
     seq_given: bool           # ord is the seq (checked_updates numbers every row); else seq = (applied << 32) + rank
     stats: object = None      # where the counters go (a CounterFile, anything with ``add(dict)``), or None
+    control: object = None    # the stream's directory (``stream_control.StreamControl``): subscription changes,
+    #                           groups added, the micro-batches' applied rows; None: the groups as given, fixed
+    key: str | None = None    # the table's key column (the routed rows' ``key``)
+
+    def group(self, gid: str) -> GroupSpec:
+        """A group the stream started with, or one added since (``stream_control``)."""
+        got = self.groups.get(gid)
+        return got if got is not None else self.control.new_group(gid)
+
+    def hosted(self, plan: dict | None) -> dict:
+        """group id -> GroupSpec of every group a micro-batch with ``plan`` (``StreamControl.plan``) routes to."""
+        out = dict(self.groups)
+        for gid in (plan or {}).get("groups", ()):
+            out.setdefault(gid, self.control.new_group(gid))
+        return out
 
 
 # ---- Spark side (driver) ---------------------------------------------------------------------------
@@ -167,11 +203,9 @@ class StreamSpec:
 #: PySpark's state API would rename.
 OP_COLUMN, SEQ_COLUMN, REASON_COLUMN = "sparksub_op", "sparksub_seq", "sparksub_reason"
 _ORD_COLUMN = "sparksub_ord"
-#: The local property Spark's micro-batch execution sets on every task of a micro-batch.
-_BATCH_ID = "streaming.sql.batchId"
 
 
-def checked_updates(streaming_df, table_def, name: str = "updates"):
+def checked_updates(streaming_df, table_def, name: str = "updates", applied=None):
     """The stream of updates to ``table_def``, every row checked by ``row_validation.check_rows`` -- the
     checks ``publish`` makes, in a ``mapInArrow`` task named ``<name>_check`` -- and numbered: the table's
     columns in their canonical Spark types, an event stream's ``t0``/``t1`` (bigint; one given alone fills
@@ -180,7 +214,12 @@ def checked_updates(streaming_df, table_def, name: str = "updates"):
     rank``, the rank of the row in input order (input partitions in turn, each in row order), computed in
     one task (``<name>_order``, after a one-partition exchange) because a rank needs the whole micro-batch;
     a replayed micro-batch has the same id and, from the same files, the same order.  Batch-level errors
-    (unknown or missing columns, a non-integer ``_seq``/``t0``/``t1`` column) raise ``BadUpdate`` here."""
+    (unknown or missing columns, a non-integer ``_seq``/``t0``/``t1`` column) raise ``BadUpdate`` here.
+
+    ``applied`` (a ``stream_control.StreamControl``): the valid rows of each micro-batch also go, in seq order,
+    to a file of the stream's directory (``applied/<micro-batch>.arrow``), written by the one task that orders
+    the micro-batch (with ``_seq``, one more task after a one-partition exchange): the engine follows them, so
+    that ``result()`` agrees with what the stream applied (``Engine._follow_streams``)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import ByteType, LongType, StringType, StructField, StructType
 
@@ -199,11 +238,12 @@ def checked_updates(streaming_df, table_def, name: str = "updates"):
                                         StructField(REASON_COLUMN, StringType())])
     check = _check_function(shape, to_arrow_schema(checked_schema, timezone="UTC"), ticks, seq_given, f"{name}_check")
     checked = streaming_df.mapInArrow(check, checked_schema)
-    if seq_given:
+    if seq_given and applied is None:
         return checked
     ordered_schema = StructType(data + [StructField(OP_COLUMN, ByteType(), False), StructField(SEQ_COLUMN, LongType()),
                                         StructField(REASON_COLUMN, StringType())])
-    order = _order_function(to_arrow_schema(ordered_schema, timezone="UTC"), f"{name}_order")
+    order = _order_function(to_arrow_schema(ordered_schema, timezone="UTC"), f"{name}_order", applied,
+                            renumber=not seq_given)
     return checked.repartition(1).mapInArrow(order, ordered_schema)
 
 
@@ -229,20 +269,27 @@ def _check_function(shape, out: pa.Schema, ticks: tuple, seq_given: bool, name: 
     return check
 
 
-def _order_function(out: pa.Schema, name: str):
+def _order_function(out: pa.Schema, name: str, applied=None, renumber: bool = True):
     def order(batches):
         """The micro-batch's rows (all of them: one partition) by ``sparksub_ord``, ``sparksub_seq`` =
-        (micro-batch id << 32) + rank."""
-        from pyspark import TaskContext
+        (micro-batch id << 32) + rank (``renumber``; else by the given ``sparksub_seq``); the valid ones to
+        ``applied``'s file of the micro-batch."""
         tables = [pa.Table.from_batches([rb]) for rb in batches if rb.num_rows]
+        batch_id = stream_control.batch_id()
         if not tables:
+            if applied is not None and batch_id is not None:
+                applied.write_applied(batch_id, out.empty_table().drop_columns([REASON_COLUMN]))
             return
-        table = pa.concat_tables(tables).sort_by(_ORD_COLUMN)
-        tc = TaskContext.get()
-        batch_id = int((tc.getLocalProperty(_BATCH_ID) if tc is not None else None) or 0)
-        seqs = (np.int64(batch_id) << np.int64(32)) + np.arange(table.num_rows, dtype=np.int64)
-        table = table.set_column(table.column_names.index(_ORD_COLUMN), SEQ_COLUMN, pa.array(seqs))
-        for rb in table.cast(out).to_batches():
+        table = pa.concat_tables(tables)
+        if renumber:
+            table = table.sort_by(_ORD_COLUMN)
+            seqs = (np.int64(batch_id or 0) << np.int64(32)) + np.arange(table.num_rows, dtype=np.int64)
+            table = table.set_column(table.column_names.index(_ORD_COLUMN), SEQ_COLUMN, pa.array(seqs))
+        table = table.cast(out)
+        if applied is not None and batch_id is not None:
+            valid = table.filter(pc.is_null(table.column(REASON_COLUMN)))
+            applied.write_applied(batch_id, valid.sort_by(SEQ_COLUMN).drop_columns([REASON_COLUMN]))
+        for rb in table.to_batches():
             yield rb
     order.__name__ = name
     return order
@@ -291,12 +338,13 @@ def valid_updates(checked):
     return checked.where(F.col(REASON_COLUMN).isNull())
 
 
-def new_stream_id(directory=None, owner=None) -> str:
-    """A new stream's id, with its counters (``stream_stats``) in ``directory/<id>/`` (the engine's
-    ``streams`` area; without one, a temporary directory removed at exit).  ``owner``: what keeps
-    ``directory`` on disk (the engine's ``EngineDirectory``, whose temporary directory goes with it): held
-    for the life of the process, since the streaming query outlives the engine and its DataFrame."""
-    stream_id = uuid.uuid4().hex
+def new_stream_id(directory=None, owner=None, stream_id: str | None = None) -> str:
+    """A new stream's id (``stream_id``, else a new one), with its counters (``stream_stats``) in
+    ``directory/<id>/`` (the engine's ``streams`` area; without one, a temporary directory removed at exit).
+    ``owner``: what keeps ``directory`` on disk (the engine's ``EngineDirectory``, whose temporary directory
+    goes with it): held for the life of the process, since the streaming query outlives the engine and its
+    DataFrame."""
+    stream_id = stream_id or uuid.uuid4().hex
     if owner is not None:
         _OWNERS[stream_id] = owner
     if isinstance(directory, (str, os.PathLike)):
@@ -430,49 +478,78 @@ def typed_updates(streaming_df, table_def) -> TypedUpdates:
 
 
 def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: pa.Schema,
-               engine_uid: str, name: str = "range_min_group_stream", stream_id: str | None = None):
+               engine_uid: str, name: str = "range_min_group_stream", stream_id: str | None = None, control=None):
     """The streaming DataFrame of notifications. ``groups``: group_id -> (x column, y column or None,
     base, y is text, second box attribute or None), ``base`` being the group's base snapshot in a file
     (``replicas.StoredValue``; or a ``_Deferred``); ``name``:
     what Spark's EXPLAIN calls the stateful operator; ``stream_id``: the stream's counters (``new_stream_id``;
     None: new ones).  ``streaming_df``: raw updates, or ``checked_updates`` (then rows with a reason are
-    emitted as ``rejected`` by the first group; the engine passes only the valid ones)."""
-    from pyspark.sql import functions as F
+    emitted as ``rejected`` by the first group; the engine passes only the valid ones).  ``control``: the
+    stream's directory (``stream_control.StreamControl``), through which the engine adds groups and changes
+    subscriptions while the stream runs; each micro-batch's rows go to every group it hosts then
+    (``<name>_route``, a ``mapInArrow`` that reads the micro-batch's plan there)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
     u = typed_updates(streaming_df, table_def)
-    df, typed, op, order, reason, key, key_type, seq_given = (u.df, u.typed, u.op, u.order, u.reason, u.key,
-                                                              u.key_type, u.seq_given)
-    tname = table_def.name
-
-    def y_of(y, text):
-        if y is None:  # COUNT(*): a constant Y, so only a null X leaves the ranges
-            return F.lit(0.0), F.lit(None).cast("string")
-        if text:
-            return F.lit(None).cast("double"), typed[y].cast("string")
-        return typed[y].cast("double"), F.lit(None).cast("string")
-
-    structs = []
-    for gid, (x, y, _, text, x2) in sorted(groups.items()):
-        yd, yt = y_of(y, text)
-        x2d = typed[x2].cast("double") if x2 is not None else F.lit(None).cast("double")
-        structs.append(F.struct(F.lit(gid).alias("group_id"), typed[x].cast("double").alias("x"),
-                                yd.alias("y"), yt.alias("t"), x2d.alias("x2")))
-    rows = (df.select(F.explode(F.array(*structs)).alias("g"), key.alias("key"), op.alias("op"),
-                      order.alias("ord"), reason.alias("reason"))
-              .select("g.group_id", "key", "g.x", "g.y", "g.t", "g.x2", "op", "ord", "reason"))
-
     if stream_id is None:
         stream_id = new_stream_id()
-    stats = _STATS.get(stream_id)
-    spec = StreamSpec(engine_uid, stream_id, tname, key_type, mode, output_schema(schema),
+    spec = StreamSpec(engine_uid, stream_id, table_def.name, u.key_type, mode, output_schema(schema),
                       {gid: GroupSpec(gid, x, y, base, text, x2)
                        for gid, (x, y, base, text, x2) in groups.items()},
-                      min(groups), seq_given, stats)
+                      min(groups), u.seq_given, _STATS.get(stream_id), control, table_def.key)
+    routed = StructType([StructField("group_id", StringType(), False), StructField("key", _spark_type(u.key_type)),
+                         StructField("x", DoubleType()), StructField("y", DoubleType()), StructField("t", StringType()),
+                         StructField("x2", DoubleType()), StructField("op", StringType(), False),
+                         StructField("ord", LongType(), False), StructField("reason", StringType())])
+    rows = u.df.select(*table_def.column_names, OP_COLUMN, SEQ_COLUMN, REASON_COLUMN).mapInArrow(
+        _route_function(spec, to_arrow_schema(routed), f"{name}_route"), routed)
     processor = _processor_class()(spec)
     out_ddl = ", ".join(f"`{f.name}` {_SPARK_DDL[f.type]}" for f in spec.schema)
     out = _transform_with_state(rows.groupBy("group_id"), processor, out_ddl, name)
     out.sparksub_stream_id = stream_id  # for stream_stats(out)
     return out
+
+
+def _route_function(spec: StreamSpec, out: pa.Schema, name: str):
+    def route(batches):
+        """Every checked row to every group the micro-batch hosts (those the stream started with and those
+        its plan adds), as the group reads it: ``key, x, y, t, x2`` (``routed_rows``), ``op``, ``ord``,
+        ``reason``."""
+        plan = spec.control.plan(stream_control.batch_id()) if spec.control is not None else None
+        groups = sorted(spec.hosted(plan).items())
+        for rb in batches:
+            if not rb.num_rows:
+                continue
+            table = pa.Table.from_batches([rb])
+            for gid, g in groups:
+                cols = routed_rows(table, g, spec.key)
+                cols["group_id"] = pa.array([gid] * table.num_rows, pa.string())
+                yield from pa.table({f.name: cols[f.name] for f in out}).cast(out).to_batches()
+    route.__name__ = name
+    return route
+
+
+def routed_rows(table: pa.Table, g: GroupSpec, key: str) -> dict:
+    """Checked rows (``checked_updates``' columns) as group ``g`` reads them: ``key``; X, Y and a box's X2 as
+    doubles (a COUNT(*)'s Y a constant 0, so that only a null X leaves the ranges; a text Y in ``t``);
+    ``op`` ('upsert' / 'delete'); ``ord`` (the seq); ``reason`` (null: valid)."""
+    n = table.num_rows
+    no_double, no_text = pa.nulls(n, pa.float64()), pa.nulls(n, pa.string())
+    if g.y is None:
+        y, t = pa.array(np.zeros(n)), no_text
+    elif g.text:
+        y, t = no_double, table.column(g.y).cast(pa.string())
+    else:
+        y, t = table.column(g.y).cast(pa.float64()), no_text
+    keys = table.column(key)
+    if pa.types.is_integer(keys.type) or pa.types.is_floating(keys.type):
+        keys = pc.fill_null(keys, 0)   # a null key is rejected anyway: keep a pandas integer column null-free
+    reason = table.column(REASON_COLUMN) if REASON_COLUMN in table.column_names else no_text
+    return {"key": keys, "x": table.column(g.x).cast(pa.float64()), "y": y, "t": t,
+            "x2": table.column(g.x2).cast(pa.float64()) if g.x2 is not None else no_double,
+            "op": pc.if_else(pc.equal(table.column(OP_COLUMN), DELETE), "delete", "upsert"),
+            "ord": pc.fill_null(table.column(SEQ_COLUMN), _NO_SEQ), "reason": reason}
 
 
 def stream_stats(df_or_id) -> dict:
@@ -481,7 +558,9 @@ def stream_stats(df_or_id) -> dict:
     seeded (groups whose state was seeded from the base snapshot), cache_hits, caught_up (a stale
     cached index brought up to date from the log ring), rebuilt (index rebuilt from the state store),
     updates (valid rows applied, summed over groups), rejected (rows set aside),
-    notifications (output rows other than rejected ones).  Read from the stream's counter files
+    notifications (output rows other than rejected ones), subscription_changes (a group's micro-batch applied
+    another subscription set than its previous one: ``stream_control``), groups_added (groups the stream
+    took on while it ran).  Read from the stream's counter files
     (``replicas.CounterFile``), which every task adds to."""
     sid = df_or_id if isinstance(df_or_id, str) else df_or_id.sparksub_stream_id
     counters = _STATS.get(sid)
@@ -542,7 +621,8 @@ def _processor_class():
                 rows=handle.getMapState("rows", f"key {kt}", "x double, y double, t string, x2 double"),
                 meta=handle.getValueState("meta", "applied long, rebuilds long"),
                 log=[handle.getListState(f"log{i}", f"batch long, key {kt}, x double, y double, t string, "
-                                                    f"x2 double, op int, seq long") for i in range(LOG_SLOTS)])
+                                                    f"x2 double, op int, seq long") for i in range(LOG_SLOTS)],
+                subs=handle.getValueState("subs", "stream string, version long"))
 
         def handleInputRows(self, key, rows, timerValues):
             frames = [pdf for pdf in rows if len(pdf)]
@@ -562,18 +642,73 @@ class GroupState:
     rows: object      # MapState  key -> (x, y, t, x2)
     meta: object      # ValueState (applied, rebuilds)
     log: list         # LOG_SLOTS ListStates: slot b % LOG_SLOTS holds micro-batch b's valid rows
+    subs: object = None  # ValueState (stream id, change version): the subscriptions the last micro-batch applied
+
+
+@dataclass
+class _Applied:
+    """One micro-batch applied to a group (``_apply_frame``): its notifications, rejected rows, the rows it
+    applied (to log) and the state writes (key -> (x, y, t, x2), None: deleted)."""
+    notes: object
+    rej_seq: list
+    rej_reason: list
+    logged: list
+    final: dict
 
 
 def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: GroupState) -> pd.DataFrame:
-    """Apply one micro-batch of one group (``pdf``: key, x, y, [t, x2,] op, ord, reason) against its state."""
+    """Apply one micro-batch of one group (``pdf``: key, x, y, [t, x2,] op, ord, reason) against its state:
+    first the subscription changes the micro-batch applies (``stream_control``: the group is rebuilt from the
+    state store's rows and the new subscriptions), then its rows."""
     stats = dict.fromkeys(STAT_NAMES, 0)
     stats["micro_batches"] = 1
     pdf = pdf.iloc[np.argsort(pdf["ord"].to_numpy(), kind="stable")]
     query_id, run_id = _query_identity()
     ident = (spec.engine_uid, gid, spec.stream_id)
-    group, null_keys, applied, rebuilds, how = _group_for(spec, gid, state, ident, query_id, run_id)
+    gspec = spec.group(gid)
+    batch = stream_control.batch_id() if spec.control is not None else None
+    version = max(gspec.version, spec.control.version(gid, batch) if spec.control is not None else 0)
+    group, null_keys, applied, rebuilds, how, skip = _group_for(spec, gid, gspec, state, ident, query_id, run_id,
+                                                                version, batch, stats)
     stats[how] = 1
+    stats["subscription_changes"] = note_subscriptions(state.subs, spec.stream_id, version)
 
+    # a group added while the stream runs whose base already holds this micro-batch's rows: nothing to apply
+    done = _apply_frame(spec, gid, gspec, group, null_keys, pdf.iloc[:0] if skip else pdf, applied, spec.mode)
+    _write_rows(state.rows, done.final)
+    slot = state.log[applied % LOG_SLOTS]
+    if done.logged:
+        slot.put([(applied,) + r for r in done.logged])
+    else:
+        slot.clear()
+    state.meta.update((applied + 1, rebuilds))
+    _remember(ident, (query_id, run_id, applied + 1, group, null_keys, version))
+
+    out = _output(spec, gid, done.notes, done.rej_seq, done.rej_reason)
+    stats["updates"] = len(done.logged)
+    stats["rejected"] = len(done.rej_seq)
+    stats["notifications"] = out.num_rows - len(done.rej_seq)
+    if spec.stats is not None:
+        spec.stats.add(stats)
+    return out.to_pandas()
+
+
+def note_subscriptions(subs_state, stream_id: str, version: int) -> int:
+    """Keep in the state (ValueState ``subs``: stream id, change version) which subscriptions the micro-batch
+    applied; 1 when they differ from the previous micro-batch's of the same stream (a change applied)."""
+    if subs_state is None:
+        return 0
+    was = tuple(subs_state.get()) if subs_state.exists() else None
+    if was == (stream_id, version):
+        return 0
+    subs_state.update((stream_id, version))
+    return int(was is not None and was[0] == stream_id)
+
+
+def _apply_frame(spec: StreamSpec, gid: str, gspec: GroupSpec, group, null_keys: set, pdf: pd.DataFrame,
+                 applied: int, mode: str) -> _Applied:
+    """Apply ``pdf``'s rows (in ``ord`` order) to ``group`` in ``mode``: a delete of a key the group does not
+    hold is rejected (emitted by the primary group alone); returns what :class:`_Applied` holds."""
     n = len(pdf)
     keys = pdf["key"].tolist()
     xs = pdf["x"].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -611,52 +746,54 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
             rej_reason.append(str(reason))
 
     idx = np.flatnonzero(valid)
-    gspec = spec.groups[gid]
     batch = _batch([keys[i] for i in idx], xs[idx], ys[idx], [ts[i] for i in idx] if gspec.text else None,
                    x2s[idx] if gspec.x2 else None, valid_ops[idx], seqs[idx])
-    notes = group.apply(batch, spec.mode) if len(idx) else None
+    notes = group.apply(batch, mode) if len(idx) else None
     _track_null_keys(null_keys, final, gspec)
+    logged = [(keys[i], _opt(xs[i]), _opt(ys[i]), ts[i], _opt(x2s[i]), int(valid_ops[i]), int(seqs[i])) for i in idx]
+    return _Applied(notes, rej_seq, rej_reason, logged, final)
 
-    for k, v in final.items():  # the state store: one write per key touched
+
+def _write_rows(rows_state, final: dict) -> None:
+    """The state store: one write per key touched."""
+    for k, v in final.items():
         if v is None:
-            state.rows.removeKey((k,))
+            rows_state.removeKey((k,))
         else:
-            state.rows.updateValue((k,), (_opt(v[0]), _opt(v[1]), v[2], _opt(v[3])))
-    slot = state.log[applied % LOG_SLOTS]
-    if len(idx):
-        slot.put([(applied, keys[i], _opt(xs[i]), _opt(ys[i]), ts[i], _opt(x2s[i]), int(valid_ops[i]),
-                   int(seqs[i])) for i in idx])
-    else:
-        slot.clear()
-    state.meta.update((applied + 1, rebuilds))
-    _remember(ident, (query_id, run_id, applied + 1, group, null_keys))
-
-    out = _output(spec, gid, notes, rej_seq, rej_reason)
-    stats["updates"] = int(len(idx))
-    stats["rejected"] = len(rej_seq)
-    stats["notifications"] = out.num_rows - len(rej_seq)
-    if spec.stats is not None:
-        spec.stats.add(stats)
-    return out.to_pandas()
+            rows_state.updateValue((k,), (_opt(v[0]), _opt(v[1]), v[2], _opt(v[3])))
 
 
-def _group_for(spec: StreamSpec, gid: str, state: GroupState, ident, query_id, run_id):
-    """(group, null_keys, applied, rebuilds, how): the group's index as of the state store's version,
-    ``how`` one of seeded / cache_hits / caught_up / rebuilt."""
-    group_spec = spec.groups[gid]
+def _group_for(spec: StreamSpec, gid: str, gspec: GroupSpec, state: GroupState, ident, query_id, run_id,
+               version: int, batch: int | None, stats: dict):
+    """(group, null_keys, applied, rebuilds, how, skip): the group's index as of the state store's version with
+    the subscriptions of change ``version`` (0: the base's), ``how`` one of seeded / cache_hits / caught_up /
+    rebuilt; ``skip``: the micro-batch's rows are already in the base of a group added while the stream runs."""
+    subs = spec.control.subscriptions(gid, version) if version > gspec.version else None
     if not state.meta.exists():
-        group, null_keys = _seed(group_spec, state.rows)
-        return group, null_keys, 0, 0, "seeded"
+        group, null_keys = _seed(gspec, state.rows, subs)
+        skip = False
+        if gspec.as_of is not None and batch is not None:
+            # added while the stream ran: its base holds the rows of micro-batches up to ``as_of``; those
+            # after it, before this one, come from the files the stream wrote (stream_control)
+            skip = batch <= gspec.as_of
+            for b in range(gspec.as_of + 1, batch):
+                rows = spec.control.applied(b)
+                if rows is not None and rows.num_rows:
+                    frame = pa.table(routed_rows(rows, gspec, spec.key)).to_pandas()
+                    _write_rows(state.rows, _apply_frame(spec, gid, gspec, group, null_keys, frame, 0, "none").final)
+            stats["groups_added"] = 1
+        return group, null_keys, 0, 0, "seeded", skip
     applied, rebuilds = (int(v) for v in state.meta.get())
     cached = _CACHE.pop(ident, None)
-    if cached is not None and cached[:2] == (query_id, run_id):
+    if cached is not None and cached[:2] == (query_id, run_id) and cached[5] == version:
         at, group, null_keys = cached[2], cached[3], cached[4]
         if at == applied:
-            return group, null_keys, applied, rebuilds, "cache_hits"
-        if at < applied <= at + LOG_SLOTS and _catch_up(group, null_keys, state.log, at, applied, group_spec):
-            return group, null_keys, applied, rebuilds, "caught_up"
-    group, null_keys = _rebuild(group_spec, state.rows)
-    return group, null_keys, applied, rebuilds + 1, "rebuilt"
+            return group, null_keys, applied, rebuilds, "cache_hits", False
+        if at < applied <= at + LOG_SLOTS and _catch_up(group, null_keys, state.log, at, applied, gspec):
+            return group, null_keys, applied, rebuilds, "caught_up", False
+    # (a change of the subscriptions too: the range classes' indexes are rebuilt with the new set)
+    group, null_keys = _rebuild(gspec, state.rows, subs)
+    return group, null_keys, applied, rebuilds + 1, "rebuilt", False
 
 
 def _batch(keys: list, xs, ys, ts, x2s, ops, seqs) -> pa.Table:
@@ -750,9 +887,13 @@ def _is_null(v) -> bool:
     return v is None or (isinstance(v, float) and v != v)
 
 
-def _seed(group_spec: GroupSpec, rows_state):
-    """First micro-batch: the group from the base snapshot, its rows written to the MapState."""
+def _seed(group_spec: GroupSpec, rows_state, subs=None):
+    """First micro-batch: the group from the base snapshot (with the subscriptions of ``subs``, a change's
+    snapshot, when given), its rows written to the MapState."""
     snap = group_spec.snapshot()
+    if subs is not None:   # the change's snapshot holds no rows: the base's go into it
+        more = {"x2s": snap.x2s} if group_spec.x2 else {}
+        snap = dataclasses.replace(subs, keys=snap.keys, xs=snap.xs, ys=snap.ys, **more)
     text = group_spec.text
     null_keys = set()
     x2s = snap.x2s.tolist() if group_spec.x2 else [None] * len(snap.keys)
@@ -765,9 +906,10 @@ def _seed(group_spec: GroupSpec, rows_state):
     return snap.build(), null_keys
 
 
-def _rebuild(group_spec: GroupSpec, rows_state):
-    """The group from the rows in the state store and the subscriptions of the base snapshot."""
-    snap = group_spec.snapshot()
+def _rebuild(group_spec: GroupSpec, rows_state, subs=None):
+    """The group from the rows in the state store and the subscriptions of the base snapshot (of ``subs``, a
+    change's snapshot, when given)."""
+    snap = subs if subs is not None else group_spec.snapshot()
     text = group_spec.text
     keys, xs, ys, x2s = [], [], [], []
     for (k,), (x, y, t, x2) in rows_state.iterator():

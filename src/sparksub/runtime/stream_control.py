@@ -1,0 +1,332 @@
+"""Subscriptions as data for running streams (issue 16 item 5): the files through which the engine tells its
+streams about subscription changes and new groups, and the streams tell the engine which rows they applied.
+
+A stream (``Engine.stream``) keeps its files in its own directory, ``stream_files/<stream id>/`` of the
+engine's directory (``stream.new_stream_id``); the tasks read them directly (one file system, as
+``runtime/replicas.py``)::
+
+    changes/<group>/<version>/       the group's whole subscription set after the stream's change <version>
+        subscriptions.pickle         (range groups: the family's snapshot without table rows; a join group:
+                                     its stream snapshot, ``joins.family.stream_snapshot``)
+        <shard>/base.pickle          (a FILTER group: its shards, cut as the stream cut them at its start)
+    groups/<group>.pickle            a range group the stream did not host when it started (its GroupSpec:
+                                     columns, base, the last micro-batch its base holds)
+    batches/<batch>.json             what micro-batch <batch> applies: per group the newest change version,
+                                     and the groups added -- fixed by the first task that asks, so every task
+                                     of the micro-batch, and a replay of it, apply the same subscriptions
+    applied/<batch>.arrow            the micro-batch's valid rows in seq order (the checked columns): what the
+                                     engine follows, so that ``result()`` agrees with the stream
+    query.json, events-changed       the streaming query running an event stream; why its plan is stale
+
+Versions count the stream's changes (1, 2, ...; 0 is the base the stream started from).  Each change is
+written whole, under a temporary name renamed into place, before the statement that made it returns; the
+micro-batches that start after that apply it before their rows (the tasks of a micro-batch already running
+may or may not: the batch file decides, for all of them alike).  A change directory holds the *whole* set
+rather than the difference: a task that missed versions (a cold worker, a restart from the checkpoint) needs
+only the newest, and it is what the range groups rebuild from anyway (their index is rebuilt from the state
+store's rows and the new set; the join partitions take the difference in place, 003 §4.2.3).
+
+Pure: files and pyarrow only; the task's micro-batch id comes from Spark's task context when there is one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from sparksub.directory import safe_name
+from sparksub.runtime.replicas import BASE_FILE, Replica, _write_arrow, _write_atomic
+
+__all__ = ["StreamControl", "LiveStream", "LiveReplicas", "batch_id", "publish_subscriptions", "publish_shards",
+           "publish_group", "applied_batches", "forget_applied", "mark_stale", "running_query", "KEEP_VERSIONS"]
+
+#: change versions kept per group (a task needs the newest; a replayed micro-batch the one it pinned)
+KEEP_VERSIONS = 4
+#: applied-row files kept after the engine took them in (a new group's first micro-batch replays those after
+#: its base: one or two, unless the stream runs far ahead of the engine)
+KEEP_APPLIED = 64
+#: the local property Spark's micro-batch execution sets on every task of a micro-batch
+_BATCH_ID = "streaming.sql.batchId"
+_SUBSCRIPTIONS = "subscriptions.pickle"
+_STALE = "events-changed"
+_QUERY = "query.json"
+#: per process: (directory, what) -> value read (change snapshots, group specs, batch plans); bounded
+_READ: dict = {}
+_READ_ENTRIES = 16
+
+
+def batch_id() -> int | None:
+    """The micro-batch id of the running task (None outside a streaming task)."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return None
+    tc = TaskContext.get()
+    value = tc.getLocalProperty(_BATCH_ID) if tc is not None else None
+    return int(value) if value is not None else None
+
+
+def _cached(key, load):
+    if key in _READ:
+        value = _READ.pop(key)   # the most recently used last
+    else:
+        value = load()
+    _READ[key] = value
+    while len(_READ) > _READ_ENTRIES:
+        _READ.pop(next(iter(_READ)))
+    return value
+
+
+class StreamControl:
+    """The stream's side of its directory (module docstring): what its tasks read and write.  Pickles as its
+    paths alone."""
+
+    def __init__(self, directory, engine_uid: str = "", stream_id: str = ""):
+        self.directory, self.engine_uid, self.stream_id = str(directory), engine_uid, stream_id
+
+    def __getstate__(self):
+        return {"directory": self.directory, "engine_uid": self.engine_uid, "stream_id": self.stream_id}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    def _path(self, *parts) -> Path:
+        return Path(self.directory).joinpath(*parts)
+
+    # ---- what a micro-batch applies -------------------------------------------------------------------
+    def plan(self, batch: int | None = None) -> dict:
+        """``{"versions": {group: newest change version}, "groups": [groups added]}`` for micro-batch ``batch``:
+        fixed by the first caller (a file), the same for every task and replay; ``batch`` None: as of now."""
+        if batch is None:
+            return self._current()
+        path = self._path("batches", f"{batch:012d}.json")
+
+        def load():
+            if not path.exists():
+                _create_once(path, json.dumps(self._current()).encode())
+            return json.loads(path.read_text())
+        return _cached((self.directory, "batch", batch), load)
+
+    def _current(self) -> dict:
+        versions = {}
+        changes = self._path("changes")
+        if changes.is_dir():
+            for gdir in changes.iterdir():
+                done = [int(p.name) for p in gdir.iterdir() if p.name.isdigit()] if gdir.is_dir() else []
+                if done:
+                    versions[_unsafe(gdir.name)] = max(done)
+        groups = self._path("groups")
+        added = sorted(_unsafe(p.name[:-len(".pickle")]) for p in groups.glob("*.pickle")) if groups.is_dir() else []
+        return {"versions": versions, "groups": added}
+
+    def version(self, group_id: str, batch: int | None = None) -> int:
+        """The change version of ``group_id`` that micro-batch ``batch`` applies (0: the stream's base)."""
+        return int(self.plan(batch)["versions"].get(group_id, 0))
+
+    def subscriptions(self, group_id: str, version: int):
+        """The subscription snapshot of change ``version`` (read once per process); the newest kept one when a
+        replayed micro-batch's version was pruned meanwhile."""
+        path = self._change_dir(group_id, version) / _SUBSCRIPTIONS
+        if not path.exists():
+            newest = self._current()["versions"].get(group_id, 0)
+            path = self._change_dir(group_id, newest) / _SUBSCRIPTIONS
+        return _cached((self.directory, "subs", group_id, path.parent.name), lambda: _read_pickle(path))
+
+    def shard_replica(self, replica_id: str, version: int) -> Replica:
+        """A FILTER shard as of change ``version``: a replica over that change's shard base (a base id of its
+        own, so a worker's cached shard of another version is rebuilt)."""
+        group_id, _, part = replica_id.rpartition("#")
+        where = self._change_dir(group_id, version) / part
+        return Replica(self.engine_uid, replica_id, str(where), f"{self.stream_id}:{version}")
+
+    def new_group(self, group_id: str):
+        """The GroupSpec of a group added while the stream runs (``publish_group``)."""
+        path = self._path("groups", f"{safe_name(group_id)}.pickle")
+        return _cached((self.directory, "group", group_id), lambda: _read_pickle(path))
+
+    def _change_dir(self, group_id: str, version: int) -> Path:
+        return self._path("changes", safe_name(group_id), f"{version:010d}")
+
+    # ---- the rows the stream applied ------------------------------------------------------------------
+    def write_applied(self, batch: int, table: pa.Table) -> None:
+        """Micro-batch ``batch``'s valid rows, in seq order (each attempt writes the same rows: a replayed
+        micro-batch reads the same input)."""
+        where = self._path("applied")
+        where.mkdir(parents=True, exist_ok=True)
+        _write_atomic(where / f"{batch:012d}.arrow", lambda fh: _write_arrow(fh, table))
+
+    def applied(self, batch: int) -> pa.Table | None:
+        path = self._path("applied", f"{batch:012d}.arrow")
+        return _read_arrow(path) if path.exists() else None
+
+    # ---- event streams --------------------------------------------------------------------------------
+    def check_stale(self) -> None:
+        """Fail the micro-batch when the engine's event queries on the stream changed after it was built."""
+        path = self._path(_STALE)
+        if path.exists():
+            from sparksub.errors import AnalysisError
+            raise AnalysisError(path.read_text())
+
+    def note_query(self, query_id: str | None) -> None:
+        """Record the streaming query running the stream (the engine asks Spark whether it is active)."""
+        if not query_id or _READ.get((self.directory, "query")) == query_id:
+            return
+        _write_atomic(self._path(_QUERY), lambda fh: fh.write(json.dumps({"query_id": query_id}).encode()))
+        _READ[(self.directory, "query")] = query_id
+
+
+@dataclass
+class LiveStream:
+    """The engine's record of a stream it built on one table: where its files are, the groups it hosts (its
+    plan's operators and output columns are fixed when it starts), the next change version and the last
+    micro-batch whose applied rows the engine took in (``Engine._follow_streams``)."""
+    stream_id: str
+    table: str                    # lower case
+    directory: str
+    mode: str = "unicast"
+    ranges: set = field(default_factory=set)        # range groups hosted by its range operator
+    range_schema: pa.Schema | None = None            # that operator's output columns (None: it has none)
+    filter_group: str | None = None
+    filter_shards: int = 0
+    joins: dict = field(default_factory=dict)        # join group -> the side of the join the table is
+    events: bool = False
+    version: int = 0
+    absorbed: int = -1
+    warned: set = field(default_factory=set)         # groups it cannot host, said once
+
+    def next_version(self) -> int:
+        self.version += 1
+        return self.version
+
+
+class LiveReplicas:
+    """replica id -> the replica a FILTER shard's task runs: the shard the stream started with, or the shard of
+    the newest change its micro-batch applies (``runtime/groups.py`` looks replicas up by id)."""
+
+    def __init__(self, start: dict, control: StreamControl):
+        self.start, self.control = dict(start), control
+
+    def __iter__(self):
+        return iter(self.start)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def __getitem__(self, replica_id: str) -> Replica:
+        version = self.control.version(replica_id.rpartition("#")[0], batch_id())
+        return self.start[replica_id] if version == 0 else self.control.shard_replica(replica_id, version)
+
+
+# ---- the engine's side ---------------------------------------------------------------------------------
+
+def publish_subscriptions(directory, group_id: str, version: int, snapshot) -> None:
+    """Change ``version`` of ``group_id``: its whole subscription snapshot."""
+    _publish_change(directory, group_id, version,
+                    lambda tmp: _write_atomic(tmp / _SUBSCRIPTIONS, lambda fh: pickle.dump(snapshot, fh, protocol=5)))
+
+
+def publish_shards(directory, group_id: str, version: int, shards: list) -> None:
+    """Change ``version`` of a FILTER group: one base per shard (``<shard>/base.pickle``)."""
+    def write(tmp: Path):
+        for i, snap in enumerate(shards):
+            (tmp / str(i)).mkdir()
+            _write_atomic(tmp / str(i) / BASE_FILE, lambda fh, s=snap: pickle.dump(s, fh, protocol=5))
+    _publish_change(directory, group_id, version, write)
+
+
+def _publish_change(directory, group_id: str, version: int, write) -> None:
+    root = Path(directory) / "changes" / safe_name(group_id)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{version}.{uuid.uuid4().hex}.tmp"
+    tmp.mkdir()
+    try:
+        write(tmp)
+        os.replace(tmp, root / f"{version:010d}")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    done = sorted(p for p in root.iterdir() if p.name.isdigit())
+    for old in done[:-KEEP_VERSIONS]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def publish_group(directory, group_spec) -> None:
+    """A group the stream hosts from its next micro-batch on (a ``stream.GroupSpec`` with ``as_of``)."""
+    where = Path(directory) / "groups"
+    where.mkdir(parents=True, exist_ok=True)
+    _write_atomic(where / f"{safe_name(group_spec.group_id)}.pickle",
+                  lambda fh: pickle.dump(group_spec, fh, protocol=5))
+
+
+def applied_batches(directory, after: int) -> list[tuple[int, pa.Table]]:
+    """``(micro-batch id, valid rows)`` of every micro-batch after ``after`` the stream wrote, in order."""
+    where = Path(directory) / "applied"
+    if not where.is_dir():
+        return []
+    batches = sorted(int(p.stem) for p in where.glob("*.arrow") if p.stem.isdigit())
+    return [(b, _read_arrow(where / f"{b:012d}.arrow")) for b in batches if b > after]
+
+
+def forget_applied(directory, upto: int) -> None:
+    """Delete the applied-row files the engine took in, but those of the last ``KEEP_APPLIED`` micro-batches: a
+    group added while the stream runs replays the micro-batches after its base from them."""
+    where = Path(directory) / "applied"
+    if where.is_dir():
+        for p in where.glob("*.arrow"):
+            if p.stem.isdigit() and int(p.stem) <= upto - KEEP_APPLIED:
+                p.unlink(missing_ok=True)
+
+
+def mark_stale(directory, message: str) -> None:
+    _write_atomic(Path(directory) / _STALE, lambda fh: fh.write(message.encode()))
+
+
+def running_query(directory) -> str | None:
+    """The id of the streaming query that last ran the stream (None before its first micro-batch)."""
+    path = Path(directory) / _QUERY
+    try:
+        return json.loads(path.read_text())["query_id"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+# ---- files ------------------------------------------------------------------------------------------------
+
+def _create_once(path: Path, raw: bytes) -> None:
+    """Write ``path`` unless it exists; of concurrent writers the first wins (a hard link cannot replace)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(raw)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    except OSError:   # a file system without hard links: first rename wins as near as it can
+        if not path.exists():
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _read_pickle(path: Path):
+    with open(path, "rb") as fh:
+        return pickle.load(fh)
+
+
+def _read_arrow(path: Path) -> pa.Table:
+    with pa.OSFile(str(path)) as fh:
+        return pa.ipc.open_file(fh).read_all()
+
+
+def _unsafe(name: str) -> str:
+    """The inverse of ``directory.safe_name``."""
+    import re
+    return re.sub(r"%([0-9A-F]{2})", lambda m: chr(int(m.group(1), 16)), name)
