@@ -99,6 +99,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the reference interpreter is a test oracle (tests/oracles/): the bench checks the executors against it
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "oracles"))
 from common import fmt_num, load_avg, log, machine, md_table  # noqa: E402
 
 from sparksub.grammar.events import parse_event_query  # noqa: E402
