@@ -1,12 +1,14 @@
 #!/usr/bin/env python
-"""Range-MIN benchmark: S-CN (reformulated) vs S-UN (unicast) vs CN-relax vs plain Spark SQL.
+"""Range-MIN benchmark: S-CN (reformulated) vs S-UN (unicast) vs CN-relax vs plain Spark SQL, and the five
+interfaces of 000 §2 side by side (S-UN, S-MN, CN, CN+, S-CN: messages and bytes).
 
 Reproduces the server-side experiments of 000 / dissertation §5.5 (digest C.11: Table 5.1's workload,
 Tables 5.2 / 5.3's messages per update) with this project's operators, beside what a user would do
 without sparksub (a Spark SQL range join recomputing the minima per batch), in one run::
 
-    python bench/range_min.py            # full run (~6 min on a quiet 2-core machine)
-    python bench/range_min.py --quick    # smaller windows, fewer Spark batches (~2-2.5 min)
+    python bench/range_min.py            # full run (~8 min on a quiet 2-core machine)
+    python bench/range_min.py --quick    # smaller windows, fewer Spark batches (~3 min)
+    python bench/range_min.py --interfaces-only   # part 4 alone, spliced into the existing report (~3 min)
 
 Writes ``docs/benchmarks/range_min.md`` (tables + notes) and ``docs/benchmarks/range_min.png`` and prints
 the same figures, with PASS/FAIL per target. See ``bench/README.md`` for what each figure means.
@@ -45,7 +47,10 @@ import numpy as np
 import pyarrow as pa
 from common import fmt_num, load_avg, log, machine, md_table
 
-from sparksub.operators.range_min.delivery import MESSAGE_BYTES, UNICAST_ROW_BYTES, SubscriptionPoints
+from sparksub.operators.range_min.cn_plus import CN_PLUS_MESSAGE_BYTES, DIAGONAL_QUERY_BYTES, CnPlusNetwork
+from sparksub.operators.range_min.delivery import (MESSAGE_BYTES, MULTICAST_FANOUT, UNICAST_ROW_BYTES,
+                                                   SubscriptionPoints, multicast_bytes, multicast_groups,
+                                                   multicast_tree_bytes)
 from sparksub.operators.range_min.group import RangeMinGroup
 
 DOMAIN = 10_000.0
@@ -386,6 +391,204 @@ def registration(n_subs: int, reps: int) -> dict:
     return {"subs": n_subs, "times": times, "median_s": statistics.median(times)}
 
 
+# ---------------------------------------------------------------------------------------- part 4
+#: the five interfaces of 000 §2, in the order of its conclusion's table
+INTERFACES = ("S-UN", "S-MN", "CN", "CN+", "S-CN")
+IF_LABEL = {"S-UN": "S-UN (unicast)", "S-MN": "S-MN (multicast, 000 §2.1.2)", "CN": "CN (CN-relax, §2.2.1)",
+            "CN+": "CN+ (cutoff routing, §2.2.2)", "S-CN": "S-CN (reformulated, §2.3.1)"}
+#: 000 §7's table (network traffic, subscriber state), for the report
+PAPER_TRAFFIC = {"S-UN": ("Very high", "None"), "S-MN": ("Very high", "None"), "CN": ("High", "High"),
+                 "CN+": ("Medium", "Medium"), "S-CN": ("Low", "Low")}
+IF_MARK_BEGIN, IF_MARK_END = "<!-- interfaces:begin -->", "<!-- interfaces:end -->"
+#: S-MN's hierarchy spans the overlay nodes hosting the subscriptions: 000 §5 has 1,000 (and c = 10)
+GATEWAYS = 1_000
+
+
+def run_interfaces(configs, n_updates: int, windows: int = 3) -> dict:
+    """Every interface of 000 §2 on the same stream (per configuration), counted (part 4).
+
+    S-CN, S-UN, S-MN: one pass of ``RangeMinGroup.apply(..., 'reformulated')``; its messages matched to the
+    subscriptions give S-UN's rows and S-MN's messages (``delivery.multicast_groups``: S-UN's rows grouped by
+    (update, new value), 000 §2.1.2) and their bytes over a fan-out-10 hierarchy (``multicast_tree_bytes``).
+    CN and CN+: one pass of ``apply(..., 'cn_plus')``, each update routed by CN+'s network in counting mode
+    (``cn_plus.CnPlusNetwork(keep_state=False)``: reached subscriptions, cutoffs, diagonal queries; CN's
+    deliveries are its ``stabbed``, every range holding X)."""
+    out = {}
+    for n_obj, n_sub in configs:
+        keys, xs, ys = make_objects(n_obj)
+        stream = make_updates(ys, n_updates)
+        lo_hi = make_subscriptions(n_sub)
+        pts = SubscriptionPoints()
+        pts.add(*lo_hi)
+        batches = windows_of(keys, xs, stream, windows)
+        t0 = time.perf_counter()
+        g = RangeMinGroup("bench", "stock", "risk", "per", False)
+        g.points = pts
+        g.load(keys, xs, ys)
+        scn = smn = targets = tree = 0
+        for b in batches:
+            m = g.apply(b, "reformulated")
+            scn += m.num_rows
+            seq, _, _, starts, sl = multicast_groups(pts, m)
+            smn += int(seq.size)
+            targets += int(sl.size)
+            tree += sum(multicast_tree_bytes(sl[a:z], n_sub, gateways=GATEWAYS)
+                        for a, z in zip(starts[:-1].tolist(), starts[1:].tolist()))
+        s_time = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        g2 = RangeMinGroup("bench", "stock", "risk", "per", False)
+        g2.points = pts
+        g2.load(keys, xs, ys)
+        net = CnPlusNetwork(pts, keep_state=False)
+        net.load(keys, xs, ys)
+        for b in batches:
+            m = g2.apply(b, "cn_plus")
+            for k, x, y in zip(m.column("item_key").to_pylist(), m.column("inner_l").to_pylist(),
+                               m.column("new_value").to_pylist()):
+                net.route(k, x, y)
+        cn_time = time.perf_counter() - t0
+        sx = np.sort(xs)
+        in_range = np.searchsorted(sx, lo_hi[2], "right") - np.searchsorted(sx, lo_hi[1], "left")
+        out[(n_obj, n_sub)] = {"updates": n_updates, "scn_messages": scn, "smn_messages": smn, "targets": targets,
+                               "tree_bytes": tree, "cn": dict(net.counters), "tuples_per_range": float(in_range.mean()),
+                               "s_time": s_time, "cn_time": cn_time, "mix": dict(g.core.counters)}
+        log(f"{n_obj:>9,} objects x {n_sub:>9,} subs ({n_updates:,} updates): S-CN {scn / n_updates:.2f} msg/upd, "
+            f"S-UN {targets / n_updates:,.1f} rows/upd, S-MN {smn / n_updates:.3f} msg/upd "
+            f"({multicast_bytes(smn, targets) / n_updates:,.0f} B/upd), CN {net.counters['stabbed'] / n_updates:,.0f} "
+            f"deliv/upd, CN+ {net.counters['deliveries'] / n_updates:,.1f} deliv/upd "
+            f"({net.counters['cutoffs'] / n_updates:.2f} cutoffs, {net.counters['queries'] / n_updates:,.1f} "
+            f"queries); {s_time:.1f} s + {cn_time:.1f} s")
+    return out
+
+
+def interface_rows(r: dict) -> tuple[dict, int]:
+    """Per interface: server messages, server bytes, subscriptions reached, and the traffic beyond that only
+    it has (S-MN: over its hierarchy; CN+: its diagonal queries), totals over the run; and the run's updates."""
+    c = r["cn"]
+    aff = r["targets"]
+    return {
+        "S-UN": (aff, aff * UNICAST_ROW_BYTES, aff, None),
+        "S-MN": (r["smn_messages"], multicast_bytes(r["smn_messages"], aff), aff, r["tree_bytes"]),
+        "CN": (c["messages"], c["messages"] * CN_UPDATE_BYTES, c["stabbed"], None),
+        "CN+": (c["messages"], c["messages"] * CN_PLUS_MESSAGE_BYTES, c["deliveries"],
+                c["queries"] * DIAGONAL_QUERY_BYTES),
+        "S-CN": (r["scn_messages"], r["scn_messages"] * MESSAGE_BYTES, aff, None),
+    }, r["updates"]
+
+
+def interfaces_section(info: dict, res: dict, n_updates: int, quick: bool, only: bool) -> str:
+    L = [IF_MARK_BEGIN, "## 4. The interfaces of 000 §2: S-UN, S-MN, CN, CN+, S-CN\n"]
+    if only:
+        L.append(f"Generated by `python bench/range_min.py --interfaces-only{' --quick' if quick else ''}` on "
+                 f"{info['date']} (load average {info['load_start']} at start, {info.get('load_end', '?')} at "
+                 f"end); the rest of this report is from the run named at the top.\n")
+    L.append(f"Counted, not timed: the workload of part 1 (fresh seeds' stream of {n_updates:,} updates per "
+             f"configuration, 0.5% spikes), every interface on the same updates. **S-CN** sends the reformulated "
+             f"messages ({MESSAGE_BYTES} B); **S-UN** one row per affected subscription ({UNICAST_ROW_BYTES} B); "
+             f"**S-MN** one multicast message per (update, new value) -- S-UN's rows grouped by update message, "
+             f"000 §2.1.2 -- listing its subscriptions (16 B + 8 B per subscription), carried over a hierarchy of "
+             f"application-level multicasts of fan-out {MULTICAST_FANOUT} (000 §5: c = 10) whose every hop "
+             f"carries the subscriptions below it; **CN** relays the raw update ({CN_UPDATE_BYTES} B) to every "
+             f"range holding its X; **CN+** routes the raw update with its cutoff point ({CN_PLUS_MESSAGE_BYTES} B) "
+             f"to the affected subscriptions plus those that cut it off (their witness: 000 §2.2.2's cutoff "
+             f"property), and the subscribers whose minimum rose or left ask the network's copy of the table "
+             f"for their new one ({DIAGONAL_QUERY_BYTES} B per diagonal query: the increasing updates 000 left "
+             f"out). Server messages / bytes: what the server injects (CN, CN+: no server -- the update enters the "
+             f"network at its event point, counted as one message). Subscriptions reached: the deliveries (for "
+             f"S-CN and S-MN exactly the affected ones, 000 Theorem 1). S-MN's hierarchy spans {GATEWAYS:,} "
+             f"overlay nodes (the subscriptions spread over them by slot, as 000 §5's 1,000 nodes). The paper's "
+             f"traffic counts bytes between overlay nodes, subscriptions at their CAN zone's owner; CAN zones and "
+             f"routing hops are not modelled here, so compare down a column, not across.\n")
+    rows = []
+    for cfg, r in res.items():
+        vals, n = interface_rows(r)
+        for name in INTERFACES:
+            msgs, sbytes, reached, extra = vals[name]
+            state = {"CN": f"{r['tuples_per_range']:,.0f} tuples", "CN+": "1 tuple (+ the table in the network)"
+                     }.get(name, "1 value")
+            more = {"S-MN": "over the hierarchy", "CN+": "diagonal queries"}.get(name)
+            rows.append([f"{cfg[0]:,}", f"{cfg[1]:,}", IF_LABEL[name], fmt_num(msgs / n), fmt_num(sbytes / n),
+                         fmt_num(reached / n), f"{fmt_num(extra / n)} ({more})" if more else "-", state,
+                         " / ".join(PAPER_TRAFFIC[name])])
+    L.append(md_table(["objects", "subscriptions", "interface", "server messages/update", "server bytes/update",
+                       "subscriptions reached/update", "more bytes/update", "kept per subscriber",
+                       "paper (000 §7): traffic / subscriber state"], rows) + "\n")
+    rows = []
+    for cfg, r in res.items():
+        c = r["cn"]
+        n = r["updates"]
+        nd = max(c["messages_decreasing"], 1)
+        aff_d = c["deliveries_decreasing"] - c["cutoffs_decreasing"]
+        red = 1 - c["deliveries_decreasing"] / max(c["stabbed_decreasing"], 1)
+        rows.append([f"{cfg[0]:,}", f"{cfg[1]:,}", f"{c['messages_decreasing']:,} of {c['messages']:,}",
+                     fmt_num(c["stabbed_decreasing"] / nd), fmt_num(c["deliveries_decreasing"] / nd),
+                     f"{100 * red:.2f}%", f"{100 * c['cutoffs_decreasing'] / max(aff_d, 1):.2f}%",
+                     fmt_num(c["cutoffs"] / n), fmt_num(c["queries"] / max(c["messages"] - c["messages_decreasing"], 1)),
+                     f"{100 * r['smn_messages'] / max(r['scn_messages'], 1):.1f}%",
+                     f"{r['tree_bytes'] / max(multicast_bytes(r['smn_messages'], r['targets']), 1):.1f}x"])
+    L.append("CN+ on the decreasing updates (what 000 §5 measured it on), and S-MN against S-CN:\n")
+    L.append(md_table(["objects", "subscriptions", "decreasing updates", "CN deliveries/update",
+                       "CN+ deliveries/update", "CN+ traffic saved over CN (paper: > 98%)",
+                       "CN+ reached beyond the affected, as % of S-CN's (paper: ~2%)", "CN+ cutoffs/update (all)",
+                       "CN+ diagonal queries per increasing update", "S-MN messages as % of S-CN's",
+                       "S-MN hierarchy bytes / server bytes"], rows) + "\n")
+    L.append("Paper (000): S-CN ~2.1 messages/update and unicast 654 (100K tuples, 500K subscriptions) to 1,441 "
+             "(10K tuples, 1M subscriptions) messages/update (Tables 2-3); multicast needs 50-70% more server "
+             "time than S-CN and the most network traffic, \"because the set of affected subscriptions needs to be "
+             "encoded in each message, even though the number of multicast messages may be small\"; CN+ "
+             "(decreasing updates only) saves \"more than 98%\" of CN's traffic and is \"around 2% less "
+             "effective\" than S-CN's Mar-based stop (§5). Here S-MN sends fewer messages than S-CN (most of S-CN's "
+             "messages reach no subscription, and S-MN sends nothing then) but bytes in proportion to the "
+             "subscriptions reached, and more over its hierarchy; CN+ reaches the affected subscriptions plus a "
+             "few that cut it off, and pays for the increasing updates with one diagonal query per affected "
+             "subscription.\n")
+    L.append("![interfaces](range_min_interfaces.png)\n")
+    L.append(IF_MARK_END)
+    return "\n".join(L)
+
+
+def plot_interfaces(res: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cfgs = list(res)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    width = 0.8 / len(cfgs)
+    titles = ["server messages / update", "server bytes / update", "subscriptions reached / update"]
+    for j, (a, title) in enumerate(zip(axes, titles)):
+        for i, cfg in enumerate(cfgs):
+            vals, n = interface_rows(res[cfg])
+            ys = [max(vals[name][j] / n, 1e-3) for name in INTERFACES]
+            a.bar(np.arange(len(INTERFACES)) + (i - (len(cfgs) - 1) / 2) * width, ys, width,
+                  label=f"{cfg[0] // 1000}K objects x {cfg[1] / 1e6:g}M subs")
+        a.set_yscale("log")
+        a.set_xticks(range(len(INTERFACES)))
+        a.set_xticklabels(INTERFACES)
+        a.set_title(title, fontsize=10)
+        a.grid(True, axis="y", which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("The interfaces of 000 §2 on the same updates (log scale)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def splice_interfaces(md_path: Path, section: str) -> None:
+    """Put part 4 into an existing report: in place of its previous version, else before the notes."""
+    text = md_path.read_text() if md_path.exists() else ""
+    if IF_MARK_BEGIN in text and IF_MARK_END in text:
+        a = text.index(IF_MARK_BEGIN)
+        z = text.index(IF_MARK_END) + len(IF_MARK_END)
+        text = text[:a] + section + text[z:]
+    elif "\n## Notes" in text:
+        a = text.index("\n## Notes")
+        text = text[:a] + "\n" + section + "\n" + text[a:]
+    else:
+        text += "\n" + section + "\n"
+    md_path.write_text(text)
+
+
 # ---------------------------------------------------------------------------------------- report
 def plot(configs, res, path: Path) -> None:
     import matplotlib
@@ -434,11 +637,26 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller windows and fewer batches (~2-3 min)")
     ap.add_argument("--no-spark", action="store_true", help="skip part 2 (Spark SQL and Engine.publish)")
     ap.add_argument("--out", type=Path, default=OUT_DIR, help="where to write range_min.md / .png")
+    ap.add_argument("--interfaces-only", action="store_true",
+                    help="run part 4 alone (the interfaces of 000 §2) and splice it into the existing report")
     args = ap.parse_args(argv)
     quick = args.quick
     started = time.perf_counter()
     info = machine()
     info["load_start"] = load_avg()
+    if_updates = 2_000 if quick else 6_000
+    if_configs = [(100_000, 100_000), (100_000, 1_000_000), (10_000, 1_000_000)]
+    if args.interfaces_only:
+        log(f"# range-min benchmark, part 4 only ({'quick' if quick else 'full'}) — {info['date']}; load average "
+            f"{info['load_start']}")
+        res_if = run_interfaces(if_configs, if_updates)
+        info["load_end"] = load_avg()
+        args.out.mkdir(parents=True, exist_ok=True)
+        plot_interfaces(res_if, args.out / "range_min_interfaces.png")
+        splice_interfaces(args.out / "range_min.md", interfaces_section(info, res_if, if_updates, quick, True))
+        log(f"wrote part 4 into {args.out / 'range_min.md'} and {args.out / 'range_min_interfaces.png'} "
+            f"({(time.perf_counter() - started) / 60:.1f} min)")
+        return 0
     log(f"# range-min benchmark ({'quick' if quick else 'full'}) — {info['date']}")
     log(f"machine: {info['platform']}; {info['cpu_count']} CPUs; {info['cpu']}; Python {info['python']}, "
         f"pyspark {info['pyspark']}; load average (1/5/15 min) at start {info['load_start']}")
@@ -477,6 +695,11 @@ def main(argv=None) -> int:
             f"{m} {r[m].ups:>9,.0f} upd/s ({r[m].cpu_ups:,.0f}/CPU-s), {r[m].msgs_per_update:,.2f} msg/upd, "
             f"{r[m].deliveries_per_update:,.1f} deliv/upd" for m in MODES))
     kinds = np.bincount(streams[100_000].kind, minlength=3)
+    gc.collect()
+
+    # ---- part 4 (counted, not timed) -------------------------------------------------------------
+    log(f"\n## 4. The interfaces of 000 §2 ({if_updates:,} updates per configuration)")
+    res_if = run_interfaces(if_configs, if_updates)
     gc.collect()
 
     # ---- part 3 (before Spark starts: no JVM competing for the cores) ----------------------------
@@ -564,8 +787,9 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     png = args.out / "range_min.png"
     plot(configs, res, png)
+    plot_interfaces(res_if, args.out / "range_min_interfaces.png")
     md = report(info, quick, n_updates, windows, configs, res, kinds, reg_times, reg, sql_runs, pub_res,
-                targets, elapsed)
+                targets, elapsed, interfaces_section(info, res_if, if_updates, quick, False))
     (args.out / "range_min.md").write_text(md)
     log(f"\nwrote {args.out / 'range_min.md'} and {png}")
     return 0
@@ -580,9 +804,9 @@ def _pub_row(r, pub_res, sql_ups) -> list[str]:
 
 
 def report(info, quick, n_updates, windows, configs, res, kinds, reg_times, reg, sql_runs, pub_res,
-           targets, elapsed) -> str:
+           targets, elapsed, part4: str = "") -> str:
     L = []
-    L.append("# Range-MIN benchmark: S-CN (reformulated) vs S-UN (unicast) vs CN-relax vs Spark SQL\n")
+    L.append("# Range-MIN benchmark: S-CN (reformulated) vs S-UN (unicast) vs CN-relax vs Spark SQL; S-MN and CN+\n")
     L.append(f"Generated by `python bench/range_min.py{' --quick' if quick else ''}` on {info['date']} "
              f"(total {elapsed / 60:.1f} min).\n")
     L.append(f"**Machine**: {info['platform']}; {info['cpu_count']} CPUs ({info['cpu']}); Python "
@@ -720,6 +944,8 @@ def report(info, quick, n_updates, windows, configs, res, kinds, reg_times, reg,
              f"**{reg['median_s']:.2f} s** (median of {len(reg['times'])}: "
              f"{', '.join(f'{t:.2f}' for t in reg['times'])}). Target <= 10 s.\n")
 
+    if part4:
+        L.append(part4 + "\n")
     L.append("## Notes\n")
     rf_big = res[(100_000, 1_000_000)]["reformulated"]
     n_bad = max(rf_big.mix["bad"], 1)

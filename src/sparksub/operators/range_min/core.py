@@ -506,6 +506,19 @@ class A2BTree:
             return cur[1][0]
         return y0
 
+    def first_at(self, x: float, exclude=None) -> tuple[float, object] | None:
+        """The lowest ``(y, key)`` among tuples at exactly x, ignoring tuple ``exclude``; None if none (the
+        item :meth:`min_at` gives the Y of: CN+'s witness, 000 §2.2.2)."""
+        cur = self._lower.get(x)
+        if cur is None:
+            return None
+        if type(cur) is tuple:
+            return None if (exclude is not None and cur[1] == exclude) else cur
+        first = cur[0]
+        if exclude is not None and first[1] == exclude:
+            return cur[1]
+        return first
+
     def find_right(self, x: float, y: float, strict: bool = False) -> tuple[float, float]:
         """FINDR (dissertation §5.3.1; digest C.7): the nearest distinct X' > x whose per-X min is <= y
         (< y when ``strict``), as ``(X', per-X min)``; ``(+inf, -inf)`` when there is none."""
@@ -808,6 +821,13 @@ class RangeMinCore:
         if not (np.isfinite(xs).all() and np.isfinite(ys).all()):
             raise BadUpdate("non-finite X or Y in load")
         self.tree.bulk_load(keys, xs, -ys if self.maximum else ys)
+
+    def rows(self) -> tuple[list, np.ndarray, np.ndarray]:
+        """Every tuple as ``(keys, xs, ys)`` in the user's sign (CN+'s diagonal copy, ``cn_plus.py``)."""
+        pos = self.tree._pos
+        keys = list(pos)
+        xy = np.array(list(pos.values()), dtype=np.float64).reshape(-1, 2)
+        return keys, xy[:, 0].copy(), -xy[:, 1] if self.maximum else xy[:, 1].copy()
 
     def range_value(self, x1: float, x2: float) -> float | None:
         """Current MIN (MAX) over x1 <= X <= x2, None when the range is empty."""

@@ -15,9 +15,14 @@ query per message (C.9), never a scan of the subscriptions.
   the point index).
 * :func:`match` returns every (message, subscription) pair.
 * :func:`unicast` is the server-side S-UN: one row per (update, affected subscription).
+* :func:`multicast` is the server-side S-MN (000 §2.1.2): one message per (update, new value) listing the
+  subscriptions it goes to (``targets``).
 * :class:`Subscribers` plays the network and the subscribers for ``engine.deliver``: each subscriber
-  applies its matching messages in order and reports a row when its value changed.
-* :func:`message_bytes` / :func:`unicast_bytes` are the benchmark's traffic accounting.
+  applies its matching messages in order and reports a row when its value changed.  It takes the three
+  reformulated variants (``operators/shared/variants.py``): S-CN's rectangles, S-MN's target lists, and
+  CN+'s raw updates, which it routes as CN+'s network does (``cn_plus.py``, 000 §2.2.2).
+* :func:`message_bytes` / :func:`unicast_bytes` / :func:`multicast_bytes` / :func:`multicast_tree_bytes`
+  are the benchmark's traffic accounting.
 
 Message columns (pyarrow Table, pandas DataFrame, or a mapping of arrays): ``inner_l, inner_r,
 outer_l, outer_r`` (float64); for :func:`unicast` / :meth:`Subscribers.deliver` also ``seq`` (int64:
@@ -32,12 +37,14 @@ matching message).  Rows are ordered by ``seq`` then by subscription slot.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
 
-from sparksub.errors import DuplicateSubscription, InvalidSubscription, UnknownSubscription
+from sparksub.errors import DuplicateSubscription, InvalidSubscription, SparksubError, UnknownSubscription
+from sparksub.operators.range_min.cn_plus import CnPlusNetwork
 from sparksub.operators.shared.arrays import id_list
 from sparksub.operators.shared.point_index import PointIndex2D
 
@@ -51,6 +58,13 @@ __all__ = [
     "Subscribers",
     "message_bytes",
     "unicast_bytes",
+    "multicast",
+    "multicast_groups",
+    "multicast_bytes",
+    "multicast_tree_bytes",
+    "MULTICAST_HEADER_BYTES",
+    "MULTICAST_TARGET_BYTES",
+    "MULTICAST_FANOUT",
 ]
 
 #: Bytes of one reformulated message: 5 float64 fields (NEW_VALUE, INNER_L, INNER_R, OUTER_L,
@@ -61,6 +75,42 @@ MESSAGE_BYTES = 5 * 8 + 8
 #: Bytes of one unicast notification: the subscription's address as an int64 + the new value
 #: (float64) + ``seq`` (int64) = 3 * 8.  (The ``op`` is always ``'update'`` and is not counted.)
 UNICAST_ROW_BYTES = 3 * 8
+
+
+#: S-MN (000 §2.1.2): a multicast message is the new value and ``seq`` (2 x 8 bytes) plus the address of
+#: every subscription it goes to (an int64 each): "the update message sent out by the server must list the
+#: set of affected subscriptions".
+MULTICAST_HEADER_BYTES = 2 * 8
+MULTICAST_TARGET_BYTES = 8
+#: the fan-out of S-MN's hierarchy of application-level multicasts (000 §5: "c is fixed at 10")
+MULTICAST_FANOUT = 10
+
+
+def multicast_bytes(n_messages: int, n_targets: int) -> int:
+    """What the server sends for ``n_messages`` S-MN messages listing ``n_targets`` subscriptions in all."""
+    return int(n_messages) * MULTICAST_HEADER_BYTES + int(n_targets) * MULTICAST_TARGET_BYTES
+
+
+def multicast_tree_bytes(slots: np.ndarray, n_slots: int, fanout: int = MULTICAST_FANOUT,
+                         gateways: int | None = None) -> int:
+    """The bytes one S-MN message costs over the hierarchy of 000 §2.1.2: a tree of fan-out ``fanout``, the
+    server at the root, every hop to a subtree holding targets carrying the header and the targets below it
+    (a non-leaf node "would not be able to tell which children to forward the message to" otherwise).
+    Leaves: the subscriptions by slot, or with ``gateways`` the overlay nodes hosting them (slot modulo
+    ``gateways``; 000 §5 has 1,000 and does not count the gateway-to-subscriber hop).  Placement in the tree
+    has nothing to do with the ranges, as 000 builds it from network coordinates."""
+    slots = np.asarray(slots, dtype=np.int64)
+    if not slots.size:
+        return 0
+    if gateways is not None:
+        slots, n_slots = slots % gateways, gateways
+    total, width = 0, 1
+    while True:
+        groups = np.unique(slots // width).size
+        total += groups * MULTICAST_HEADER_BYTES + slots.size * MULTICAST_TARGET_BYTES
+        if width * fanout >= max(int(n_slots), 1):
+            return total
+        width *= fanout
 
 
 def message_bytes(n_messages: int) -> int:
@@ -410,21 +460,85 @@ def unicast(points: SubscriptionPoints, messages, old_value_of_step0=None) -> pa
     no-op and gets no row.  ``old_value_of_step0`` maps seq -> old value: a dict, or an array indexed
     by seq (NaN / None / missing = unknown: no suppression for that seq).
     """
+    seq, sl, value, msg = _unicast_entries(points, messages, old_value_of_step0)
+    return _rows(points, messages, seq, sl, value, msg)
+
+
+def _unicast_entries(points: SubscriptionPoints, messages, old_value_of_step0=None):
+    """:func:`unicast`'s entries: ``(seq, slot, value, msg)`` arrays, one per (seq, changed subscription)."""
     seq, sl, value, msg, both = _resolve(points, messages)
     if seq.size:
         suppress = both & (value == _old_values(old_value_of_step0, seq))   # NaN old = unknown
         keep = ~suppress
         seq, sl, value, msg = seq[keep], sl[keep], value[keep], msg[keep]
-    return _rows(points, messages, seq, sl, value, msg)
+    return seq, sl, value, msg
+
+
+def multicast_groups(points: SubscriptionPoints, messages, old_value_of_step0=None):
+    """S-MN's messages as arrays: ``(seq, value, msg, starts, slots)`` -- message i is ``seq[i]``, new
+    ``value[i]`` (NaN = empty) to the subscriptions ``slots[starts[i]:starts[i + 1]]`` (ascending), ``msg[i]``
+    the reformulated message it came from (for ``group_id`` / ``op``)."""
+    seq, sl, value, msg = _unicast_entries(points, messages, old_value_of_step0)
+    if not seq.size:
+        e = np.empty(0, dtype=np.int64)
+        return e, np.empty(0), e, np.zeros(1, dtype=np.int64), e
+    empty = np.isnan(value)
+    vkey = np.where(empty, 0.0, value)
+    order = np.lexsort((sl, vkey, empty, seq))
+    seq, sl, vkey, empty, value, msg = seq[order], sl[order], vkey[order], empty[order], value[order], msg[order]
+    new = np.ones(seq.size, dtype=bool)
+    new[1:] = (seq[1:] != seq[:-1]) | (vkey[1:] != vkey[:-1]) | (empty[1:] != empty[:-1])
+    first = np.flatnonzero(new)
+    starts = np.append(first, seq.size)
+    return seq[first], value[first], msg[first], starts, sl
+
+
+def multicast(points: SubscriptionPoints, messages, old_value_of_step0=None) -> pa.Table:
+    """Server-side S-MN (000 §2.1.2): "after the server computes all subscription updates, it checks to see
+    which subset of the affected subscriptions share the same update message, and sends out this message to
+    the multicast group consisting precisely of these subscriptions" -- one message per (seq, new value) of
+    :func:`unicast`'s rows, its subscriptions listed in ``targets`` (a JSON array of ids, by slot).
+
+    Columns: ``seq``, ``step`` (0), ``op`` (the reformulated messages' op, default ``NEW_MIN``),
+    ``new_value`` (null = the range became empty), ``targets`` and, when the messages have one,
+    ``group_id``; the rectangle columns are null (a multicast names its subscriptions instead)."""
+    seq, value, msg, starts, sl = multicast_groups(points, messages, old_value_of_step0)
+    n = int(seq.size)
+    ids = points.ids_of(sl).tolist()
+    targets = [json.dumps(ids[a:b]) for a, b in zip(starts[:-1].tolist(), starts[1:].tolist())]
+    if _has(messages, "op"):
+        texts = _texts(messages, "op")
+        ops = [texts[m] or "NEW_MIN" for m in msg.tolist()]
+    else:
+        ops = ["NEW_MIN"] * n
+    nulls = pa.nulls(n, pa.float64())
+    cols = {"seq": pa.array(seq, pa.int64()), "step": pa.array(np.zeros(n, np.int8), pa.int8()),
+            "op": pa.array(ops, pa.string()),
+            "new_value": pa.array(value, pa.float64(), mask=np.isnan(value)),
+            "inner_l": nulls, "inner_r": nulls, "outer_l": nulls, "outer_r": nulls,
+            "targets": pa.array(targets, pa.string())}
+    g = _group_col(messages)
+    if g is not None:
+        cols["group_id"] = g.take(pa.array(msg, type=pa.int64()))
+    return pa.table(cols)
 
 
 # ---------------------------------------------------------------------------------- subscribers
 class Subscribers:
     """The network plus the subscribers: a registry and each subscriber's current value.
 
-    ``values`` is slot-indexed (NaN = empty range / no minimum yet).  :meth:`deliver` routes
-    reformulated messages through the index, lets every matched subscriber apply its messages in
-    order, and reports the subscribers whose value changed, in the unicast form.
+    ``values`` is slot-indexed (NaN = empty range / no minimum yet).  :meth:`deliver` takes the messages of
+    any reformulated variant (``operators/shared/variants.py``), reports the subscribers whose value changed
+    in the unicast form, and keeps every value right:
+
+    * S-CN (000 §2.3.1): each message is routed through the index to the subscribers its rectangle holds,
+      which apply their matching messages in order;
+    * S-MN (000 §2.1.2; a ``targets`` column): each message goes to the subscriptions it lists;
+    * CN+ (000 §2.2.2; op ``CN_PLUS``): each message is an update, routed by :class:`~sparksub.operators.
+      range_min.cn_plus.CnPlusNetwork` -- the subscribers' witnesses and the table the network keeps along
+      its diagonal, built on the first CN+ message from the table given to :meth:`attach_table` when the
+      subscribers were seeded.  That copy must follow every update, so CN+ messages after messages of another
+      variant (whose updates it did not see) raise: re-seed (the engine does when the variant changes).
     """
 
     def __init__(self, points: SubscriptionPoints | None = None, *,
@@ -432,6 +546,9 @@ class Subscribers:
         self.points = points if points is not None else SubscriptionPoints(
             bucket_size=bucket_size, merge_threshold=merge_threshold)
         self._values = np.full(self.points.capacity, np.nan)
+        self._table = None            # (keys, xs, ys, maximum) as of the seeding: CN+'s diagonal
+        self._network = None          # the CN+ network, once built
+        self._cn_plus_in_step = True  # no message of another variant since the seeding / the network's start
 
     def _fit(self) -> None:
         cap = self.points.capacity
@@ -446,6 +563,19 @@ class Subscribers:
     def __contains__(self, sid) -> bool:
         return sid in self.points
 
+    @property
+    def counters(self) -> dict:
+        """CN+'s network counters (``cn_plus.CnPlusNetwork``), empty before the first CN+ message."""
+        return dict(self._network.counters) if self._network is not None else {}
+
+    def attach_table(self, keys, xs, ys, maximum: bool = False) -> None:
+        """The group's table as of the subscribers' values (user sign; NaN = null): what CN+'s network keeps
+        along its diagonal (000 §2.2.2, footnote 1)."""
+        self._table = (list(keys), np.asarray(xs, dtype=np.float64).copy(),
+                       np.asarray(ys, dtype=np.float64).copy(), bool(maximum))
+        self._network = None
+        self._cn_plus_in_step = True
+
     def add(self, ids, x1, x2, values=None) -> np.ndarray:
         """Register subscribers (see :meth:`SubscriptionPoints.add`) with initial values (default NaN)."""
         ids = id_list(ids)
@@ -458,13 +588,14 @@ class Subscribers:
         slots = self.points.add(ids, x1, x2)
         self._fit()
         self._values[slots] = np.nan if values is None else values
+        if self._network is not None:
+            self._network.seed(slots)
         return slots
 
     def remove(self, ids) -> np.ndarray:
         slots = self.points.remove(ids)
         self._values[slots] = np.nan
         return slots
-
     def set_values(self, ids, values) -> None:
         """Set current values (NaN or None = empty); :class:`UnknownSubscription` if an id is absent."""
         slots = self.points.slots_of(ids)
@@ -487,13 +618,39 @@ class Subscribers:
         return self._values[self.points.slots_of(ids)].copy()
 
     def deliver(self, messages) -> pa.Table:
-        """Apply a batch of reformulated messages; return the unicast rows of the changed subscribers.
+        """Apply a batch of messages of any reformulated variant (class docstring); return the unicast rows of
+        the subscribers whose value changed.
 
-        Seqs are applied in ascending order.  In each seq every matched subscriber takes the value of
-        its last matching message in (step, message order); a row is emitted only if that differs from
-        its value before the seq (NaN equals NaN), and the current value is updated.
-        """
+        Seqs are applied in ascending order.  In each seq every reached subscriber ends with the value its
+        messages give it (S-CN: its last matching message in (step, message order)); a row is emitted only if
+        that differs from its value before the seq (NaN equals NaN).  Messages of different variants are taken
+        in runs of seqs, in seq order."""
         self._fit()
+        kind = _kinds(messages)
+        if kind.size == 0:
+            e = np.empty(0, dtype=np.int64)
+            return _rows(self.points, messages, e, e, np.empty(0), e)
+        if (kind == kind[0]).all():
+            return self._deliver_kind(messages, int(kind[0]))
+        seq = _col(messages, "seq", np.int64, default=0)
+        order = np.argsort(seq, kind="stable")
+        table = _as_table(messages).take(pa.array(order))
+        kind, seq = kind[order], seq[order]
+        cut = np.flatnonzero(kind[1:] != kind[:-1]) + 1
+        outs = [self._deliver_kind(table.slice(a, b - a), int(kind[a]))
+                for a, b in zip(np.r_[0, cut].tolist(), np.r_[cut, kind.size].tolist())]
+        return pa.concat_tables(outs, promote_options="default")
+
+    def _deliver_kind(self, messages, kind: int) -> pa.Table:
+        if kind == _CN_PLUS:
+            return self._deliver_cn_plus(messages)
+        self._cn_plus_in_step = False     # CN+'s diagonal does not see these updates
+        if kind == _S_MN:
+            return self._deliver_multicast(messages)
+        return self._deliver_rectangles(messages)
+
+    def _deliver_rectangles(self, messages) -> pa.Table:
+        """S-CN: match each message's rectangle in the index (000 §2.3.1)."""
         seq, sl, value, msg, _ = _resolve(self.points, messages)
         if seq.size == 0:
             return _rows(self.points, messages, seq, sl, value, msg)
@@ -512,3 +669,111 @@ class Subscribers:
         last[:-1] = sl_o[1:] != sl_o[:-1]
         self._values[sl_o[last]] = val_o[last]
         return _rows(self.points, messages, seq[changed], sl[changed], value[changed], msg[changed])
+
+    def _deliver_multicast(self, messages) -> pa.Table:
+        """S-MN: each message's listed subscriptions take its value (000 §2.1.2); ids no longer registered
+        (removed since) are skipped."""
+        seq = _col(messages, "seq", np.int64, default=0)
+        value = _col(messages, "new_value")
+        targets = _texts(messages, "targets")
+        slot_of = self.points._slot_of
+        seqs, slots, values, msgs = [], [], [], []
+        for i in np.argsort(seq, kind="stable").tolist():
+            s = [slot_of[t] for t in json.loads(targets[i]) if t in slot_of]
+            slots.append(np.asarray(s, dtype=np.int64))
+            seqs.append(np.full(len(s), seq[i], dtype=np.int64))
+            values.append(np.full(len(s), value[i]))
+            msgs.append(np.full(len(s), i, dtype=np.int64))
+        return self._settle(messages, *(np.concatenate(a) if a else np.empty(0, dtype=np.int64)
+                                        for a in (seqs, slots, values, msgs)))
+
+    def _settle(self, messages, seq, sl, value, msg) -> pa.Table:
+        """Entries ``(seq, slot, value, msg)`` in application order: each slot ends a seq with its last
+        entry's value; rows for the slots whose value differs from before the seq, by (seq, slot)."""
+        if not seq.size:
+            return _rows(self.points, messages, seq, sl, value.astype(np.float64), msg)
+        o = np.lexsort((np.arange(seq.size), sl, seq))
+        seq, sl, value, msg = seq[o], sl[o], value.astype(np.float64)[o], msg[o]
+        last = np.ones(seq.size, dtype=bool)
+        last[:-1] = (seq[1:] != seq[:-1]) | (sl[1:] != sl[:-1])
+        seq, sl, value, msg = seq[last], sl[last], value[last], msg[last]
+        keep = np.zeros(seq.size, dtype=bool)
+        for i, s in enumerate(sl.tolist()):      # in seq order: each compares with the value it had
+            if not _nan_eq(np.array([value[i]]), self._values[s:s + 1])[0]:
+                keep[i] = True
+                self._values[s] = value[i]
+        return _rows(self.points, messages, seq[keep], sl[keep], value[keep], msg[keep])
+
+    def _cn_plus(self):
+        if self._network is not None and self._cn_plus_in_step:
+            return self._network
+        if self._table is None:
+            raise SparksubError("CN+ messages need the table CN+'s network keeps along its diagonal (000 "
+                                "§2.2.2): seed the subscribers with attach_table()")
+        if not self._cn_plus_in_step:
+            raise SparksubError("CN+ messages after messages of another variant: CN+'s network did not see "
+                                "those updates; seed the subscribers again (publish with variant='CN+' "
+                                "from the start)")
+        keys, xs, ys, maximum = self._table
+        net = CnPlusNetwork(self.points, maximum)
+        net.load(keys, xs, ys)
+        live = self.points.live_slots()
+        if not _nan_eq(net.values(live), self._values[live]).all():
+            raise SparksubError("CN+: the table attached does not give the subscribers' values")
+        self._network = net
+        return net
+
+    def _deliver_cn_plus(self, messages) -> pa.Table:
+        """CN+: each message is an update ⟨key, X, NEW_VALUE⟩ routed by the network (``cn_plus.py``)."""
+        net = self._cn_plus()
+        seq = _col(messages, "seq", np.int64, default=0)
+        step = _col(messages, "step", np.int64, default=0)
+        x = _col(messages, "inner_l")
+        value = _col(messages, "new_value")
+        keys = _texts(messages, "item_key")
+        seqs, slots, values, msgs = [], [], [], []
+        for i in np.lexsort((np.arange(seq.size), step, seq)).tolist():
+            for route, wy in net.route(keys[i], x[i], None if np.isnan(value[i]) else value[i]):
+                if route.affected.size:
+                    v = wy.astype(np.float64)
+                    v[v == np.inf] = np.nan
+                    slots.append(route.affected)
+                    values.append(-v if net.maximum else v)
+                    seqs.append(np.full(route.affected.size, seq[i], dtype=np.int64))
+                    msgs.append(np.full(route.affected.size, i, dtype=np.int64))
+        return self._settle(messages, *(np.concatenate(a) if a else np.empty(0, dtype=np.int64)
+                                        for a in (seqs, slots, values, msgs)))
+
+
+_S_CN, _S_MN, _CN_PLUS = 0, 1, 2
+
+
+def _as_table(messages) -> pa.Table:
+    if isinstance(messages, pa.Table):
+        return messages
+    if isinstance(messages, pa.RecordBatch):
+        return pa.Table.from_batches([messages])
+    if isinstance(messages, Mapping):
+        return pa.table({k: pa.array(v) if not isinstance(v, (pa.Array, pa.ChunkedArray)) else v
+                         for k, v in messages.items()})
+    return pa.Table.from_pandas(messages, preserve_index=False)
+
+
+def _kinds(messages) -> np.ndarray:
+    """Per message its variant: S-MN when it lists ``targets``, CN+ when its op is ``CN_PLUS``, else S-CN."""
+    n = _num_rows(messages)
+    kind = np.full(n, _S_CN, dtype=np.int8)
+    if _has(messages, "targets"):
+        kind[np.fromiter((t is not None for t in _texts(messages, "targets")), dtype=bool, count=n)] = _S_MN
+    if _has(messages, "op"):
+        kind[np.fromiter((o == "CN_PLUS" for o in _texts(messages, "op")), dtype=bool, count=n)] = _CN_PLUS
+    return kind
+
+
+def _texts(messages, name: str) -> list:
+    """A text column as a list, None for a null (or NaN: pandas) or when the column is absent."""
+    if not _has(messages, name):
+        return [None] * _num_rows(messages)
+    c = messages.column(name) if isinstance(messages, (pa.Table, pa.RecordBatch)) else messages[name]
+    values = c.to_pylist() if isinstance(c, (pa.Array, pa.ChunkedArray)) else list(c)
+    return [None if v is None or (isinstance(v, float) and v != v) else v for v in values]

@@ -9,31 +9,58 @@ columns in :class:`~sparksub.operators.range_min.delivery.SubscriptionPoints` (a
   at a subscription — the cost is independent of their number (000 §3, Theorem 2);
 * ``unicast`` (S-UN): one row per affected subscription, found by one rectangle query per message
   (000 §3.3; dissertation §5.3.3) — never a scan of all subscriptions;
-* ``cn_relax`` (the CN baseline, 000 §2.2): the number of (update, subscription) deliveries when every
+* ``multicast`` (S-MN, 000 §2.1.2 and §3 "S-UN and S-MN Support"): S-UN's rows grouped by update message,
+  one multicast message per (update, new value) listing its subscriptions (``targets``);
+* ``cn_plus`` (CN+, 000 §2.2.2): no server work at all -- each update enters the network as it is, one
+  message per step (an X-move: a deletion at the old X, then an insertion), ⟨key, X, NEW_VALUE⟩ with the
+  initial cutoff point (OUTER_L, OUTER_R) = (-inf, +inf); the network and the subscribers do the rest
+  (``cn_plus.py``, ``delivery.Subscribers``);
+* ``cn_relax`` (the CN baseline, 000 §2.2.1): the number of (update, subscription) deliveries when every
   update is sent to every range containing its old or new X (counted, not materialised);
 * ``none``: maintain the index only (replaying a log).
+
+The engine asks for ``reformulated`` and names the variant in the mode (``operators/shared/variants.py``):
+``S-CN`` is ``reformulated``, ``S-MN`` ``multicast``, ``CN+`` ``cn_plus``.
 
 This module is pure (numpy / pyarrow); ``runtime/groups.py`` runs it inside Spark tasks.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
-from sparksub.operators.range_min.delivery import (MESSAGE_BYTES, UNICAST_ROW_BYTES, SubscriptionPoints,
-                                         unicast)
 from sparksub.operators.range_min.core import RangeMinCore
+from sparksub.operators.range_min.delivery import (MESSAGE_BYTES, UNICAST_ROW_BYTES, SubscriptionPoints,
+                                                   multicast, unicast)
+from sparksub.operators.shared.range_classes import key_text
 from sparksub.operators.shared.schemas import DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA
+from sparksub.operators.shared.variants import variant_of
 
-__all__ = ["RangeMinGroup", "GroupSnapshot", "MODES"]
+__all__ = ["RangeMinGroup", "GroupSnapshot", "MODES", "VARIANT_MODES", "group_mode", "MULTICAST_SCHEMA",
+           "CN_PLUS_SCHEMA"]
 
-#: the group's modes: the output forms (shared/schemas.py) and the baseline's count, or index upkeep only
-MODES = ("unicast", "reformulated", "cn_relax", "none")
+#: the group's modes: the output forms (shared/schemas.py), the interfaces of 000 §2 and the baseline's
+#: count, or index upkeep only
+MODES = ("unicast", "reformulated", "multicast", "cn_plus", "cn_relax", "none")
+#: a reformulated variant (``operators/shared/variants.py``) -> the mode that sends it
+VARIANT_MODES = {"S-CN": "reformulated", "S-MN": "multicast", "CN+": "cn_plus"}
 
 CN_RELAX_SCHEMA = pa.schema([("group_id", pa.string()), ("seq", pa.int64()), ("deliveries", pa.int64())])
+#: S-MN's messages: the message columns (rectangle null) and the subscriptions listed (a JSON array of ids)
+MULTICAST_SCHEMA = MESSAGE_SCHEMA.append(pa.field("targets", pa.string()))
+#: CN+'s messages: the update (NEW_VALUE, INNER_L = INNER_R = X, the key) and the cutoff point (OUTER_L, OUTER_R)
+CN_PLUS_SCHEMA = MESSAGE_SCHEMA.append(pa.field("item_key", pa.string()))
+
+
+def group_mode(mode: str) -> str:
+    """The group's own mode for an engine mode: ``reformulated`` naming a variant is that variant's mode."""
+    if mode == "reformulated":
+        return VARIANT_MODES[variant_of(mode, "range_min") or "S-CN"]
+    return str(mode)
 
 
 @dataclass
@@ -66,7 +93,8 @@ class RangeMinGroup:
         self.group_id, self.table, self.x, self.y, self.maximum = group_id, table, x, y, maximum
         self.core = RangeMinCore(maximum)
         self.points = SubscriptionPoints()
-        self.counters = {"batches": 0, "unicast_rows": 0, "cn_relax_deliveries": 0}
+        self.counters = {"batches": 0, "unicast_rows": 0, "cn_relax_deliveries": 0, "multicast_messages": 0,
+                         "multicast_targets": 0, "cn_plus_messages": 0}
 
     # ---- construction ---------------------------------------------------------------------------
     @classmethod
@@ -119,14 +147,15 @@ class RangeMinGroup:
         null = null), ``op`` (0 upsert, 1 delete) and ``seq`` (int64). A null X or Y removes the row
         from every range (a deletion for the index), as SQL's MIN would ignore it.
         """
+        mode = group_mode(mode)
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
         cols = _columns(batch)
         keys, xs, ys, ops, seqs = cols["key"], cols["x"], cols["y"], cols["op"], cols["seq"]
         core, points = self.core, self.points
         self.counters["batches"] += 1
-        want_messages = mode in ("unicast", "reformulated")
-        m_seq, m_step, m_val, m_il, m_ir, m_ol, m_or = [], [], [], [], [], [], []
+        want_messages = mode in ("unicast", "reformulated", "multicast")
+        m_seq, m_step, m_val, m_il, m_ir, m_ol, m_or, m_key = [], [], [], [], [], [], [], []
         old_value: dict[int, float] = {}
         deliveries = np.zeros(len(keys), dtype=np.int64) if mode == "cn_relax" else None
         nan = math.nan
@@ -146,6 +175,21 @@ class RangeMinGroup:
                 if op != DELETE and x == x and y == y and (prev is None or prev[0] != x):
                     n += points.index.stab_count(x)
                 deliveries[i] = n
+                continue
+            if mode == "cn_plus":
+                # 000 §2.2.2: the update itself enters the network (a step per message), cutoff (-inf, +inf)
+                cur = core.get(key)
+                steps = []
+                if prev is not None and (cur is None or cur[0] != prev[0]):
+                    steps.append((prev[0], nan))          # a deletion, or an X-move's first step
+                if cur is not None and cur != prev:
+                    steps.append(cur)
+                for step_no, (sx, sy) in enumerate(steps):
+                    m_seq.append(seq)
+                    m_step.append(step_no)
+                    m_val.append(sy)
+                    m_il.append(sx)
+                    m_key.append(key)
                 continue
             if not want_messages:
                 continue
@@ -169,6 +213,18 @@ class RangeMinGroup:
                              "seq": pa.array(np.asarray(seqs, dtype=np.int64)),
                              "deliveries": pa.array(deliveries)}, schema=CN_RELAX_SCHEMA)
         vals = np.asarray(m_val, dtype=np.float64)
+        if mode == "cn_plus":
+            n = len(m_seq)
+            self.counters["cn_plus_messages"] += n
+            return pa.table({
+                "group_id": pa.array([self.group_id] * n, pa.string()),
+                "seq": pa.array(m_seq, pa.int64()), "step": pa.array(m_step, pa.int8()),
+                "op": pa.array(["CN_PLUS"] * n, pa.string()),
+                "new_value": pa.array(vals, pa.float64(), mask=np.isnan(vals)),
+                "inner_l": pa.array(m_il, pa.float64()), "inner_r": pa.array(m_il, pa.float64()),
+                "outer_l": pa.array(np.full(n, -np.inf)), "outer_r": pa.array(np.full(n, np.inf)),
+                "item_key": pa.array([key_text(k) for k in m_key], pa.string()),
+            }, schema=CN_PLUS_SCHEMA)
         messages = pa.table({
             "group_id": pa.array([self.group_id] * len(m_seq), pa.string()),
             "seq": pa.array(m_seq, pa.int64()),
@@ -180,6 +236,13 @@ class RangeMinGroup:
         }, schema=MESSAGE_SCHEMA)
         if mode == "reformulated":
             return messages
+        if mode == "multicast":
+            out = multicast(points, messages, old_value)
+            self.counters["multicast_messages"] += out.num_rows
+            self.counters["multicast_targets"] += sum(len(json.loads(t)) for t in out.column("targets").to_pylist())
+            if "group_id" not in out.column_names:
+                out = out.append_column("group_id", pa.array([self.group_id] * out.num_rows, pa.string()))
+            return out.select(MULTICAST_SCHEMA.names).cast(MULTICAST_SCHEMA)
         rows = unicast(points, messages, old_value)
         self.counters["unicast_rows"] += rows.num_rows
         return rows.select(UNICAST_SCHEMA.names).cast(UNICAST_SCHEMA)

@@ -147,7 +147,7 @@ class RangeClassGroup:
             self._resync()
             self._stale = False
         rows: list = []
-        if mode == "reformulated" and hasattr(self, "_batch_messages"):
+        if mode == "reformulated" and self._batched(mode):
             rows = self._batch_messages(cols)
             self.counters["reformulated_messages"] += len(rows)
             out = {f.name: [r.get(f.name) for r in rows] for f in RANGE_MESSAGE_SCHEMA}
@@ -177,6 +177,11 @@ class RangeClassGroup:
         if mode == "reformulated":
             out["msg_no"] = list(range(len(rows)))
         return pa.table(out, schema=schema)
+
+    def _batched(self, mode) -> bool:
+        """Whether the reformulated form covers the whole batch at once (``_batch_messages``: top-k's
+        Paint-Batch) rather than each update at its seq; a class may decide per mode (its variant)."""
+        return hasattr(self, "_batch_messages")
 
     def _x_of(self, key):
         """The X a row has in the core (every core's ``get`` gives ``(x, y)``), or None."""

@@ -1,9 +1,13 @@
 """The RANGE_TOPK group operator (002): the top-k core (``topk/core.py``) with the group's subscriptions.
 
-Reformulated: Paint-Batch's messages over the whole publish batch (002 §IV-A; subscribers are exact at the
-batch's end).  Unicast: each update's Paint-Dense messages routed to the subscribers they reach (002 §II-A /
-§III-A), rows by list diff.  The frame every range class shares is ``shared/range_classes.py``.  Pure
-(numpy / pyarrow).
+Reformulated: by default Paint-Batch's messages over the whole publish batch (002 §IV-A; subscribers are exact
+at the batch's end); the mode may name another Paint variant (``operators/shared/variants.py``):
+``Paint-Batch-Sparse`` (Paint-Batch over Paint-Sparse), or per update, each update's messages at its seq,
+``Paint-Dense`` (§III-A), ``Paint-Sparse`` (§III-B: the server uses the subscriptions, which the group
+registers in its core the first time), ``Paint-Dense(ε)`` / ``Paint-Sparse(ε)`` (§IV-B, Theorem 4: fewer
+messages, subscriptions hear objects ranked up to (1 + ε)k and drop them by the §II-A protocol).  Unicast:
+each update's Paint-Dense messages routed to the subscribers they reach (002 §II-A / §III-A), rows by list
+diff.  The frame every range class shares is ``shared/range_classes.py``.  Pure (numpy / pyarrow).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import numpy as np
 
 from sparksub.operators.shared.range_classes import RangeClassGroup, RangeClassSnapshot, key_text
 from sparksub.operators.shared.schemas import DELETE
+from sparksub.operators.shared.variants import paint_of, variant_of
 from sparksub.operators.topk import core as topk
 from sparksub.operators.topk.subscribers import TopkSubscribers
 
@@ -33,6 +38,31 @@ class TopkGroup(RangeClassGroup):
         self.k = np.asarray(snap.sub_k, dtype=np.int64)
         # the reformulated form paints for the k values in use (002 §II-A, one sweep for the largest)
         self.core = topk.TopkCore("dense", descending=self.descending, ks=sorted(set(self.k.tolist())) or [1])
+        self._in_core = False          # the subscriptions registered in the core (Paint-Sparse needs them)
+        self._paint_batch = True       # the reformulated form of the batch being applied: Paint-Batch
+        self.variants: dict = {}       # reformulated variant -> batches this copy applied in it (tests)
+
+    def apply(self, batch, mode: str = "unicast"):
+        """The frame's ``apply`` with the Paint variant the mode names set on the core for a reformulated batch
+        (module docstring); unicast always routes Paint-Dense's exact messages."""
+        if mode == "reformulated":
+            variant = variant_of(mode, "topk") or "Paint-Batch"
+            paint, epsilon, self._paint_batch = paint_of(variant)
+            self.variants[variant] = self.variants.get(variant, 0) + 1
+        else:
+            paint, epsilon = "dense", None
+        if paint == "sparse" and not self._in_core:
+            ok = self.x1 <= self.x2        # an empty range is in no message's rectangle
+            self.core.subscriptions.add_many(self.ids[ok].tolist(), self.x1[ok], self.x2[ok], self.k[ok])
+            self._in_core = True
+        self.core.mode, self.core.epsilon = paint, epsilon
+        try:
+            return super().apply(batch, mode)
+        finally:
+            self.core.mode, self.core.epsilon = "dense", None
+
+    def _batched(self, mode) -> bool:
+        return self._paint_batch
 
     def load(self, keys, xs, ys) -> None:
         ok = self._valid(xs, ys)
