@@ -135,7 +135,12 @@ class SubscriptionGroups:
         for entry in self._groups.values():
             if not len(entry.registry):
                 continue
-            clash = next((i for i in ids if i in entry.registry), None)
+            known = getattr(entry.registry, "known", None)   # a registry without a dict: one vectorised lookup
+            if known is not None:
+                hit = known(ids)
+                clash = ids[int(np.argmax(hit))] if hit.any() else None
+            else:
+                clash = next((i for i in ids if i in entry.registry), None)
             if clash is not None:
                 raise DuplicateSubscription(f"duplicate subscription id {clash!r}: it already exists")
 
