@@ -126,7 +126,7 @@ def test_worked_queries_over_several_publishes_equal_the_oracle(spark):
 # ---- register / drop between publishes: untouched queries keep their partial matches ---------------------
 
 def test_register_and_drop_between_publishes_keep_partial_matches(spark, monkeypatch):
-    monkeypatch.setattr("sparksub.engine.EVENT_LOG_COMPACTION", 12)   # bases rebuilt from snapshots too
+    monkeypatch.setattr("sparksub.control.event_queries.EVENT_LOG_COMPACTION", 12)   # bases rebuilt from snapshots too
     events = random_stock(70, seed=11)       # numbered: the n-th event is at tick n
     timed = numbered(events)
     e = Engine(spark)

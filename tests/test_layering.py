@@ -31,8 +31,8 @@ SPARK_PACKAGES = ("sparksub.runtime", "sparksub.jvm")
 SPARK_MODULES = ("pyspark", "py4j")
 #: the layers that must not reach the Spark side (c); the planner must not reach the operators either (b)
 PURE_PACKAGES = ("sparksub.operators", "sparksub.planner", "sparksub.grammar")
-SPARK_SIDE = ("sparksub.runtime", "sparksub.engine", "sparksub.jvm")
-PLANNER_FORBIDDEN = ("sparksub.operators", "sparksub.runtime", "sparksub.engine")
+SPARK_SIDE = ("sparksub.runtime", "sparksub.engine", "sparksub.control", "sparksub.jvm")
+PLANNER_FORBIDDEN = ("sparksub.operators", "sparksub.runtime", "sparksub.engine", "sparksub.control")
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ import pyarrow as pa
 from sparksub.errors import DuplicateSubscription, InvalidSubscription, SparksubError, UnknownSubscription
 from sparksub.operators.range_min.cn_plus import CnPlusNetwork
 from sparksub.operators.shared.arrays import id_list
+from sparksub.operators.shared.id_index import IdIndex
 from sparksub.operators.shared.point_index import PointIndex2D
 
 __all__ = [
@@ -165,8 +166,9 @@ class SubscriptionPoints:
     """
 
     def __init__(self, bucket_size: int | None = None, merge_threshold: int | None = None):
-        self.index = PointIndex2D(bucket_size=bucket_size, merge_threshold=merge_threshold)
-        self._slot_of: dict[str, int] = {}
+        self._index_options = {"bucket_size": bucket_size, "merge_threshold": merge_threshold}
+        self._index: PointIndex2D | None = None   # built on first use: the driver's registry never queries it
+        self._ids = IdIndex()                     # id -> slot (no dict: issue 16, the driver's memory)
         self._cap = 0
         self._id_of = np.empty(0, dtype=object)
         self.x1 = np.empty(0, dtype=np.float64)
@@ -175,13 +177,36 @@ class SubscriptionPoints:
         self._free: list[int] = []
 
     def __len__(self) -> int:
-        return len(self._slot_of)
+        return len(self._ids)
 
     def __contains__(self, sid) -> bool:
-        return sid in self._slot_of
+        return isinstance(sid, str) and self._ids.lookup(np.array([sid], dtype=object), self._id_of)[0] >= 0
+
+    def known(self, ids) -> np.ndarray:
+        """Whether each of ``ids`` is registered (one vectorised lookup)."""
+        id_arr = np.empty(len(ids), dtype=object)
+        id_arr[:] = list(ids)
+        return self._ids.lookup(id_arr, self._id_of) >= 0
 
     def __iter__(self):
-        return iter(self._slot_of)
+        return iter(self._id_of[self.live_slots()].tolist())
+
+    def __getstate__(self):
+        # a snapshot (pickled into a replica's base file) carries no point index: it is rebuilt on first use
+        state = dict(self.__dict__)
+        state["_index"] = None
+        return state
+
+    @property
+    def index(self) -> PointIndex2D:
+        """The point index over the live subscriptions (``(x1, x2)`` points: 000 §3.3), built on first use."""
+        if self._index is None:
+            index = PointIndex2D(**self._index_options)
+            slots = self.live_slots()
+            if slots.size:
+                index.add_many(slots, self.x1[slots], self.x2[slots])
+            self._index = index
+        return self._index
 
     @property
     def capacity(self) -> int:
@@ -219,10 +244,13 @@ class SubscriptionPoints:
         for sid in ids:
             if not isinstance(sid, str):
                 raise TypeError(f"subscription ids must be strings, got {sid!r}")
-        if not self._slot_of.keys().isdisjoint(ids) or len(set(ids)) != n:
+        id_arr = np.empty(n, dtype=object)
+        id_arr[:] = ids
+        known = self._ids.lookup(id_arr, self._id_of) >= 0
+        if known.any() or len(set(ids)) != n:
             seen: set = set()
-            for sid in ids:
-                if sid in self._slot_of or sid in seen:
+            for i, sid in enumerate(ids):
+                if known[i] or sid in seen:
                     raise DuplicateSubscription(f"duplicate subscription id {sid!r}")
                 seen.add(sid)
         bad = np.isnan(x1) | np.isnan(x2) | (x1 > x2)
@@ -237,15 +265,14 @@ class SubscriptionPoints:
         fresh = np.arange(self._next, self._next + (n - k), dtype=np.int64)
         slots = np.concatenate([reused, fresh])
         self._grow(self._next + (n - k))
-        self.index.add_many(slots, x1, x2)         # may only fail on internal inconsistency
+        if self._index is not None:
+            self._index.add_many(slots, x1, x2)    # may only fail on internal inconsistency
         del self._free[len(self._free) - k:]
         self._next += n - k
         self.x1[slots] = x1
         self.x2[slots] = x2
-        id_arr = np.empty(n, dtype=object)
-        id_arr[:] = ids
         self._id_of[slots] = id_arr
-        self._slot_of.update(zip(ids, slots.tolist()))
+        self._ids.add(id_arr, slots, self._id_of)
         return slots
 
     def remove(self, ids) -> np.ndarray:
@@ -257,11 +284,7 @@ class SubscriptionPoints:
         ids = id_list(ids)
         if not ids:
             return np.empty(0, dtype=np.int64)
-        slot_of = self._slot_of
-        try:
-            slots = np.fromiter((slot_of[s] for s in ids), dtype=np.int64, count=len(ids))
-        except KeyError as e:
-            raise UnknownSubscription(f"unknown subscription id {e.args[0]!r}") from None
+        slots = self.slots_of(ids)
         if len(set(ids)) != len(ids):
             seen: set = set()
             for sid in ids:
@@ -269,9 +292,9 @@ class SubscriptionPoints:
                     raise UnknownSubscription(
                         f"unknown subscription id {sid!r} (repeated in the batch)")
                 seen.add(sid)
-        self.index.remove_many(slots)
-        for sid in ids:
-            del slot_of[sid]
+        if self._index is not None:
+            self._index.remove_many(slots)
+        self._ids.remove(slots, self._id_of)
         self._id_of[slots] = None
         self.x1[slots] = np.nan
         self.x2[slots] = np.nan
@@ -280,18 +303,17 @@ class SubscriptionPoints:
 
     def slot(self, sid: str) -> int:
         """The slot of one id (:class:`UnknownSubscription` if absent)."""
-        try:
-            return self._slot_of[sid]
-        except KeyError:
-            raise UnknownSubscription(f"unknown subscription id {sid!r}") from None
+        return int(self.slots_of([sid])[0])
 
     def slots_of(self, ids) -> np.ndarray:
         """Slots of several ids (:class:`UnknownSubscription` naming the first unknown one)."""
         ids = id_list(ids)
-        try:
-            return np.fromiter((self._slot_of[s] for s in ids), dtype=np.int64, count=len(ids))
-        except KeyError as e:
-            raise UnknownSubscription(f"unknown subscription id {e.args[0]!r}") from None
+        id_arr = np.empty(len(ids), dtype=object)
+        id_arr[:] = ids
+        slots = self._ids.lookup(id_arr, self._id_of)
+        if (slots < 0).any():
+            raise UnknownSubscription(f"unknown subscription id {ids[int(np.argmax(slots < 0))]!r}")
+        return slots
 
     def bounds(self, sid: str) -> tuple[float, float]:
         """``(x1, x2)`` of one subscription."""
@@ -304,7 +326,7 @@ class SubscriptionPoints:
 
     def live_slots(self) -> np.ndarray:
         """Slots of every registered subscription, ascending."""
-        return np.sort(np.fromiter(self._slot_of.values(), dtype=np.int64, count=len(self._slot_of)))
+        return np.sort(self._ids.slots())
 
 
 # ---------------------------------------------------------------------------------- messages

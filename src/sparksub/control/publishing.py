@@ -1,0 +1,409 @@
+"""``load`` and ``publish``: checking a batch, running every group on the table in Spark tasks over the replicas'
+files (``runtime/groups.py``, ``runtime/replicas.py``), keeping the output and committing the batch (``journal.py``).
+A part of the Engine facade (``engine.py``)."""
+from __future__ import annotations
+
+import logging
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparksub.errors import (BadUpdate, InvalidArgument)
+from sparksub.jvm.bridge import subscription_group
+from sparksub.runtime.connect import default_parallelism
+from sparksub.planner.catalog import TableDef
+from sparksub.operators.contract import ROW_PARTITIONS, SUBSCRIPTION_SHARDS
+from sparksub.operators.joins import group as join_groups
+from sparksub.operators.registry import family_of, in_order
+from sparksub.operators.shared import row_validation
+from sparksub.operators.shared.schemas import (DELETE, EVENT_PREFIX, UPSERT, publish_schema)
+from sparksub.runtime import frames as spark_frames
+from sparksub.runtime import groups as spark_groups
+from sparksub.runtime import output as spark_output
+from sparksub.runtime import replicas as spark_replicas
+from sparksub.control.groups import GroupEntry, TableState
+from sparksub.control.inputs import to_arrow
+from sparksub.control.event_queries import _rename_event_columns
+from sparksub.control.inputs import arrow_type
+
+_log = logging.getLogger("sparksub.engine")
+
+
+#: Rows of updates logged per group before the base snapshot is rebuilt from the current rows.
+LOG_COMPACTION_ROWS = 200_000
+
+
+def _operator_name(physicals) -> str:
+    """The name Spark's EXPLAIN shows for the task function: the operator families it runs."""
+    kinds = sorted({family_of(p).operator_name(p) for p in physicals})
+    return "_and_".join(kinds) + ("_group" if len(kinds) == 1 else "_groups")
+
+
+class Publishing:
+    """The Engine's publishing (a mixin of ``engine.Engine``: its methods use the engine's state)."""
+
+    # ---- data -----------------------------------------------------------------------------------------
+    def load(self, table: str, data) -> int:
+        """Set the initial state of ``table`` (rows replace rows with the same key). No notifications."""
+        with self._lock:
+            state = self._table(table)
+            batch, reasons, _ = self._validated(state, data)
+            bad = next((i for i, r in enumerate(reasons) if r is not None), None)
+            if bad is not None:  # initial state: all or nothing (there is no output to set a row aside in)
+                raise BadUpdate(f"load into {state.definition.name!r}: {reasons[bad]}", bad)
+            self._journal.load(state.definition, batch)   # the commit point
+            self._apply_rows(state, batch)
+            for entry in self._groups_on(state):
+                self._changed(entry, subscriptions=True)  # rebuild bases from the new rows
+            return batch.num_rows
+
+    def publish(self, table: str, updates, mode: str = "unicast", *, batch_id=None):
+        """Apply ``updates`` in order and return the notifications as a Spark DataFrame.
+
+        ``mode``: ``'unicast'`` (one row per affected subscription: subscription_id, op, value, seq,
+        group_id) or ``'reformulated'`` (the messages: group_id, seq, step, op, new_value, inner_l,
+        inner_r, outer_l, outer_r); both end with a nullable ``reason``. FILTER and BAND_JOIN groups have no
+        reformulated form: in that mode their unicast rows (with ``subscription_id``) come out beside the
+        messages, and ``deliver`` passes them through. A join notification carries its subscription's
+        selected columns under their names (DESIGN §1; ``left_key``/``right_key``, the result tuple's keys,
+        stay as a deprecated alias). Should a group's operator fail,
+        its notifications for this batch are replaced by one ``op = 'error'`` row whose ``reason``
+        names the failure, the other groups are unaffected, and the failed group is rebuilt from the
+        table's rows on its next use (DESIGN §7).
+
+        A malformed row (``operators/shared/row_validation.py``: a null key, an unknown ``_op``, NaN or ±inf in a
+        numeric column, a value that does not cast to its column's type, a delete of a key the table does
+        not hold -- counting earlier rows of the batch) is set aside: it comes out as a row with ``op =
+        'rejected'``, its ``seq`` and ``reason``, exactly as ``stream`` emits it, and the other rows apply.
+        A malformed batch (an unknown column, no key column, an upsert batch lacking a column) raises
+        ``BadUpdate`` and changes nothing.
+
+        On an event stream (a table without a key) the rows are events: each has an interval — integer
+        ``t0``/``t1`` columns, or ``t0 = t1 = n`` for the n-th event published to the stream (0-based,
+        across calls) — and the output holds, beside the FILTER notifications, the matches of the event
+        queries reading the stream: ``op = 'match'``, ``query`` (the event query), one column per output
+        attribute over those queries (``event_partitions``: names and types), ``t0``, ``t1``.  Within a
+        call events are processed in (t1, row) order, inside Spark tasks (``spark_events``; one executor
+        per partition of each event class).  A malformed event (NULL t0/t1, t0 > t1, a t1 before the
+        largest t1 of an earlier call) comes out as an ``op = 'rejected'`` row with its ``seq``, columns
+        and ``reason``, and is set aside (FILTER subscriptions do not see it either); the others go on.
+        Some events are set aside for one event class only (a ``rejected`` row with the class as
+        ``group_id``): in a class reading several streams, one older than what the class already processed
+        (a class needs its streams in end-time order); in a class one of whose queries reads a PUBLISHed
+        stream, one continuing the tick an earlier call ended with (its matches could differ from the
+        oracle's: publish a tick's events in one call).
+        An event on which an event query raises (an ill-typed comparison) is set aside for its class (none
+        of the class's queries sees it): a ``rejected`` row with ``group_id`` = the replica and the error as
+        ``reason``.  A replica whose executor fails altogether yields an ``op = 'error'`` row and its batch
+        is dropped for it alone.
+        Event queries have one output form: their rows come out in either ``mode``.
+
+        The output is kept in the engine's directory before the call returns (``notifications()``), and the
+        commit is journaled (a durable engine: ``Engine(path=...)``).  ``batch_id`` (a string or an integer)
+        makes the call idempotent, as a Structured Streaming sink's batch id: a batch id already committed
+        -- before a kill, in an earlier process -- is not applied again; the call returns the output kept
+        for it (an empty DataFrame once the retention window passed it).  ``committed(batch_id)`` tells.
+        """
+        schema = publish_schema(mode)
+        if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, (str, int))):
+            raise InvalidArgument(f"publish(batch_id=...) takes a string or an integer, got {batch_id!r}")
+        with self._lock:
+            state = self._table(table)
+            if batch_id is not None and self._journal.committed(batch_id) is not None:
+                return self._kept_output(state, batch_id, schema)
+            batch, reasons, ticks = self._validated(state, updates)
+            times = None
+            if state.definition.key is None:
+                times = self._event_times(state, batch.num_rows, reasons, ticks)
+                reasons = np.array(times["reasons"], dtype=object)
+            n_rows = batch.num_rows
+            all_seqs = np.arange(self._next_seq, self._next_seq + n_rows, dtype=np.int64)
+            all_batch = batch
+            seqs = all_seqs
+            ok = np.fromiter((r is None for r in reasons), dtype=bool, count=n_rows)
+            if not ok.all():  # set aside (DESIGN §7): the rejected rows come out below, the rest goes on
+                batch, seqs = batch.filter(pa.array(ok)), all_seqs[ok]
+            groups = self._groups_on(state)
+            # every family adds its notifications' columns (FILTER and BAND_JOIN have no reformulated form: in
+            # that mode they answer with their unicast rows beside the messages, issue 15 item 6, and deliver()
+            # passes them through)
+            schema = self._output_schema(schema, mode, groups, state.definition)
+            self._net_join_rows = False
+            group_batches = {e.group_id: e.family.group_batch(e.physical, state.definition, batch, seqs)
+                             for e in groups if e.family.placement != ROW_PARTITIONS}
+            replicas, parts, owner = {}, [], {}
+            for e in groups:
+                if mode == "reformulated" and e.family.reformulated(e.physical):
+                    self._sync_subscribers(e)
+                if e.family.placement == ROW_PARTITIONS:
+                    # one replica per partition; the rows are routed to their partitions (join_groups)
+                    for rid, replica in self._join_replicas(e).items():
+                        replicas[rid] = replica
+                        owner[rid] = e.group_id
+                    group_batches[e.group_id] = self._join_batch(state, e, batch, seqs)
+                    parts.append(group_batches[e.group_id])
+                    continue
+                # A range group is one replica; a FILTER group one per shard, each shard seeing
+                # every event (001 is stateless per event: shards only split the subscriptions).
+                for rid, replica in self._replicas(state, e).items():  # as of before this batch
+                    replicas[rid] = replica
+                    owner[rid] = e.group_id
+                    b = group_batches[e.group_id]
+                    parts.append(b.append_column("group_id", pa.array([rid] * b.num_rows, pa.string())))
+            if groups:
+                combined = pa.concat_tables(parts, promote_options="default")
+                df, failed_parts = spark_groups.run_groups(self.spark, replicas, combined, mode, schema,
+                                                           _operator_name(e.physical for e in groups),
+                                                           self._describe([(e.physical, e) for e in groups], mode))
+                failed = {owner[rid] for rid in failed_parts}
+                if self._net_join_rows:
+                    df = spark_frames.net_join_notifications(df)
+                df = _rename_event_columns(df, state.definition)
+            else:
+                df, failed = None if times is not None else spark_frames.empty_frame(self.spark, schema), set()
+            event_commit = None
+            if times is not None:
+                df, event_commit = self._with_event_part(state, df, schema, all_batch, all_seqs, times)
+            elif not ok.all():  # a keyed table's malformed rows, as a stream emits them (row_validation)
+                rejected = row_validation.rejected_rows(schema, all_seqs[~ok], reasons[~ok])
+                df = df.unionByName(_rename_event_columns(self.spark.createDataFrame(rejected), state.definition),
+                                    allowMissingColumns=True)
+            # Only now, with the notifications computed -- and kept, with the rows the batch applies
+            # (journal.py) -- does the batch become part of the state.
+            kept = self._journal.publish_begin(
+                state.definition, self._next_seq, n_rows, batch, batch_id,
+                lambda path: spark_output.write_notifications(df, path, self._journal.durable))
+            self._apply_rows(state, batch)
+            self._next_seq += n_rows
+            if event_commit is not None:
+                event_commit()
+            for e in groups:  # the batch is now part of every group's state: log it
+                if e.group_id in failed:
+                    # Its 'error' row is in the output; rebuild it from the rows next time (DESIGN §7).
+                    e.base_stale = True
+                    e.version += 1
+                    continue
+                if e.family.stateless:
+                    continue  # stateless: nothing to log
+                if e.family.placement == ROW_PARTITIONS:
+                    jb = group_batches[e.group_id]
+                    for rid, replica in list(e.shards.items()):
+                        mine = jb.filter(pc.equal(jb.column("group_id"), rid))
+                        if mine.num_rows:  # a task ran for this partition and moved its cache one step
+                            e.shards[rid] = replica.append(mine)
+                    e.log_rows += batch.num_rows
+                    e.version += 1
+                    if mode == "reformulated" and e.subscribers is not None:
+                        e.subscribers_version = e.version
+                    continue
+                e.replica = e.replica.append(group_batches[e.group_id])
+                e.log_rows += batch.num_rows
+                e.version += 1
+                if mode == "reformulated" and e.subscribers is not None:
+                    e.subscribers_version = e.version
+            self._journal.publish_commit(kept, state.definition)   # the commit point (journal.py)
+            if self.catalyst and df is not None:
+                # The operators ran once, above, and their output was checkpointed (lineage cut): the node
+                # on top keeps saying in df.explain() which groups produced these rows.
+                events = self._event_classes_on(state.definition) if times is not None else []
+                what = [d for d in (self._describe([(e.physical, e) for e in groups], mode),
+                                    self._describe_events(events, "batch")) if d]
+                df = subscription_group(df, f"publish to {state.definition.name} (ran once, checkpointed): "
+                                            + ("; ".join(what) or "no groups"))
+            return df
+
+    def _kept_output(self, state: TableState, batch_id, schema: pa.Schema):
+        """``publish``'s answer for a batch id already committed: the output kept for it."""
+        kept = self._journal.committed(batch_id)
+        if kept["table"] != state.definition.name.lower():
+            raise InvalidArgument(f"publish(batch_id={batch_id!r}): that batch id was committed for table "
+                                  f"{kept['table']!r}, not {state.definition.name!r}")
+        path = self._journal.notification_path(kept)
+        if path is None:
+            _log.warning("publish(batch_id=%r): committed before; its output is past the retention window "
+                         "(notification_retention_rows) and no longer kept", batch_id)
+        return spark_output.read_notifications(self.spark, [str(path)] if path else [], None, schema)
+
+    def _validated(self, state: TableState, data) -> tuple[pa.Table, np.ndarray, tuple | None]:
+        """``(batch, reasons, ticks)``: the batch cast to the table's schema plus an int8 ``op``; per row why
+        it is set aside (None: valid) -- ``row_validation.check_rows``, the checks every stream path makes
+        too, and, in a keyed table, a delete of a key it does not hold (as of the rows before it); and an
+        event stream's given ``(t0, t1)`` (None: not given).  Batch-level errors raise BadUpdate before any
+        change (DESIGN §7)."""
+        tdef = state.definition
+        shape = row_validation.RowShape.of(tdef)
+        checked = row_validation.check_rows(to_arrow(data), shape)
+        reasons = checked.reasons
+        if tdef.key is not None:
+            live, pending = state.rows, {}
+            for i, k in enumerate(checked.columns[tdef.key].to_pylist()):
+                if reasons[i] is not None:
+                    continue
+                if checked.ops[i] == DELETE:
+                    if not (pending[k] if k in pending else k in live):
+                        reasons[i] = row_validation.unknown_key_reason(k, tdef.name)
+                        continue
+                    pending[k] = False
+                else:
+                    pending[k] = True
+        ticks = (checked.t0, checked.t1) if checked.t0 is not None else None
+        return checked.table(shape), reasons, ticks
+
+    def _apply_rows(self, state: TableState, batch: pa.Table) -> None:
+        if state.definition.key is None:
+            return  # events are not kept
+        names = state.definition.column_names
+        key_i = names.index(state.definition.key)
+        ops = batch.column("op").to_numpy()
+        rows = zip(*(batch.column(c).to_pylist() for c in names))
+        for op, row in zip(ops, rows):
+            if op == DELETE:
+                state.rows.pop(row[key_i], None)
+            else:
+                state.rows[row[key_i]] = row
+
+    def _snapshot(self, state: TableState, entry: GroupEntry):
+        """The base the group's operator is rebuilt from (``family.snapshot``: its subscriptions and rows)."""
+        return entry.family.snapshot(entry.registry, entry.physical, entry.group_id, self._tables)
+
+    def _replica(self, state: TableState, entry: GroupEntry) -> spark_replicas.Replica:
+        """The group's replica: its base snapshot and log in files under the engine's directory
+        (``runtime/replicas.py``); a new base when subscriptions or loaded rows changed or the log grew past
+        LOG_COMPACTION_ROWS, the superseded base and log files deleted."""
+        if entry.replica is None or entry.base_stale or entry.log_rows > LOG_COMPACTION_ROWS:
+            entry.replica = spark_replicas.new_base(self.directory, self.uid, entry.group_id,
+                                                    self._snapshot(state, entry), replaces=entry.replica)
+            entry.log_rows = 0
+            entry.base_stale = False
+        return entry.replica
+
+    def _replicas(self, state: TableState, entry: GroupEntry) -> dict:
+        """What the tasks of one publish need for this group, by the batch's group_id."""
+        if entry.family.placement != SUBSCRIPTION_SHARDS:
+            return {entry.group_id: self._replica(state, entry)}
+        if entry.shards is None or entry.base_stale:
+            superseded = list((entry.shards or {}).values())
+            snap = self._snapshot(state, entry)
+            k = max(1, min(-(-len(snap) // self.filter_shard_size), self._parallelism()))
+            entry.shards = {}
+            for i in range(k):
+                part = snap.shard(i, k) if k > 1 else snap
+                rid = f"{entry.group_id}#{i}"
+                entry.shards[rid] = spark_replicas.new_base(self.directory, self.uid, rid, part)
+            for old in superseded:
+                spark_replicas.discard(old)
+            entry.base_stale = False
+        return entry.shards
+
+    def _materialized(self, state: TableState, entry: GroupEntry):
+        """The group as of now, in this (driver) process: from the worker-style cache + log replay."""
+        if entry.family.stateless:
+            return entry.registry  # stateless: the registry is the whole operator (operators/contract.py)
+        replica = self._replica(state, entry)
+        group = spark_replicas.materialize(replica)
+        spark_replicas.remember(replica, replica.log_length, group)
+        return group
+
+    def _sync_subscribers(self, entry: GroupEntry) -> None:
+        """Seed the deliver() side with every subscriber's current result, unless it is in step."""
+        if entry.subscribers is not None and entry.subscribers_version == entry.version:
+            return
+        entry.subscribers, entry.subscribers_version = self._subscribers_of(entry), entry.version
+
+    def _subscribers_of(self, entry: GroupEntry):
+        """The group's subscriber side as of now (``family.subscribers``; the operator materialised if needed)."""
+        return entry.family.subscribers(entry.registry, entry.physical, lambda: self._operator(entry), self._tables)
+
+    def _operator(self, entry: GroupEntry):
+        """The group's operator as of now, in this (driver) process (the runtime's cache + log replay): a join's
+        partitions by replica id, else the one operator (FILTER: its registry)."""
+        for name in entry.family.tables(entry.physical):
+            self._follow_streams(self._tables[name])   # result() agrees with what the streams applied
+        if entry.family.placement == ROW_PARTITIONS:
+            return self._join_partitions_materialized(entry)
+        return self._materialized(self._tables[entry.family.tables(entry.physical)[0]], entry)
+
+    @staticmethod
+    def _output_schema(schema: pa.Schema, mode: str, groups, table: TableDef) -> pa.Schema:
+        """``schema`` (``publish``'s or ``stream``'s) with the columns the notifications of ``groups`` on
+        ``table`` add, family by family in the registry's order (``operators/registry.py``)."""
+        for family, members in in_order(groups, lambda e: e.physical):
+            schema = family.output_schema(schema, mode, [(e.physical, e.registry) for e in members], table)
+        return schema
+
+    def _parallelism(self) -> int:
+        """``parallelism``, else the session's ``spark.default.parallelism``, else 2 (no ``sparkContext``: Connect)."""
+        return max(1, int(self.parallelism)) if self.parallelism is not None else default_parallelism(self.spark)
+
+    # ---- join groups (SELECT_JOIN, BAND_JOIN: operators/joins/group.py) ---------------------------------------
+    def _join_partition_count(self) -> int:
+        return max(1, int(self.join_partitions)) if self.join_partitions is not None else self._parallelism()
+
+    def _join_replicas(self, entry: GroupEntry) -> dict:
+        """One replica per partition, each with its base (its rows and every subscription) and its log."""
+        if entry.shards is not None and not entry.base_stale and entry.log_rows <= LOG_COMPACTION_ROWS:
+            return entry.shards
+        superseded = list((entry.shards or {}).values())   # their files go once the new bases are written
+        layout, snaps = entry.family.partition_snapshots(entry.registry, entry.physical, entry.group_id, self._tables,
+                                                         self._join_partition_count(), self.join_router_mode)
+        entry.shards = {}
+        for rid, snap in snaps.items():
+            entry.shards[rid] = spark_replicas.new_base(self.directory, self.uid, rid, snap)
+        for old in superseded:
+            spark_replicas.discard(old)
+        entry.registry.layout = layout
+        entry.base_stale = False
+        entry.log_rows = 0
+        return entry.shards
+
+    def _join_batch(self, state: TableState, entry: GroupEntry, batch: pa.Table, seqs) -> pa.Table:
+        """The batch for a join group's partitions: an upsert of a known key becomes the delete of its old row
+        and the insert of the new one (one seq; they may go to different partitions), each row routed to its
+        partition(s) (``group_id`` = the partition's replica id)."""
+        tdef = state.definition
+        names = tdef.column_names
+        side = entry.family.side_of(entry.physical, tdef)
+        layout = entry.registry.layout
+        ki = names.index(tdef.key)
+        cols = list(zip(*(batch.column(c).to_pylist() for c in names))) if batch.num_rows else []
+        ops = batch.column("op").to_numpy()
+        out_rows, out_ops, out_seqs, out_parts = [], [], [], []
+
+        def emit(row, op, seq):
+            for part in entry.family.targets(entry.physical, layout, side, row, names):
+                out_rows.append(row)
+                out_ops.append(op)
+                out_seqs.append(seq)
+                out_parts.append(f"{entry.group_id}#{part}")
+
+        pending: dict = {}
+        for i, row in enumerate(cols):
+            key = row[ki]
+            old = pending[key] if key in pending else state.rows.get(key)
+            if old is not None:
+                emit(old, DELETE, int(seqs[i]))
+            if ops[i] == DELETE:
+                pending[key] = None
+            else:
+                emit(row, UPSERT, int(seqs[i]))
+                pending[key] = row
+                if old is not None and side == join_groups.R and layout["kind"] == "BAND_JOIN" and \
+                        entry.family.targets(entry.physical, layout, side, old, names) != \
+                        entry.family.targets(entry.physical, layout, side, row, names):
+                    # an S row moving to another partition: a pair it keeps is deleted in one partition and
+                    # inserted in the other; publish nets them (the only case no partition can)
+                    self._net_join_rows = True
+        columns = list(zip(*out_rows)) if out_rows else [[] for _ in names]
+        out = {EVENT_PREFIX + c: pa.array(list(v), arrow_type(t)) for (c, t), v in zip(tdef.columns, columns)}
+        return pa.table({**out, "op": pa.array(out_ops, pa.int8()), "seq": pa.array(out_seqs, pa.int64()),
+                         "j_side": pa.array([side] * len(out_ops), pa.int8()),
+                         "group_id": pa.array(out_parts, pa.string())})
+
+    def _join_partitions_materialized(self, entry: GroupEntry) -> dict:
+        """Every partition of a join group as of now, in this (driver) process (cache + log replay)."""
+        out = {}
+        for rid, replica in self._join_replicas(entry).items():
+            group = spark_replicas.materialize(replica)
+            spark_replicas.remember(replica, replica.log_length, group)
+            out[rid] = group
+        return out

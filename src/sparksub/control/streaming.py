@@ -1,0 +1,344 @@
+"""``stream``: the engine's groups and event classes over a Structured Streaming source (``runtime/stream.py``,
+``runtime/join_stream.py``, ``runtime/event_stream.py``), and the engine following its streams -- subscription changes
+published to them, the rows they applied taken in (``runtime/stream_control.py``).  A part of the Engine facade."""
+from __future__ import annotations
+
+import pickle
+import uuid
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparksub.errors import (InvalidArgument,
+                             SparksubError)
+from sparksub.jvm.bridge import subscription_group
+from sparksub.operators.contract import ONE, ROW_PARTITIONS, SUBSCRIPTION_SHARDS
+from sparksub.operators.shared.schemas import (DELETE, mode_schema, publish_schema,
+                                               with_reason)
+from sparksub.runtime import frames as spark_frames
+from sparksub.runtime import groups as spark_groups
+from sparksub.runtime import replicas as spark_replicas
+from sparksub.runtime import stream as spark_stream
+from sparksub.runtime import stream_control
+from sparksub.control.groups import GroupEntry, TableState
+from sparksub.control.event_queries import _rename_event_columns
+from sparksub.control.inputs import arrow_type
+from sparksub.control.publishing import _operator_name
+
+
+def _check_streaming(df) -> None:
+    """``stream`` runs over a streaming DataFrame (``spark.readStream``...); anything else is refused here,
+    not deep inside Structured Streaming."""
+    if getattr(df, "isStreaming", False) is not True:
+        kind = "a batch DataFrame (use publish)" if hasattr(df, "isStreaming") else f"a {type(df).__name__}"
+        raise InvalidArgument(f"stream() takes a streaming DataFrame (spark.readStream...), got {kind}")
+
+
+class Streaming:
+    """The Engine's streaming (a mixin of ``engine.Engine``: its methods use the engine's state)."""
+
+    def stream(self, table: str, streaming_df, mode: str = "unicast"):
+        """Run the subscriptions on ``table`` over a stream of updates: a streaming DataFrame of
+        notifications (Structured Streaming; ``runtime/stream.py``).
+
+        ``streaming_df`` has the table's columns, an optional ``_op`` (``'upsert'`` default, or
+        ``'delete'``) and an optional integer ``_seq``. Rows of one micro-batch apply in ``_seq`` order
+        (notifications carry ``seq = _seq``); without ``_seq``, in input order (input partitions in
+        turn, each in row order; ``seq = (micro-batch id << 32) + rank``; deterministic when a
+        file source replays a micro-batch) -- for every class alike. Output: ``publish``'s columns for
+        ``mode`` plus a nullable ``reason``. Every row is checked first, by the check ``publish`` makes
+        (``row_validation``): a malformed row (null key, NaN or ±inf in a numeric column, a value of the
+        wrong type, an unknown ``_op``, a delete of an unknown key, a null or inverted event interval)
+        does not stop the stream: it is emitted once as a row with ``op = 'rejected'``, its ``seq`` and
+        the ``reason`` ``publish`` gives (other columns null; an event's columns and interval on an
+        event stream), and counted (``spark_stream.stream_stats(df)``). State (the rows per group) lives in
+        Spark's state store and survives restarts from the checkpoint; for a new checkpoint the initial rows
+        are the engine's when ``stream`` is called.  The checkpoint is the one given to ``writeStream``;
+        ``checkpoint_location(name)`` is one inside the engine's directory, which holds the catalog a
+        restarted stream is built from (the checkpoint holds its state).
+
+        **Subscriptions are data** (``runtime/stream_control.py``): a ``CREATE`` / ``DROP SUBSCRIPTION``,
+        ``subscribe_many`` or ``unsubscribe`` while the stream runs is published to the stream's directory before
+        it returns, and every micro-batch that starts after that applies it before its rows -- in a range group
+        the stream hosts, the FILTER group, a join group; so is a new range group (a new template's first
+        subscription) when the stream started with a range operator whose output has the group's columns.  A
+        group the stream cannot host (a new FILTER or join group, a range group whose notifications have other
+        columns) gets a ``RuntimeWarning``: a stream started after it notifies it.  A restart of the stream
+        from its checkpoint keeps every change.  Event queries are planned into the stream's operators when it
+        starts: ``CREATE`` / ``DROP EVENT QUERY`` on its table is refused while it runs.
+
+        **The engine follows the stream**: each micro-batch's valid rows go to a file of the stream's directory,
+        and the engine takes them in (as a publish commits a batch: the table's rows, every group, the journal
+        of a durable engine) before ``result``, EXPLAIN, ``stats``, ``publish``, ``table`` or a new group's base
+        reads its state -- so ``result(id)`` agrees with what the stream applied.  It follows the streams it
+        built itself: an engine that restarts a checkpoint another (non-durable) engine ran knows the rows that
+        stream applied before only as far as its own directory does.  A ``publish`` to the table while a stream
+        runs changes the engine's rows, not the stream's state.
+
+        Range groups (MIN/MAX, top-k, DISTINCT, aggregates) are one stateful operator
+        (``transformWithStateInPandas``, one state partition per group); a micro-batch is one batch
+        for them, so in ``'reformulated'`` mode a top-k group sends Paint-Batch's messages for the
+        whole micro-batch (002 §IV-A), each carrying the micro-batch's last ``seq``.
+
+        Join groups (SELECT_JOIN, BAND_JOIN) that read the table run as *stream-static* joins
+        (``runtime/join_stream.py``): the stream updates this table, the join partner is the other
+        table's rows as of the ``stream`` call (as of a subscription change that needs more of its columns);
+        the streamed rows live in the state store, partitioned by
+        key. BAND_JOIN has no reformulated form: with ``mode='reformulated'`` its unicast rows come out.
+
+        FILTER groups on the table (unicast rows in either mode) are stateless: each micro-batch is matched on every
+        shard as a ``publish`` batch is, and their notifications (with the event's columns) are
+        unioned with the range groups' (same ``seq``).
+        """
+        _check_streaming(streaming_df)
+        schema = mode_schema(mode)  # run_stream adds the ``reason`` column
+        with self._lock:
+            state = self._table(table)
+            groups = self._groups_on(state)
+            event_classes = self._event_classes_on(state.definition) if state.definition.key is None else []
+            if not groups and not event_classes:
+                raise SparksubError(f"no subscriptions or event queries on table {table!r}: a stream hosts the "
+                                    f"groups registered when it starts (and their later subscriptions)")
+            joins = [e for e in groups if e.family.placement == ROW_PARTITIONS]
+            filters = [e for e in groups if e.family.placement == SUBSCRIPTION_SHARDS]
+            ranges = [e for e in groups if e not in filters and e not in joins]
+            # One row check for every path, the one publish makes (row_validation): malformed rows come out
+            # once, from it, with their reason; the paths see the valid rows, numbered (seq) alike.
+            name = _operator_name(e.physical for e in groups) + "_stream" if groups else "event_query_nfa_stream"
+            # the stream's files (the bases it starts from, its counters, the subscription changes and the rows it
+            # applied: runtime/stream_control.py): stream_files/<id>/ of the engine's directory
+            stream_id, files = uuid.uuid4().hex, self.directory.area("stream_files")
+            control = stream_control.StreamControl(files / stream_id, self.uid, stream_id)
+            keyed = state.definition.key is not None
+            checked = spark_stream.checked_updates(streaming_df, state.definition, name,
+                                                   control if keyed else None)   # (rows the engine follows)
+            valid = spark_stream.valid_updates(checked)
+            spark_stream.new_stream_id(files, owner=self.directory, stream_id=stream_id)   # (a good stream: its files)
+            where = spark_stream.stream_directory(stream_id)
+            live = stream_control.LiveStream(stream_id, state.definition.name.lower(), where, mode)
+            outs = []
+            if event_classes:
+                outs.append(subscription_group(self._stream_events(state, event_classes, valid, where, stream_id,
+                                                                   control),
+                                               self._describe_events(event_classes, "stream")))
+                live.events = True
+            # (FILTER and BAND_JOIN have no reformulated form: in that mode they stream their unicast rows,
+            # issue 15 item 6)
+            streamed_joins = joins
+            if streamed_joins:
+                joined = self._stream_joins(state, streamed_joins, valid, mode, where, stream_id, control)
+                if ranges:  # a delete of an unknown key: the range groups (which hold every row) say it once
+                    joined = joined.where(joined.op != "rejected")
+                outs.append(subscription_group(joined,
+                                               self._describe([(e.physical, e) for e in streamed_joins],
+                                                              f"stream {mode}")))
+                live.joins = {e.group_id: e.family.side_of(e.physical, state.definition) for e in streamed_joins}
+            if filters:
+                # a keyed table's rows live in the range or join groups' state; without them, FILTER keeps the keys
+                check_keys = keyed and not ranges and not joins
+                outs.append(subscription_group(self._stream_filters(state, filters, valid, check_keys, where,
+                                                                    control),
+                                               self._describe([(e.physical, e) for e in filters], "stream unicast")))
+                live.filter_group, live.filter_shards = filters[0].group_id, len(filters[0].shards)
+            if ranges:
+                specs = {}
+                for e in ranges:
+                    if e.replica is not None and e.replica.log_length:
+                        e.base_stale = True  # the stream seeds its state from the base: make it current
+                    x, y, y_is_text, x2 = e.family.stream_columns(e.physical, state.definition)
+                    # the stream's own link to the base file: the engine's compaction may replace the group's
+                    base = spark_replicas.pin(self._replica(state, e), where)
+                    specs[e.group_id] = (x, y, spark_replicas.StoredValue(base.base_path), y_is_text, x2)
+                wide = self._output_schema(with_reason(schema), mode, ranges, state.definition)
+                schema = wide.remove(wide.get_field_index("reason"))  # run_stream appends it
+                ranges_out = spark_stream.run_stream(self.spark, valid, state.definition, specs, mode, schema,
+                                                     self.uid, _operator_name(e.physical for e in ranges) + "_stream",
+                                                     stream_id, control)
+                outs.append(subscription_group(ranges_out, self._describe([(e.physical, e) for e in ranges],
+                                                                          f"stream {mode}")))
+                live.ranges, live.range_schema = set(specs), wide
+            if not outs:
+                raise SparksubError(f"stream(): the FILTER / BAND_JOIN subscriptions on {table!r} have no "
+                                    f"{mode!r} form; use mode='unicast'")
+            out = outs[0]
+            for more in outs[1:] + [spark_stream.rejected_updates(checked, state.definition, stream_id, name)]:
+                out = out.unionByName(more, allowMissingColumns=True)
+            out.sparksub_stream_id = stream_id  # for spark_stream.stream_stats(out)
+            self._live_streams[stream_id] = live   # from now on, changes of its groups are published to it
+            return out
+
+    def _stream_events(self, state: TableState, classes: list, streaming_df, where=None, stream_id=None,
+                       control=None):
+        """Event queries over a stream (``runtime/event_stream.py``): the streaming DataFrame needs
+        integer ``t0``/``t1`` columns (no global arrival order exists across micro-batches); ``_seq``, if
+        present, orders events of equal ``t1``.  Each partition's executor lives in the state store
+        (restart-safe); a new checkpoint starts from the engine's executors as they are now.  The
+        stream's events do not flow back into the engine (``matches`` does not see them)."""
+        from sparksub.runtime import event_stream as ses
+        tdef = state.definition
+        members = [q for c in classes for q in c.cls.queries]
+        spec = ses.event_stream_spec(
+            tdef.name, {c: arrow_type(t) for c, t in tdef.columns if c not in ("t0", "t1")},
+            {q: self._event_queries[q].query for q in members},
+            seconds_per_tick=self.event_seconds_per_tick, executor=self.event_executor,
+            plan=self._event_plan, layout=self._event_layout(tdef, members),
+            spellings={c.cls.id: self._event_spellings(c.cls, tdef) for c in classes},
+            initial={rid: ex.snapshot() for c in classes for rid, ex in self._event_executors(c).items()},
+            store=where, stats=spark_stream._STATS.get(stream_id), control=control)
+        return ses.run_event_stream(streaming_df, spec, order=spark_stream.SEQ_COLUMN)
+
+    def _stream_filters(self, state: TableState, entries: list, checked_df, check_keys: bool = False, where=None,
+                        control=None):
+        """FILTER groups on a stream of valid rows (``spark_stream.checked_updates``): stateless, so each
+        micro-batch is matched like a ``publish`` batch (events to every shard; a delete matches nothing).
+        ``check_keys``: no other path keeps the keyed table's rows, so the keys are kept here
+        (``spark_stream.known_key_updates``) and a delete of an unknown key comes out ``rejected``.  ``control``:
+        the stream's directory, whose subscription changes the shards' tasks take (``stream_control.LiveReplicas``)."""
+        tdef = state.definition
+        schema = self._output_schema(publish_schema("unicast"), "unicast", entries, tdef)
+        if check_keys:
+            keys = spark_replicas.write_value(f"{where}/keys.pickle", set(state.rows)) if where is not None \
+                else spark_stream._Deferred(pickle.dumps(set(state.rows), protocol=pickle.HIGHEST_PROTOCOL))
+            checked_df = spark_stream.known_key_updates(checked_df, tdef, keys,
+                                                        _operator_name(e.physical for e in entries) + "_stream")
+        events = spark_frames.filter_stream_events(checked_df, tdef.column_names, with_reason=check_keys)
+        replicas = {rid: r if where is None else spark_replicas.pin(r, where)   # (files the stream keeps)
+                    for e in entries for rid, r in self._replicas(state, e).items()}
+        if control is not None:
+            replicas = stream_control.LiveReplicas(replicas, control)
+        out = spark_groups.stream_groups(events, replicas, "unicast", schema, _operator_name(e.physical for e in entries))
+        return _rename_event_columns(out, tdef)
+
+    def _stream_joins(self, state: TableState, entries: list, streaming_df, mode: str, where=None,
+                      stream_id: str | None = None, control=None):
+        """Join groups on a stream of updates to one of their tables: stream-static joins (the partner is
+        the other table's rows now), state per partition of the streamed rows (spark_join_stream).  The
+        bases and the initial rows go to files in ``where`` (the stream's directory)."""
+        from sparksub.runtime.join_stream import JoinStreamGroup, run_join_stream
+        from sparksub.runtime.stream import _Deferred
+
+        def stored(name: str, value):
+            return (spark_replicas.write_value(f"{where}/{name}", value) if where is not None
+                    else _Deferred(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)))
+        tdef = state.definition
+        parts = self._join_partition_count()
+        initial = stored("join-initial.pickle", dict(state.rows))
+        specs = {}
+        for n, e in enumerate(entries):
+            side = e.family.side_of(e.physical, tdef)
+            snap = e.family.stream_snapshot(e.registry, e.physical, e.group_id, self._tables, side,
+                                            self.join_router_mode)
+            specs[e.group_id] = JoinStreamGroup(e.group_id, side, parts, stored(f"join-{n}.pickle", snap), initial)
+        # (a band join answers with its unicast rows in either mode, issue 15 item 6)
+        schema = self._output_schema(publish_schema(mode), mode, entries, tdef)
+        return _rename_event_columns(run_join_stream(self.spark, streaming_df, tdef, specs, mode, schema,
+                               [arrow_type(t) for _, t in tdef.columns], self.uid,
+                               _operator_name(e.physical for e in entries) + "_stream", stream_id, control), tdef)
+
+    # ---- subscriptions as data: the streams this engine built follow its changes (runtime/stream_control.py) ----
+    def _publish_to_streams(self, entry: GroupEntry) -> None:
+        """Publish ``entry``'s subscriptions, as they are now, to every stream over one of its tables that hosts the
+        group (a new change version); a range group a stream's range operator does not host yet joins it when
+        its output has the group's columns.  Any other new group needs a new stream: said once, as a warning."""
+        tables = entry.family.tables(entry.physical)
+        gid, placement = entry.group_id, entry.family.placement
+        for live in self._live_streams.values():
+            if live.table not in tables:
+                continue
+            state = self._tables[live.table]
+            if placement == ROW_PARTITIONS and gid in live.joins:
+                snap = entry.family.stream_snapshot(entry.registry, entry.physical, gid, self._tables,
+                                                    live.joins[gid], self.join_router_mode)
+                stream_control.publish_subscriptions(live.directory, gid, live.next_version(), snap)
+            elif placement == SUBSCRIPTION_SHARDS and gid == live.filter_group:
+                snap, k = self._snapshot(state, entry), live.filter_shards   # cut as the stream's shards are
+                stream_control.publish_shards(live.directory, gid, live.next_version(),
+                                              [snap.shard(i, k) if k > 1 else snap for i in range(k)])
+            elif placement == ONE and gid in live.ranges:
+                snap = entry.family.snapshot(entry.registry, entry.physical, gid,
+                                             {live.table: TableState(state.definition)})   # no rows: the stream has them
+                stream_control.publish_subscriptions(live.directory, gid, live.next_version(), snap)
+            elif placement == ONE and live.range_schema is not None and self._fits_stream(live, entry, state):
+                self._add_stream_group(live, entry, state)
+            elif gid not in live.warned:
+                live.warned.add(gid)
+                warnings.warn(f"stream {live.stream_id} over {state.definition.name!r} started without the "
+                              f"{entry.physical.klass} group {gid!r} (or without an operator its notifications "
+                              f"fit): its subscriptions are notified by a stream started after them "
+                              f"(engine.stream(...) again; the checkpoint keeps the others' state)",
+                              RuntimeWarning, stacklevel=4)
+
+    def _fits_stream(self, live, entry: GroupEntry, state: TableState) -> bool:
+        """Whether the range operator of stream ``live`` can host ``entry``: its output has the group's columns."""
+        wanted = self._output_schema(with_reason(mode_schema(live.mode)), live.mode, [entry], state.definition)
+        have = live.range_schema
+        return all(have.get_field_index(f.name) >= 0 and have.field(f.name).type == f.type for f in wanted)
+
+    def _add_stream_group(self, live, entry: GroupEntry, state: TableState) -> None:
+        """A range group the stream hosts from its next micro-batch on: its base holds every row the stream has
+        applied so far (followed first) and the micro-batch it is as of, so the stream's task replays the rows of
+        any micro-batch between (``stream.GroupSpec.as_of``)."""
+        self._follow_streams(state)
+        if entry.replica is not None and entry.replica.log_length:
+            entry.base_stale = True  # the task seeds from the base alone: make it current
+        base = spark_replicas.pin(self._replica(state, entry), live.directory)
+        x, y, y_is_text, x2 = entry.family.stream_columns(entry.physical, state.definition)
+        stream_control.publish_group(live.directory, spark_stream.GroupSpec(
+            entry.group_id, x, y, spark_replicas.StoredValue(base.base_path), y_is_text, x2,
+            version=live.version, as_of=live.absorbed))
+        live.ranges.add(entry.group_id)
+
+    def _follow_streams(self, state: TableState) -> None:
+        """Take in the rows the streams over ``state``'s table applied since last time (``applied/<micro-batch>``
+        files, ``stream_control``), as a publish commits a batch: the table's rows, every group's log (a join's
+        partitions routed), journaled (a durable engine keeps them).  A delete of a key the table does not hold
+        is dropped, as the stream rejected it.  So ``result()``, EXPLAIN, ``stats()``, a new base and ``publish``
+        see the streams' rows."""
+        if not self._live_streams or state.definition.key is None or self._following:
+            return
+        name = state.definition.name.lower()
+        self._following = True
+        try:
+            for live in self._live_streams.values():
+                if live.table != name:
+                    continue
+                for batch_id, rows in stream_control.applied_batches(live.directory, live.absorbed):
+                    if rows.num_rows:
+                        self._absorb(state, rows)
+                    live.absorbed = batch_id
+                stream_control.forget_applied(live.directory, live.absorbed)
+        finally:
+            self._following = False
+
+    def _absorb(self, state: TableState, rows: pa.Table) -> None:
+        """One micro-batch's applied rows (``checked_updates``' columns) into the engine's state (``_follow_streams``)."""
+        tdef = state.definition
+        ops = pc.if_else(pc.equal(rows.column(spark_stream.OP_COLUMN), DELETE), "delete", "upsert")
+        batch, reasons, _ = self._validated(state, rows.select(tdef.column_names).append_column("_op", ops))
+        ok = np.fromiter((r is None for r in reasons), dtype=bool, count=len(reasons))
+        batch = batch.filter(pa.array(ok))
+        seqs = rows.column(spark_stream.SEQ_COLUMN).to_numpy()[ok]
+        if not batch.num_rows:
+            return
+        logged = {}   # group -> its batch, computed against the rows before this one (as publish does)
+        for e in self._groups_on(state):
+            if e.family.stateless or e.base_stale:
+                continue   # (a stale base is rebuilt from the rows)
+            if e.family.placement == ROW_PARTITIONS and e.shards is not None:
+                logged[e.group_id] = (e, self._join_batch(state, e, batch, seqs))
+            elif e.family.placement != ROW_PARTITIONS and e.replica is not None:
+                logged[e.group_id] = (e, e.family.group_batch(e.physical, tdef, batch, seqs))
+        self._journal.load(tdef, batch)
+        self._apply_rows(state, batch)
+        for e, gb in logged.values():
+            if e.family.placement == ROW_PARTITIONS:
+                for rid, replica in list(e.shards.items()):
+                    mine = gb.filter(pc.equal(gb.column("group_id"), rid))
+                    if mine.num_rows:
+                        e.shards[rid] = replica.append(mine)
+            else:
+                e.replica = e.replica.append(gb)
+            e.log_rows += batch.num_rows
+            e.version += 1
