@@ -59,6 +59,7 @@ class GroupEntry:
     log_rows: int = 0
     subscribers: object = None  # the deliver() side (``family.subscribers``), seeded lazily
     subscribers_version: int = -1
+    subscribers_variant: str | None = None  # the reformulated variant it was seeded for (issue 19)
     version: int = 0  # bumps on every publish and registration change
 
 

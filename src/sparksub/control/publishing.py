@@ -17,6 +17,7 @@ from sparksub.operators.joins import group as join_groups
 from sparksub.operators.registry import family_of, in_order
 from sparksub.operators.shared import row_validation
 from sparksub.operators.shared.schemas import (DELETE, EVENT_PREFIX, UPSERT, publish_schema)
+from sparksub.operators.shared.variants import with_variant
 from sparksub.runtime import frames as spark_frames
 from sparksub.runtime import groups as spark_groups
 from sparksub.runtime import output as spark_output
@@ -57,12 +58,18 @@ class Publishing:
                 self._changed(entry, subscriptions=True)  # rebuild bases from the new rows
             return batch.num_rows
 
-    def publish(self, table: str, updates, mode: str = "unicast", *, batch_id=None):
+    def publish(self, table: str, updates, mode: str = "unicast", *, variant=None, batch_id=None):
         """Apply ``updates`` in order and return the notifications as a Spark DataFrame.
 
         ``mode``: ``'unicast'`` (one row per affected subscription: subscription_id, op, value, seq,
         group_id) or ``'reformulated'`` (the messages: group_id, seq, step, op, new_value, inner_l,
-        inner_r, outer_l, outer_r); both end with a nullable ``reason``. FILTER and BAND_JOIN groups have no
+        inner_r, outer_l, outer_r); both end with a nullable ``reason``. ``variant`` (with ``'reformulated'``
+        only; a name or a list of names, one per family: ``operators/shared/variants.py``) chooses how the
+        reformulated form is built: ``'S-CN'`` (default), ``'S-MN'`` (column ``targets``) or ``'CN+'`` (column
+        ``item_key``) for RANGE_MIN / RANGE_MAX groups (000 §2); ``'Paint-Batch'`` (default),
+        ``'Paint-Batch-Sparse'``, ``'Paint-Dense'``, ``'Paint-Sparse'``, ``'Paint-Dense(ε)'``,
+        ``'Paint-Sparse(ε)'`` for top-k groups (002); ``deliver`` takes every variant's messages.
+        FILTER and BAND_JOIN groups have no
         reformulated form: in that mode their unicast rows (with ``subscription_id``) come out beside the
         messages, and ``deliver`` passes them through. A join notification carries its subscription's
         selected columns under their names (DESIGN §1; ``left_key``/``right_key``, the result tuple's keys,
@@ -105,6 +112,7 @@ class Publishing:
         for it (an empty DataFrame once the retention window passed it).  ``committed(batch_id)`` tells.
         """
         schema = publish_schema(mode)
+        mode = with_variant(mode, variant)   # ValueError / InvalidArgument before any change
         if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, (str, int))):
             raise InvalidArgument(f"publish(batch_id=...) takes a string or an integer, got {batch_id!r}")
         with self._lock:
@@ -134,7 +142,7 @@ class Publishing:
             replicas, parts, owner = {}, [], {}
             for e in groups:
                 if mode == "reformulated" and e.family.reformulated(e.physical):
-                    self._sync_subscribers(e)
+                    self._sync_subscribers(e, mode)
                 if e.family.placement == ROW_PARTITIONS:
                     # one replica per partition; the rows are routed to their partitions (join_groups)
                     for rid, replica in self._join_replicas(e).items():
@@ -304,11 +312,16 @@ class Publishing:
         spark_replicas.remember(replica, replica.log_length, group)
         return group
 
-    def _sync_subscribers(self, entry: GroupEntry) -> None:
-        """Seed the deliver() side with every subscriber's current result, unless it is in step."""
-        if entry.subscribers is not None and entry.subscribers_version == entry.version:
+    def _sync_subscribers(self, entry: GroupEntry, mode: str = "reformulated") -> None:
+        """Seed the deliver() side with every subscriber's current result, unless it is in step (and was seeded
+        for the variant ``mode`` names for the group's family: CN+'s side keeps a copy of the table, which only
+        CN+'s messages keep up to date)."""
+        variant = getattr(mode, "variants", {}).get(entry.family.name)
+        if entry.subscribers is not None and entry.subscribers_version == entry.version \
+                and entry.subscribers_variant == variant:
             return
         entry.subscribers, entry.subscribers_version = self._subscribers_of(entry), entry.version
+        entry.subscribers_variant = variant
 
     def _subscribers_of(self, entry: GroupEntry):
         """The group's subscriber side as of now (``family.subscribers``; the operator materialised if needed)."""

@@ -22,6 +22,7 @@ from sparksub.runtime import groups as spark_groups
 from sparksub.runtime import replicas as spark_replicas
 from sparksub.runtime import stream as spark_stream
 from sparksub.runtime import stream_control
+from sparksub.operators.shared.variants import with_variant
 from sparksub.control.groups import GroupEntry, TableState
 from sparksub.control.event_queries import _rename_event_columns
 from sparksub.control.inputs import arrow_type
@@ -39,7 +40,7 @@ def _check_streaming(df) -> None:
 class Streaming:
     """The Engine's streaming (a mixin of ``engine.Engine``: its methods use the engine's state)."""
 
-    def stream(self, table: str, streaming_df, mode: str = "unicast"):
+    def stream(self, table: str, streaming_df, mode: str = "unicast", *, variant=None):
         """Run the subscriptions on ``table`` over a stream of updates: a streaming DataFrame of
         notifications (Structured Streaming; ``runtime/stream.py``).
 
@@ -48,7 +49,8 @@ class Streaming:
         (notifications carry ``seq = _seq``); without ``_seq``, in input order (input partitions in
         turn, each in row order; ``seq = (micro-batch id << 32) + rank``; deterministic when a
         file source replays a micro-batch) -- for every class alike. Output: ``publish``'s columns for
-        ``mode`` plus a nullable ``reason``. Every row is checked first, by the check ``publish`` makes
+        ``mode`` plus a nullable ``reason`` (``variant``: as ``publish``'s). Every row is checked first, by the
+        check ``publish`` makes
         (``row_validation``): a malformed row (null key, NaN or ±inf in a numeric column, a value of the
         wrong type, an unknown ``_op``, a delete of an unknown key, a null or inverted event interval)
         does not stop the stream: it is emitted once as a row with ``op = 'rejected'``, its ``seq`` and
@@ -94,6 +96,7 @@ class Streaming:
         """
         _check_streaming(streaming_df)
         schema = mode_schema(mode)  # run_stream adds the ``reason`` column
+        mode = with_variant(mode, variant)
         with self._lock:
             state = self._table(table)
             groups = self._groups_on(state)

@@ -182,11 +182,15 @@ class SubscriptionPoints:
     def __contains__(self, sid) -> bool:
         return isinstance(sid, str) and self._ids.lookup(np.array([sid], dtype=object), self._id_of)[0] >= 0
 
-    def known(self, ids) -> np.ndarray:
-        """Whether each of ``ids`` is registered (one vectorised lookup)."""
+    def lookup(self, ids) -> np.ndarray:
+        """The slot of each of ``ids``, -1 where not registered (one vectorised lookup)."""
         id_arr = np.empty(len(ids), dtype=object)
         id_arr[:] = list(ids)
-        return self._ids.lookup(id_arr, self._id_of) >= 0
+        return self._ids.lookup(id_arr, self._id_of)
+
+    def known(self, ids) -> np.ndarray:
+        """Whether each of ``ids`` is registered."""
+        return self.lookup(ids) >= 0
 
     def __iter__(self):
         return iter(self._id_of[self.live_slots()].tolist())
@@ -698,11 +702,12 @@ class Subscribers:
         seq = _col(messages, "seq", np.int64, default=0)
         value = _col(messages, "new_value")
         targets = _texts(messages, "targets")
-        slot_of = self.points._slot_of
         seqs, slots, values, msgs = [], [], [], []
         for i in np.argsort(seq, kind="stable").tolist():
-            s = [slot_of[t] for t in json.loads(targets[i]) if t in slot_of]
-            slots.append(np.asarray(s, dtype=np.int64))
+            listed = json.loads(targets[i])
+            s = self.points.lookup(listed)
+            s = s[s >= 0]
+            slots.append(s)
             seqs.append(np.full(len(s), seq[i], dtype=np.int64))
             values.append(np.full(len(s), value[i]))
             msgs.append(np.full(len(s), i, dtype=np.int64))
