@@ -60,11 +60,14 @@ def explain_snapshot(spark):
 
 def pytest_collection_modifyitems(config, items):
     """``.ci/run`` runs the Spark tests a second time with ``SPARKSUB_CATALYST=off`` (the pure-Python path
-    of our statements): tests marked ``catalyst_independent`` -- their engines run without the Catalyst
-    extension in both runs (a Spark Connect session; child processes) -- run in the first run only."""
+    of our statements). Run in the first run only: tests marked ``catalyst_independent`` -- their engines run
+    without the Catalyst extension in both runs (a Spark Connect session; child processes; a local-cluster
+    child whose subject is the executors) -- and tests marked ``catalyst_passthrough``, whose path the
+    extension only wraps in its pass-through node (running streams: tests/test_stream_validation.py streams
+    every kind of table in both runs)."""
     if os.environ.get("SPARKSUB_CATALYST", "").lower() not in ("off", "false", "0"):
         return
     skip = pytest.mark.skip(reason="does not depend on the Catalyst extension: covered by the first run")
     for item in items:
-        if item.get_closest_marker("catalyst_independent"):
+        if item.get_closest_marker("catalyst_independent") or item.get_closest_marker("catalyst_passthrough"):
             item.add_marker(skip)

@@ -11,7 +11,9 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.spark
+# run once (.ci/run's first pass, with the extension): what this test is about is separate executors, and the
+# second pass covers the engine without the extension on local[2]
+pytestmark = [pytest.mark.spark, pytest.mark.catalyst_independent]
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys

@@ -21,7 +21,8 @@ from sparksub.runtime import stream as spark_stream
 from sparksub.operators.range_min.group import RangeMinGroup
 from sparksub.operators.shared.schemas import DELETE, UPSERT
 
-pytestmark = pytest.mark.spark
+# a running stream's plan is where the extension only adds its pass-through node: run once (tests/conftest.py)
+pytestmark = [pytest.mark.spark, pytest.mark.catalyst_passthrough]
 
 N_FILES = 6
 STREAM_SCHEMA = "k string, x string, y double, _op string"  # x as text: a bad value must be rejected

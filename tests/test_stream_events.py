@@ -22,6 +22,9 @@ from sparksub.operators.events import partitions as evp
 from sparksub.runtime import event_stream as ses
 from cayuga_reference import evaluate_queries
 
+# a running stream's plan is where the extension only adds its pass-through node: run once (tests/conftest.py)
+pytestmark = pytest.mark.catalyst_passthrough
+
 S3 = "SELECT * FROM FILTER{Price > 1.05 * Price_1}(Stock NEXT{$1.Name = $2.Name} Stock)"
 FOLD = ("SELECT * FROM (SELECT *, 1 AS cnt, Price AS sumPrice FROM Stock) FOLD{$1.Name = $2.Name, "
         "$.Price < $2.Price, $.cnt + 1 AS cnt, $.sumPrice + $2.Price AS sumPrice} Stock")

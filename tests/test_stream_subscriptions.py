@@ -20,7 +20,8 @@ import pytest
 from sparksub import Engine, SparksubError
 from sparksub.runtime import stream as spark_stream
 
-pytestmark = pytest.mark.spark
+# a running stream's plan is where the extension only adds its pass-through node: run once (tests/conftest.py)
+pytestmark = [pytest.mark.spark, pytest.mark.catalyst_passthrough]
 
 STREAM_SCHEMA = "k string, x int, y double, _op string, _seq bigint"
 X_MAX, Y_MAX, B_MAX = 12, 40, 12
