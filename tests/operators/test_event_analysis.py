@@ -20,10 +20,21 @@ from sparksub.grammar.sql_like import like, like_pattern_problem
 from cayuga_reference import evaluate_queries
 from sparksub.operators.events.partitions import events_table, feed_events
 from sparksub.operators.events.nfa import NFAEngine
+from sparksub.operators.events.batch import BatchEngine
 from sparksub.operators.events.families import FamilyEngine
 
 STOCK = {"Stock": {"Name": "string", "Price": "double", "Volume": "bigint"}}
-EXECUTORS = (NFAEngine, FamilyEngine)
+
+
+class Batched(BatchEngine):
+    """The batch executor with every batch vectorised (by default tiny batches run per event), fed 3
+    events at a time by ``run``."""
+
+    def __init__(self, **options):
+        super().__init__(min_batch=1, batch_size=3, **options)
+
+
+EXECUTORS = (NFAEngine, FamilyEngine, Batched)
 
 
 def ev(name, price, t, volume=100, **more):
@@ -197,7 +208,7 @@ def test_a_run_time_error_is_charged_to_its_query_alone_in_every_executor():
     assert [(m["t0"], m["t1"]) for m in oracle_results["boom"]] == [(0, 1), (2, 3)]
     assert [t1 for _, t1, _ in oracle_errors["boom"]] == [2, 3]
     assert [m["t1"] for m in oracle_results["outer"]] == [0, 2, 3]          # 10.0 ^ 400: dropped
-    for executor in ("NFAEngine", "FamilyEngine"):
+    for executor in ("NFAEngine", "FamilyEngine", "Batched"):
         results, errors = got[executor]
         assert results == oracle_results, executor
         assert {n: [(e.stream, e.t1) for e in errs] for n, errs in errors.items()} == {
@@ -291,7 +302,7 @@ def test_a_bad_pattern_read_from_an_event_is_charged_to_its_query():
     expected = got["oracle"][0]
     assert [(m["t0"], m["t1"]) for m in expected["like"]] == [(1, 2)]           # (0, ·): invalid pattern
     assert [(m["t0"], m["t1"]) for m in expected["plain"]] == [(0, 1), (1, 2)]
-    for executor in ("NFAEngine", "FamilyEngine"):
+    for executor in ("NFAEngine", "FamilyEngine", "Batched"):
         results, errors = got[executor]
         assert results == expected
         assert [e.t1 for e in errors["like"]] == [1, 2] and errors["plain"] == []

@@ -21,6 +21,7 @@ Expressions (predicates are boolean expressions):
 
     Const(value)  Attr(name, scope)  Neg(x)  BinOp(op, l, r)  Compare(op, l, r)
     And(items)  Or(items)  Not(x)  Call(name, args)  Dur(op, value, unit)
+    Param(name)    a template parameter ``:name`` (templates only: grammar.events.parse_template)
 
 ``Attr.scope`` is where an attribute is read (DESIGN §4): ``Scope.PLAIN`` (``name``: the event itself;
 inside NEXT/FOLD braces an *unqualified* name, resolved as Cayuga's CEL compiler does — the left input's
@@ -66,7 +67,7 @@ from sparksub.errors import AnalysisError
 
 __all__ = [
     "Scope", "Node", "Expr", "Const", "Attr", "Neg", "BinOp", "Compare", "And", "Or", "Not", "Call",
-    "Dur", "Item", "StreamExpr", "Stream", "Select", "Project", "Aggregate", "Rename", "Union",
+    "Dur", "Param", "Item", "StreamExpr", "Stream", "Select", "Project", "Aggregate", "Rename", "Union",
     "Sequence", "Iteration", "Publish", "ARITH_OPS", "COMPARE_OPS", "DUR_UNITS", "UNIT_SECONDS",
     "stream", "attr", "left", "right", "last", "lit", "neg", "and_", "or_", "not_", "call", "contains",
     "dur", "item", "unparse_cel", "unparse_algebra", "unparse_expr", "attributes_read", "rebuild",
@@ -325,10 +326,25 @@ class Dur(Expr):
     def __post_init__(self):
         if self.op not in COMPARE_OPS or self.op == "LIKE":
             raise AnalysisError(f"unknown DUR comparison {self.op!r}")
+        if isinstance(self.value, Param):       # a template's ``DUR op :d`` (bound before analysis)
+            return
         if not _is_number(self.value) or not math.isfinite(self.value) or self.value < 0:
             raise AnalysisError(f"DUR needs a non-negative number, got {self.value!r}")
         if self.unit is not None and self.unit not in DUR_UNITS:
             raise AnalysisError(f"unknown DUR unit {self.unit!r}; expected one of {', '.join(DUR_UNITS)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Param(Expr):
+    """A template parameter ``:name`` in a constant's place (``grammar.events.parse_template``): only a
+    template holds it; ``operators/events/bulk.bind_event_template`` replaces it by each row's value
+    before anything analyses the query.  Allowed wherever a constant is, and as a ``DUR`` bound."""
+
+    name: str
+    pos: tuple | None = field(default=None, compare=False, repr=False)   # (line, column) in the text
+
+    def __post_init__(self):
+        _check_name(self.name, "parameter")
 
 
 @dataclass(frozen=True, slots=True)
@@ -739,8 +755,11 @@ def _render(e: Expr, dialect: str) -> tuple[str, int]:
         return f"{_wrap(e.left, level, dialect)} {e.op} {_wrap(e.right, level + 1, dialect)}", level
     if isinstance(e, Compare):
         return f"{_wrap(e.left, _SUM, dialect)} {e.op} {_wrap(e.right, _SUM, dialect)}", _CMP
+    if isinstance(e, Param):
+        return f":{e.name}", _PRIMARY
     if isinstance(e, Dur):
-        return f"DUR {e.op} {_number_text(e.value)}" + (f" {e.unit}" if e.unit else ""), _CMP
+        value = f":{e.value.name}" if isinstance(e.value, Param) else _number_text(e.value)
+        return f"DUR {e.op} {value}" + (f" {e.unit}" if e.unit else ""), _CMP
     if isinstance(e, Not):
         return "NOT " + _wrap(e.operand, _NOT, dialect), _NOT
     if isinstance(e, And):

@@ -31,11 +31,11 @@ from lark.lexer import PatternStr
 from sparksub.errors import AnalysisError, ParseError
 from sparksub.grammar import event_ast as _event_ast
 from sparksub.grammar.event_ast import (
-    Aggregate, And, Attr, Call, Compare, Const, Dur, Item, Iteration, Not, Or, Project, Publish, Rename,
+    Aggregate, And, Attr, Call, Compare, Const, Dur, Item, Iteration, Not, Or, Param, Project, Publish, Rename,
     Scope, Select, Sequence, Stream, StreamExpr, Union, BinOp, Expr, Neg, _plain_to_right, neg,
 )
 
-__all__ = ["parse_cel", "parse_algebra", "parse_event_query", "parse_predicate", "ParseError",
+__all__ = ["parse_cel", "parse_algebra", "parse_event_query", "parse_predicate", "parse_template", "ParseError",
            "CEL_PARSER", "ALGEBRA_PARSER"]
 
 
@@ -104,7 +104,11 @@ class _ExprBuilder(Transformer):
 
     def dur(self, meta, c):
         op = str(c[0])
-        return _at(meta, Dur, _COMPARE.get(op, op), _number(c[1]), _unit(c[2]), _pos(meta))
+        value = self.param(meta, [c[1]]) if c[1].type == "PARAM" else _number(c[1])
+        return _at(meta, Dur, _COMPARE.get(op, op), value, _unit(c[2]), _pos(meta))
+
+    def param(self, meta, c):
+        return Param(str(c[0])[1:], pos=_pos(c[0]))
 
     def binop(self, meta, c):
         return BinOp(str(c[1]), c[0], c[2], pos=_pos(c[1]))
@@ -305,7 +309,7 @@ def _terminal_name(parser: Lark, name: str) -> str:
 
 
 def _expected(parser: Lark, names) -> str:
-    names = set(names)
+    names = set(names) - {"PARAM"}           # a template's :name (parse_template): not offered to queries
     prefix = ""
     if _EXPR_START <= names | {"TRUE", "FALSE"} and "NAME" in names and "NUMBER" in names:
         prefix = "an expression: "
@@ -318,7 +322,7 @@ def _end_position(text: str) -> tuple[int, int]:
     return len(lines), len(lines[-1]) + 1
 
 
-def _parse(parser: Lark, builder: Transformer, text: str, start: str, what: str):
+def _parse(parser: Lark, builder: Transformer, text: str, start: str, what: str, params: bool = False):
     if not isinstance(text, str):
         raise TypeError(f"expected query text, got {type(text).__name__}")
     try:
@@ -342,7 +346,7 @@ def _parse(parser: Lark, builder: Transformer, text: str, start: str, what: str)
         raise ParseError(f"{what} syntax error: {e}", text, getattr(e, "line", 1) or 1,
                          getattr(e, "column", 1) or 1) from None
     try:
-        return builder.transform(tree)
+        out = builder.transform(tree)
     except VisitError as e:
         err = e.orig_exc
         if isinstance(err, _Fail):
@@ -351,6 +355,15 @@ def _parse(parser: Lark, builder: Transformer, text: str, start: str, what: str)
             col = getattr(w, "column", None) or 1
             raise ParseError(f"{what} error: {err.message}", text, line, col) from None
         raise err from None
+    if not params and ":" in text:
+        found = [n for n in out.walk() if isinstance(n, Param)]
+        if found:                               # the first in the text
+            n = min(found, key=lambda p: p.pos or (1, 1))
+            line, col = n.pos or (1, 1)
+            raise ParseError(f"{what} error: parameter :{n.name} outside a template (a query with :name "
+                             f"parameters is a template: bind it to a table of values with "
+                             f"register_event_queries(template, params))", text, line, col)
+    return out
 
 
 def parse_cel(text: str) -> StreamExpr:
@@ -361,6 +374,25 @@ def parse_cel(text: str) -> StreamExpr:
 def parse_algebra(text: str) -> StreamExpr:
     """An ASCII (or Greek) algebra expression of 004 §2.2 → AST."""
     return _parse(ALGEBRA_PARSER, _ALGEBRA_BUILDER, text, "query", "algebra")
+
+
+def parse_template(text: str) -> StreamExpr:
+    """A query *template*: CEL (or algebra) text whose constants may be parameters ``:name`` -- in any
+    constant's place (``Price > :p``, ``Name = :sym``, ``:r * Price_1``) and as a DUR bound (``DUR >= :d
+    MIN``) -- parsed once to an AST with ``Param`` nodes; ``operators/events/bulk.bind_event_template``
+    substitutes each row of a parameter table into it (``Engine.register_event_queries``).  The other
+    parsers refuse parameters.
+
+    >>> parse_template("SELECT * FROM FILTER{Name = :sym AND Price > :p}(Stock)").to_cel()
+    'SELECT * FROM FILTER{Name = :sym AND Price > :p}(Stock)'
+    """
+    try:
+        return _parse(CEL_PARSER, _CEL_BUILDER, text, "query", "CEL", params=True)
+    except ParseError as cel_error:
+        try:
+            return _parse(ALGEBRA_PARSER, _ALGEBRA_BUILDER, text, "query", "algebra", params=True)
+        except ParseError as algebra_error:
+            raise max((cel_error, algebra_error), key=lambda e: (e.line, e.column)) from None
 
 
 def parse_predicate(text: str, syntax: str = "cel") -> Expr:

@@ -401,6 +401,17 @@ class _Family:
         self._dirty()
         return len(self.names) - 1
 
+    def add_many(self, names: list[str], columns: list[list]) -> int:
+        """``add`` for many rows at once (``columns``: one list of values per slot); the first new row."""
+        first = len(self.names)
+        for col, values in zip(self.values, columns):
+            col.extend(values)
+        self.names.extend(names)
+        self.live_list.extend([True] * len(names))
+        self.n_live += len(names)
+        self._dirty()
+        return first
+
     def drop(self, row: int) -> None:
         self.live_list[row] = False
         self.n_live -= 1
@@ -1114,6 +1125,8 @@ class _LazyCompiled:
     def compiled(self):
         if self._c is None:
             from sparksub.operators.events.nfa import compile_query
+            if not isinstance(self.query, StreamExpr):      # bulk registration: built on demand (bulk.py)
+                self.query = self.query()
             self._c = compile_query(self.name, self.query, seconds_per_tick=self._engine.spt,
                                     functions=self._engine.fns)
         return self._c

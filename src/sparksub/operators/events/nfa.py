@@ -1404,6 +1404,16 @@ class NFAEngine:
         (events without t0/t1 are the n-th of their list; each stream ordered by t1, stable).
         Returns query name -> output events in the oracle's order; ``errors``, if given, receives
         query name -> its ``EventError``s."""
+        merged = self._merged(streams)
+        results: dict[str, list[dict]] = {q: [] for q in self.queries}
+        for *_, name, e in merged:
+            for m in self.process(name, e):
+                results[m.query].append(m.event)
+        return self._finish_run(results, errors)
+
+    def _merged(self, streams: Mapping[str, Iterable[Mapping]]) -> list[tuple]:
+        """``run``'s input: every event as (t1, stream order, n, stream, event with t0/t1), in processing
+        order (each stream by t1, stable; streams in turn within a tick)."""
         for s in streams:
             if s in self._publisher:
                 raise AnalysisError(f"stream {s!r} is published twice (or is an input stream)")
@@ -1423,10 +1433,10 @@ class NFAEngine:
                     raise AnalysisError(f"event {n} of {name!r}: needs integer t0 <= t1, got ({t0!r}, {t1!r})")
                 merged.append((t1, order, n, name, {**e, "t0": t0, "t1": t1}))
         merged.sort(key=lambda x: x[:3])
-        results: dict[str, list[dict]] = {q: [] for q in self.queries}
-        for *_, name, e in merged:
-            for m in self.process(name, e):
-                results[m.query].append(m.event)
+        return merged
+
+    def _finish_run(self, results: dict, errors: dict | None) -> dict[str, list[dict]]:
+        """``run``'s end: flush, and the errors by query."""
         for m in self.flush():
             results[m.query].append(m.event)
         taken = self.take_errors()

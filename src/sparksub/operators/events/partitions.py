@@ -90,14 +90,14 @@ __all__ = [
     "event_components", "component_key", "event_partition_plan", "replica_id", "key_partition",
     "partitions_of", "output_attributes", "unify_types", "output_column", "MatchLayout", "match_layout",
     "matches_to_table", "match_output_schema", "ReplicaBase", "feed_events", "feed_errors", "events_table",
-    "rejected_events_table", "error_text",
+    "rejected_events_table", "error_text", "feed_events_table",
     "EVENT_COLUMN_PREFIX", "FIXED_COLUMNS", "DEFAULT_EXECUTOR",
 ]
 
 #: Event columns inside a task batch carry this prefix (``replica``, ``seq``, ``t0``, ``t1`` are ours).
 EVENT_COLUMN_PREFIX = "ev__"
 #: The executor a replica runs unless told otherwise (``module:Class``, NFAEngine's API).
-DEFAULT_EXECUTOR = "sparksub.operators.events.families:FamilyEngine"   # NFAEngine + query families
+DEFAULT_EXECUTOR = "sparksub.operators.events.batch:BatchEngine"   # FamilyEngine, families a batch at a time
 #: The fixed columns of a publish's output (FILTER rows' and match rows'); attributes named like one of
 #: them become ``event_<name>``.
 FIXED_COLUMNS = ("subscription_id", "op", "value", "seq", "group_id", "reason", "query", "t0", "t1")
@@ -598,6 +598,11 @@ def feed_events(executor, streams: Sequence[str], events: pa.Table, errors: list
     family — keeps the event.  ``errors``: a list that receives ``(position in the sorted batch, EventError)``
     for each (position None: charged while the last tick closed, at ``flush()``); without it they are
     dropped (a replay).  Anything else the executor raises propagates (the replica failed)."""
+    batch = getattr(executor, "process_batch", None)
+    if batch is not None:                      # the batch executor: the whole batch at once (issue 18)
+        out, tail = _feed_batch(executor, lambda got: batch(streams, _attribute_table(events), got,
+                                                             seq=events.column("seq")), errors)
+        return out + tail
     if events.num_rows:
         events = events.sort_by([("t1", "ascending"), ("seq", "ascending")])
     names = [c for c in events.column_names if c.startswith(EVENT_COLUMN_PREFIX)]
@@ -619,6 +624,44 @@ def feed_events(executor, streams: Sequence[str], events: pa.Table, errors: list
         if errors is not None:
             errors.append((None, err))
     return out
+
+
+def _attribute_table(events: pa.Table) -> pa.Table:
+    """An :func:`events_table` batch as the batch executor takes it: the event columns without their
+    prefix, ``t0`` and ``t1`` (``seq`` apart: an event may have an attribute of that name)."""
+    cols = {c[len(EVENT_COLUMN_PREFIX):]: events.column(c) for c in events.column_names
+            if c.startswith(EVENT_COLUMN_PREFIX)}
+    cols.update(t0=events.column("t0"), t1=events.column("t1"))
+    return pa.table(cols)
+
+
+def feed_events_table(executor, streams: Sequence[str], events: pa.Table, layout: MatchLayout,
+                      group_id: str | None = None, schema: pa.Schema | None = None,
+                      errors: list | None = None) -> pa.Table:
+    """:func:`feed_events` with the matches as match rows (:func:`matches_to_table`): the batch executor
+    builds them as columns from the batch (``BatchEngine.process_table``), any other executor's matches
+    are converted.  ``errors`` as for :func:`feed_events`."""
+    schema = schema or layout.schema()
+    table = getattr(executor, "process_table", None)
+    if table is None:
+        return matches_to_table(feed_events(executor, streams, events, errors), layout, group_id, schema)
+    out, tail = _feed_batch(executor, lambda got: table(streams, _attribute_table(events), layout, group_id,
+                                                         schema, got, seq=events.column("seq")), errors)
+    return pa.concat_tables([out, matches_to_table(tail, layout, group_id, schema)]) if tail else out
+
+
+def _feed_batch(executor, call, errors: list | None):
+    """A batch executor's call ``call(errors list)``, then ``flush()``: (its result, the flushed matches);
+    ``errors`` as for :func:`feed_events` (nothing of an earlier, failed batch)."""
+    feed_errors(executor)
+    got: list = []
+    out = call(got)
+    tail = executor.flush()
+    flushed = feed_errors(executor)
+    if errors is not None:
+        errors.extend(got)
+        errors.extend((None, err) for err in flushed)
+    return out, tail
 
 
 def rejected_events_table(events: pa.Table, errors: Sequence, schema: pa.Schema, group_id: str | None = None) -> pa.Table:
