@@ -27,6 +27,7 @@ FILTER_SHARD_SIZE = 250_000
 
 @dataclass
 class TableState:
+    """A declared table as the engine keeps it: its definition and its current rows (on the driver: issue 16)."""
     definition: TableDef
     rows: dict = field(default_factory=dict)  # key -> tuple of column values (table column order)
 
@@ -63,7 +64,7 @@ class GroupEntry:
     version: int = 0  # bumps on every publish and registration change
 
 
-def _check_single(sub_id, planned: Planned) -> None:
+def check_single(sub_id, planned: Planned) -> None:
     """What ``subscribe`` / ``CREATE SUBSCRIPTION`` ask of one subscription beyond its plan."""
     if not isinstance(sub_id, str) or not sub_id:
         raise InvalidSubscription(f"subscription ids are non-empty strings, got {sub_id!r}")
@@ -81,7 +82,7 @@ class SubscriptionGroups:
         self._subscribe_planned(sub_id, self._plan(sql))
 
     def _subscribe_planned(self, sub_id: str, planned: Planned) -> None:
-        _check_single(sub_id, planned)
+        check_single(sub_id, planned)
         with self._lock:
             ids = np.array([sub_id], dtype=object)
             bound = family_of(planned.physical).bind(planned.physical, {}, ids, self.catalog)

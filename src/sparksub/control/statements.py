@@ -2,7 +2,6 @@
 Spark parser's errors for the plain SQL among them.  A part of the Engine facade (``engine.py``)."""
 from __future__ import annotations
 
-
 import numpy as np
 from sqlglot import exp
 
@@ -15,7 +14,7 @@ from sparksub import listing
 from sparksub.runtime.spark_errors import spark_error, spark_parse
 from sparksub.planner.catalog import TableDef
 from sparksub.operators.registry import family_of
-from sparksub.control.groups import _check_single
+from sparksub.control.groups import check_single
 
 
 def _script_error(err: Exception, item, text: str) -> Exception:
@@ -105,7 +104,7 @@ class Statements:
             scratch.create_table(TableDef.from_create(stmt))
         elif isinstance(stmt, st.CreateSubscription):
             name, planned = stmt.this.name, scratch._plan(stmt.query)
-            _check_single(name, planned)
+            check_single(name, planned)
             if subscribed(name) or name in scratch._event_queries:
                 raise DuplicateSubscription(f"duplicate subscription id {name!r}: it already exists"
                                             if subscribed(name) else f"{name!r} is already an event query")
