@@ -312,9 +312,7 @@ class SubscriptionPoints:
     def slots_of(self, ids) -> np.ndarray:
         """Slots of several ids (:class:`UnknownSubscription` naming the first unknown one)."""
         ids = id_list(ids)
-        id_arr = np.empty(len(ids), dtype=object)
-        id_arr[:] = ids
-        slots = self._ids.lookup(id_arr, self._id_of)
+        slots = self.lookup(ids)
         if (slots < 0).any():
             raise UnknownSubscription(f"unknown subscription id {ids[int(np.argmax(slots < 0))]!r}")
         return slots
