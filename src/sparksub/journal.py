@@ -72,7 +72,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sparksub.directory import safe_name
@@ -101,7 +100,7 @@ _ENTRY_STREAMS = b"sparksub.streams"
 
 # ---- files ------------------------------------------------------------------------------------------------
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(str(path), os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -126,7 +125,7 @@ def _write_atomic(path: Path, write, sync: bool = True) -> int:
         tmp.unlink(missing_ok=True)
         raise
     if sync:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     return size
 
 
@@ -145,6 +144,25 @@ def _read_arrow(path: Path) -> pa.Table:
 def _write_pickle(path: Path, value, sync: bool = True) -> int:
     raw = value if isinstance(value, (bytes, bytearray)) else pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     return _write_atomic(path, lambda fh: fh.write(raw), sync)
+
+
+def read_kept(path) -> pa.Table:
+    """One publish's kept notifications as an Arrow table, its partitions in order (the directory's
+    ``part-<partition>`` files by name: ``runtime/output.py`` writes them from the tasks), or the single
+    file an engine kept before issue 16 item 3."""
+    path = Path(path)
+    if not path.is_dir():
+        return pq.read_table(path)
+    tables = [pq.read_table(p) for p in sorted(path.glob("part-*.parquet"))]
+    return pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+
+
+def remove_path(path: Path) -> None:
+    """Delete a kept file or directory (a publish's notifications), if it is there."""
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def write_parquet_atomic(path, table: pa.Table, sync: bool = True) -> int:
@@ -239,6 +257,44 @@ def _params_table(ids: np.ndarray, columns: dict) -> pa.Table:
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
         raw = pickle.dumps((ids, columns), protocol=pickle.HIGHEST_PROTOCOL)
         return pa.table({"pickle": pa.array([raw], pa.binary())})
+
+
+#: the column of an event-query parameter file that holds the queries' names (no parameter is called so)
+_EVENT_NAMES = "#name"
+_EVENT_TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
+
+
+def _event_params_table(names: list, columns: dict) -> pa.Table:
+    """A bulk registration of event queries (``Engine.register_event_queries``): the names and the parameter
+    columns as one Arrow table.  A column of one Python type is stored as that Arrow type; one of mixed types
+    (ints and floats, numbers and strings) as JSON texts (field metadata ``json``), which read back exactly."""
+    arrays, fields = [pa.array(names, pa.string())], [pa.field(_EVENT_NAMES, pa.string())]
+    for name, values in columns.items():
+        kinds = set(map(type, values))
+        array = None
+        if len(kinds) == 1 and next(iter(kinds)) in _EVENT_TYPES:
+            try:
+                array = pa.array(values, _EVENT_TYPES[next(iter(kinds))])
+            except (pa.ArrowInvalid, OverflowError):      # an int beyond 64 bits
+                array = None
+        if array is None:
+            arrays.append(pa.array([json.dumps(v) for v in values], pa.string()))
+            fields.append(pa.field(name, pa.string(), metadata={b"json": b"1"}))
+        else:
+            arrays.append(array)
+            fields.append(pa.field(name, array.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _event_params_columns(table: pa.Table) -> tuple[list, dict]:
+    """:func:`_event_params_table` read back: ``(names, {parameter: values})``."""
+    out = {}
+    for f in table.schema:
+        if f.name == _EVENT_NAMES:
+            continue
+        values = table.column(f.name).to_pylist()
+        out[f.name] = [json.loads(v) for v in values] if (f.metadata or {}).get(b"json") else values
+    return table.column(_EVENT_NAMES).to_pylist(), out
 
 
 def _params_columns(table: pa.Table) -> tuple[np.ndarray, dict]:
@@ -394,7 +450,7 @@ class EngineJournal:
         self._journal_fh = open(path, "ab")
         if fresh:
             os.fsync(self._journal_fh.fileno())
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
 
     # ---- writing records ----------------------------------------------------------------------------------
     def _usable(self) -> bool:
@@ -486,6 +542,22 @@ class EngineJournal:
             self._append({"op": "register_event_query", "name": name, **query, "events": events})
         self.event_queries[name] = query
 
+    def register_event_queries(self, template: str, columns: dict, names: list, plan, classes: dict) -> None:
+        """At the commit point of a bulk registration (``Engine.register_event_queries``): the parameter table
+        with the names goes to ``event_queries/`` (it stays there while any of its queries lives), and one
+        record holds the template; a reopen registers them again in bulk (``_register_batch``)."""
+        batch = {"template": template, "file": None, "seconds_per_tick": self.engine.event_seconds_per_tick,
+                 "since": int(self.engine._next_seq)}
+        if self._usable():
+            self._before_change()
+            batch["file"] = f"{uuid.uuid4().hex}.arrow"
+            self.side_bytes += _write_arrow(self.root / "event_queries" / batch["file"],
+                                            _event_params_table(names, columns))
+            events = self._event_state(plan, classes, self._resets_after(plan))
+            self._append({"op": "register_event_queries", **batch, "count": len(names), "events": events})
+        for q in names:                          # one entry, shared by the batch's queries
+            self.event_queries[q] = batch
+
     def unregister_event_query(self, name: str, plan, classes: dict) -> None:
         if self._usable():
             self._before_change()
@@ -560,7 +632,7 @@ class EngineJournal:
             self._batches[entry["batch_id"]] = entry
         if not self.durable and self.publishes % CHECKPOINT_RECORDS == 0:
             for path in self._retain():
-                path.unlink(missing_ok=True)
+                remove_path(path)
 
     # ---- reading the kept notifications -----------------------------------------------------------------
     def notification_path(self, entry: dict) -> Path | None:
@@ -588,7 +660,7 @@ class EngineJournal:
         since = self.event_queries.get(name, {}).get("since", 0)
         out = []
         for path in self.notification_files(tables, since):
-            out += match_dicts(pq.read_table(path), name, attributes)
+            out += match_dicts(read_kept(path), name, attributes)
         return out
 
     def _retain(self) -> list[Path]:
@@ -683,6 +755,9 @@ class EngineJournal:
         elif op == "register_event_query":
             self._register(record["name"], record)
             self._events = _read_pickle(self._side(record["events"]))
+        elif op == "register_event_queries":
+            self._register_batch(record)
+            self._events = _read_pickle(self._side(record["events"]))
         elif op == "unregister_event_query":
             engine._event_queries = {q: r for q, r in engine._event_queries.items() if q != record["name"]}
             self.event_queries.pop(record["name"], None)
@@ -728,6 +803,57 @@ class EngineJournal:
         engine._event_queries = {**engine._event_queries, name: record}
         self.event_queries[name] = {k: saved[k] for k in ("text", "source", "seconds_per_tick", "since")}
 
+    def _register_batch(self, saved: dict) -> None:
+        """A bulk registration of event queries back in the engine's registry, through the bulk path
+        (``Engine._event_batch``: the template parsed once, each kind signature analysed once), with the
+        ``seconds_per_tick`` then in force."""
+        names, columns = _event_params_columns(_read_arrow(self.root / "event_queries" / saved["file"]))
+        engine = self.engine
+        now = engine.__dict__.get("event_seconds_per_tick")
+        engine.__dict__["event_seconds_per_tick"] = saved["seconds_per_tick"]
+        try:
+            _, records = engine._event_batch(saved["template"], columns, names, replaying=True)
+        finally:
+            engine.__dict__["event_seconds_per_tick"] = now
+        engine._event_queries = {**engine._event_queries, **records}
+        batch = {k: saved[k] for k in ("template", "file", "seconds_per_tick", "since")}
+        for q in names:
+            self.event_queries[q] = batch
+
+    def _event_query_entries(self) -> list[dict]:
+        """The checkpoint's event queries in registration order: one entry per query registered alone, one per
+        run of queries of one bulk registration (its parameter file; a new one with the run's rows when some
+        of the batch were dropped)."""
+        out: list[dict] = []
+        run: list[str] = []
+
+        def flush():
+            if not run:
+                return
+            batch = self.event_queries[run[0]]
+            table = _read_arrow(self.root / "event_queries" / batch["file"])
+            if table.num_rows != len(run) or table.column(_EVENT_NAMES).to_pylist() != run:
+                import pyarrow.compute as pc
+                kept = table.filter(pc.is_in(table.column(_EVENT_NAMES), pa.array(run, pa.string())))
+                batch = {**batch, "file": f"{uuid.uuid4().hex}.arrow"}
+                _write_arrow(self.root / "event_queries" / batch["file"], kept)
+                for q in run:
+                    self.event_queries[q] = batch
+            out.append({"batch": batch})
+            run.clear()
+
+        for q in self.engine._event_queries:
+            entry = self.event_queries[q]
+            if entry.get("file") is not None and "template" in entry:
+                if run and self.event_queries[run[0]] is not entry:
+                    flush()
+                run.append(q)
+                continue
+            flush()
+            out.append({"name": q, **entry})
+        flush()
+        return out
+
     # ---- checkpoints ----------------------------------------------------------------------------------------
     def checkpoint(self) -> None:
         """Write a full snapshot of the engine's state, make it the current one, restart the journal, and delete
@@ -760,20 +886,20 @@ class EngineJournal:
                     "settings": {s: engine.__dict__[s] for s in SETTINGS if s in engine.__dict__},
                     "clocks": {k: list(v) for k, v in engine._event_clocks.items()}, "tables": tables,
                     "subscriptions": subscriptions,
-                    "event_queries": [{"name": q, **self.event_queries[q]} for q in engine._event_queries],
+                    "event_queries": self._event_query_entries(),
                     "events": events}
         _write_atomic(tmp / "manifest.json", lambda fh: fh.write(_json(manifest).encode()))
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         shutil.rmtree(final, ignore_errors=True)   # a checkpoint a kill left before CURRENT named it
         os.replace(tmp, final)
-        _fsync_dir(final.parent)
+        fsync_dir(final.parent)
         _write_atomic(self.root / "CURRENT", lambda fh: fh.write(_json({"checkpoint": n}).encode()))
         # the new checkpoint is the truth from here: restart the journal, delete what it does not reference
         self.generation, self.records, self.side_bytes, self._dropped = n, 0, 0, False
         self.subscriptions = subscriptions
         self._start_journal()
         for path in dropped:
-            path.unlink(missing_ok=True)
+            remove_path(path)
         self._collect_garbage()
 
     def _restore_checkpoint(self, where: Path) -> None:
@@ -804,7 +930,10 @@ class EngineJournal:
             else:
                 self._subscribe_many(batch)
         for q in manifest["event_queries"]:
-            self._register(q["name"], q)
+            if "batch" in q:
+                self._register_batch(q["batch"])
+            else:
+                self._register(q["name"], q)
         if manifest["events"] is not None:
             self._events = _read_pickle(where / manifest["events"])
 
@@ -885,6 +1014,10 @@ class EngineJournal:
         for path in (self.root / "subscriptions").glob("*"):
             if path.name not in live:
                 path.unlink(missing_ok=True)
+        live = {id(e): e["file"] for e in self.event_queries.values() if e.get("file")}
+        for path in (self.root / "event_queries").glob("*"):
+            if path.name not in live.values():
+                path.unlink(missing_ok=True)
         referenced = {(rid, self._archived[(rid, r.base_id)][0]) for c in self.engine._event_classes.values()
                       for rid, r in c.replicas.items()}
         self._archived = {k: v for k, v in self._archived.items() if (k[0], v[0]) in referenced}
@@ -897,7 +1030,7 @@ class EngineJournal:
         for table_dir in (self.root / "notifications").glob("*"):
             for path in table_dir.iterdir():
                 if (table_dir.name, path.name) not in kept:
-                    path.unlink(missing_ok=True)
+                    remove_path(path)
 
     def stats(self) -> dict:
         return {"directory": str(self.root), "durable": self.durable, "published": self.publishes,

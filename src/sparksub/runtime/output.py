@@ -1,32 +1,84 @@
-"""The publish output the engine keeps in its directory (``journal.py``): a notifications DataFrame written as
-one Parquet file, and kept files read back as a DataFrame.
+"""The publish output the engine keeps in its directory (``journal.py``): a notifications DataFrame written by
+the Spark tasks that hold it, and kept files read back as a DataFrame.
 
-``publish`` hands its output here once it is computed (the runtime checkpointed it: writing it does not
-run the operators again).  It is collected to Arrow and written as one file, temporary name then rename
-(``journal.write_parquet_atomic``): one small job, where Spark's own writer costs a commit protocol per
-call (about 5x the time for a publish-sized output, measured here) and a directory of part files.
+``publish`` hands its output here once it is computed (the runtime checkpointed it: writing it does not run
+the operators again).  Each task writes its partition as one Parquet file (temporary name, then rename) into
+a directory that is renamed into place when every task is done; the driver receives one row count per
+partition, never the rows (issue 16 item 3: at 1M unicast subscriptions collecting the output on the driver
+ran its JVM out of heap).  Spark's own writer would cost a commit protocol per call (about 5x the time for a
+publish-sized output, measured here); a retried or speculative task rewrites the same file with the same
+rows, so the directory is the same whichever attempt wins.
 """
 from __future__ import annotations
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+import os
+import shutil
+import uuid
+from pathlib import Path
 
-from sparksub.journal import write_parquet_atomic
+import pyarrow as pa
+
+from sparksub.journal import fsync_dir, read_kept, write_parquet_atomic
 
 __all__ = ["write_notifications", "read_notifications"]
 
+#: the file a publish without rows keeps: its schema, so that the directory reads as a table
+EMPTY_PART = "part-empty.parquet"
+
+
+def _partition_writer(folder: str, names: list[str], sync: bool):
+    """The task body: this partition's rows, under their ``names``, into ``folder/part-<partition>.parquet``;
+    yields its row count."""
+    def write_partition(batches):
+        from pyspark import TaskContext
+        batches = [b for b in batches if b.num_rows]
+        if batches:
+            part = TaskContext.get().partitionId()
+            table = pa.Table.from_batches(batches).rename_columns(names)
+            write_parquet_atomic(Path(folder) / f"part-{part:05d}.parquet", table, sync)
+        yield pa.RecordBatch.from_pydict({"rows": [sum(b.num_rows for b in batches)]},
+                                         schema=pa.schema([("rows", pa.int64())]))
+    return write_partition
+
 
 def write_notifications(df, path, sync: bool = True) -> int:
-    """Write the notifications DataFrame ``df`` to ``path`` (one Parquet file); returns its rows.  ``sync``:
-    fsync before the rename (a durable engine)."""
-    return write_parquet_atomic(path, df.toArrow(), sync)
+    """Write the notifications DataFrame ``df`` from its tasks into the directory ``path`` (one Parquet file
+    per non-empty partition; ``EMPTY_PART`` when there is no row); returns its rows.  ``sync``: fsync the
+    files and the directories (a durable engine).  A directory left at ``path`` by a publish that never
+    committed (a kill) is replaced: committed names are never reused (``journal.publish_begin``)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.mkdir()
+    try:
+        # positional names into the task: mapInArrow resolves the columns by name, and a join's selected
+        # columns are qualified (``stock.symbol``), which it would read as a struct field
+        names = df.columns
+        positional = df.toDF(*[f"_{i}" for i in range(len(names))])
+        counts = positional.mapInArrow(_partition_writer(str(tmp), names, sync), "rows bigint").collect()
+        rows = sum(r[0] for r in counts)
+        if not rows:
+            write_parquet_atomic(tmp / EMPTY_PART, to_arrow_schema(df.schema).empty_table(), sync)
+        if sync:
+            fsync_dir(tmp)
+        if path.exists():
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if sync:
+        fsync_dir(path.parent)
+    return rows
 
 
 def read_notifications(spark, files: list[str], since_seq: int | None, empty: pa.Schema):
-    """The rows of the kept ``files`` as one DataFrame (columns merged by name; a column a file lacks is null),
-    those with ``seq >= since_seq`` (and rows without a ``seq``: a replica's ``error`` row) when it is given;
-    ``empty``: the schema when there is no file.  Lazy, as any file source: read it before the retention
-    window passes the files (``Engine.notification_retention_rows``)."""
+    """The rows of the kept ``files`` (a publish's directory, or a single file as engines before issue 16 item 3
+    kept them) as one DataFrame (columns merged by name; a column a file lacks is null), those with ``seq >=
+    since_seq`` (and rows without a ``seq``: a replica's ``error`` row) when it is given; ``empty``: the schema
+    when there is no file.  Lazy, as any file source: read it before the retention window passes the files
+    (``Engine.notification_retention_rows``)."""
     from pyspark.sql import functions as F
     if not files:
         from sparksub.runtime.frames import empty_frame
@@ -34,8 +86,9 @@ def read_notifications(spark, files: list[str], since_seq: int | None, empty: pa
     try:
         df = spark.read.option("mergeSchema", "true").parquet(*files)
     except Exception:  # noqa: BLE001 - Spark cannot merge a column typed differently across files: Arrow can
-        tables = [pq.read_table(f) for f in files]
+        tables = [read_kept(f) for f in files]
         df = spark.createDataFrame(pa.concat_tables(tables, promote_options="permissive").combine_chunks())
     if since_seq is not None:
         df = df.where((F.col("seq") >= F.lit(int(since_seq))) | F.col("seq").isNull())
     return df
+
