@@ -21,6 +21,7 @@ from sparksub.errors import (CatalystUnavailable, InvalidArgument,
 from sparksub.deliver_input import checked_messages
 from sparksub.grammar import statements as st
 from sparksub.directory import EngineDirectory
+from sparksub.row_files import rows_table
 from sparksub.journal import CHECKPOINT_RECORDS, NOTIFICATION_RETENTION_ROWS, DurableSetting, EngineJournal
 from sparksub.runtime.connect import CATALYST_ON_CONNECT, is_connect_session
 # the embedded session (runtime/session.py: only the runtime imports pyspark), public here as before
@@ -214,13 +215,14 @@ class Engine(Statements, SubscriptionGroups, EventQueries, Publishing, Streaming
             bridge.attach(self._spark, self)
 
     def table(self, name: str):
-        """The current rows of a declared table, as a Spark DataFrame."""
+        """The current rows of a declared table, as a Spark DataFrame read from the table's files (``row_files.py``;
+        its files are fixed when it is made: a later publish shows in a new ``table()``, or in the live view
+        ``engine.sql`` makes).  An event stream keeps no rows: empty."""
         with self._lock:
             state = self._table(name)
-            tdef = state.definition
-            columns = list(zip(*state.rows.values())) or [[] for _ in tdef.columns]
-            data = pa.table({c: pa.array(list(v), arrow_type(t)) for (c, t), v in zip(tdef.columns, columns)})
-            return self.spark.createDataFrame(data)
+            if state.definition.key is not None:
+                return self.spark.sql(self._row_files(state).current_sql())
+            return self.spark.createDataFrame(rows_table(state.definition, {}))
 
     def create_table(self, table: TableDef) -> None:
         """A table with a PRIMARY KEY (rows replace rows), or without one: an append-only event

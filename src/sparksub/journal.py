@@ -7,7 +7,8 @@ event queries and partial matches, sequence numbers and settings, and no notific
 
 * an append-only **journal** of committed operations, one record per ``create_table``, ``load``,
   ``subscribe`` / ``subscribe_many``, ``unsubscribe``, ``register_event_query`` /
-  ``unregister_event_query``, ``publish`` and setting change.  A record is one line -- its length, its
+  ``register_event_queries`` (a bulk registration: one record) / ``unregister_event_query``, ``publish``
+  and setting change.  A record is one line -- its length, its
   CRC-32 and a JSON object -- written and fsynced before the engine method returns; its payload (a batch's
   rows, a parameter table, event state) is a side file written first (temporary name, fsync, rename).  A
   torn last record (a kill mid-write) fails its length or CRC check and is ignored, as is everything
@@ -49,6 +50,7 @@ Layout::
     <root>/checkpoints/<n>/                 manifest.json, rows-<table>.parquet, events.pickle, published.parquet
     <root>/journal/<n>.log  journal/<n>/    the records since checkpoint n; their side files
     <root>/subscriptions/<id>.arrow         parameter tables of bulk subscriptions; single ones, consolidated
+    <root>/event_queries/<id>.arrow         bulk-registered event queries: names + parameter table per call
     <root>/events/<replica>/<archive>/      an event replica's base.pickle and log-<k>.arrow
     <root>/notifications/<table>/           <first seq>.parquet per publish
 
@@ -75,6 +77,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparksub.directory import safe_name
+from sparksub.row_files import rows_table
 from sparksub.errors import DirectoryLocked, InvalidArgument, SparksubError
 
 __all__ = ["EngineJournal", "DurableSetting", "SETTINGS", "NOTIFICATION_RETENTION_ROWS", "CHECKPOINT_RECORDS",
@@ -871,7 +874,7 @@ class EngineJournal:
             entry = {"name": tdef.name, "columns": [list(c) for c in tdef.columns], "key": tdef.key, "rows": None}
             if tdef.key is not None:
                 entry["rows"] = f"rows-{safe_name(tdef.name.lower())}.parquet"
-                write_parquet_atomic(tmp / entry["rows"], _rows_table(tdef, engine._tables[tdef.name.lower()]))
+                write_parquet_atomic(tmp / entry["rows"], rows_table(tdef, engine._tables[tdef.name.lower()].rows))
             tables.append(entry)
         subscriptions = self._compacted_subscriptions()
         events = None
@@ -1046,13 +1049,6 @@ def _create_table(engine, saved: dict):
     tdef = TableDef(saved["name"], tuple(tuple(c) for c in saved["columns"]), saved["key"])
     engine.create_table(tdef)
     return tdef
-
-
-def _rows_table(tdef, state) -> pa.Table:
-    """A keyed table's rows (``TableState.rows``, in their order) as Arrow, typed as validation casts them."""
-    from sparksub.operators.shared.row_validation import arrow_type
-    columns = list(zip(*state.rows.values())) or [[] for _ in tdef.columns]
-    return pa.table({c: pa.array(list(v), arrow_type(t)) for (c, t), v in zip(tdef.columns, columns)})
 
 
 def _published_table(published: list[dict]) -> pa.Table:

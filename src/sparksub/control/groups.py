@@ -16,6 +16,7 @@ from sparksub.planner.classifier import Planned, parameters_of
 from sparksub.operators.contract import SubscriptionFamily
 from sparksub.operators.registry import family_of
 from sparksub.operators.shared.families import grown
+from sparksub.row_files import RowFiles
 from sparksub.runtime import replicas as spark_replicas
 from sparksub.control.inputs import checked_ids, param_columns
 
@@ -27,9 +28,12 @@ FILTER_SHARD_SIZE = 250_000
 
 @dataclass
 class TableState:
-    """A declared table as the engine keeps it: its definition and its current rows (on the driver: issue 16)."""
+    """A declared table as the engine keeps it: its definition and its current rows (on the driver: issue 16), and,
+    once Spark has read them, the files it reads them from."""
     definition: TableDef
     rows: dict = field(default_factory=dict)  # key -> tuple of column values (table column order)
+    #: the rows as files Spark reads (row_files.py): made on first use (Engine.table, a view), then kept current
+    files: RowFiles | None = None
 
     def column_index(self, name: str) -> int:
         return self.definition.column_names.index(name)

@@ -18,6 +18,7 @@ from sparksub.operators.registry import family_of, in_order
 from sparksub.operators.shared import row_validation
 from sparksub.operators.shared.schemas import (DELETE, EVENT_PREFIX, UPSERT, publish_schema)
 from sparksub.operators.shared.variants import with_variant
+from sparksub.row_files import RowFiles, rows_table
 from sparksub.runtime import frames as spark_frames
 from sparksub.runtime import groups as spark_groups
 from sparksub.runtime import output as spark_output
@@ -269,6 +270,28 @@ class Publishing:
                 state.rows.pop(row[key_i], None)
             else:
                 state.rows[row[key_i]] = row
+        if state.files is not None and state.files.append(batch):   # the live view's files (row_files.py)
+            state.files.reset(rows_table(state.definition, state.rows))
+
+    def _row_files(self, state: TableState) -> RowFiles:
+        """The table's rows as files Spark reads (``row_files.py``): written from the rows on first use, then
+        kept current by every batch applied."""
+        if state.files is None:
+            state.files = RowFiles(self.directory.area("tables", state.definition.name.lower()), state.definition)
+            state.files.reset(rows_table(state.definition, state.rows))
+        return state.files
+
+    def _live_view(self, name: str) -> None:
+        """Make ``name`` a temporary view of the table's current rows, live: Spark analyses a SQL view again at
+        each use, and so lists the table's files again (``row_files.py``).  An event stream keeps no rows: its
+        view is empty."""
+        state = self._table(name)
+        tdef = state.definition
+        if tdef.key is None:
+            self.table(name).createOrReplaceTempView(tdef.name)
+            return
+        self.spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{tdef.name.replace('`', '``')}` AS "
+                       + self._row_files(state).current_sql())
 
     def _snapshot(self, state: TableState, entry: GroupEntry):
         """The base the group's operator is rebuilt from (``family.snapshot``: its subscriptions and rows)."""

@@ -196,9 +196,10 @@ class Statements:
                 return None
             self.unregister_event_query(stmt.this.name)
             return None
-        # Plain Spark SQL: our tables it names are visible to it as temp views of their current rows.
+        # Plain Spark SQL: our tables it names are visible to it as temp views of their current rows, live
+        # from then on (row_files.py): a later spark.sql sees every batch applied since.
         for t in stmt.find_all(exp.Table):
             if t.name in self.catalog:
-                self.table(t.name).createOrReplaceTempView(t.name)
+                self._live_view(t.name)
         # the text as written (Spark's error positions then point into it), else sqlglot's rendering
         return self.spark.sql(source.strip() if source is not None else stmt.sql(dialect="spark"))
