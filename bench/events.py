@@ -8,6 +8,7 @@ Table 1, at 1,000 to 1,000,000 queries, in one run::
     python bench/events.py --no-spark # skip the Spark SQL baseline (no JVM)
     python bench/events.py --ablations  # also the indexed NFA with one optimisation off (issue 6's table)
     python bench/events.py --out DIR  # write events.md / events.png elsewhere (default docs/benchmarks/)
+    python bench/events.py --engine-registration [--sizes 100000]  # that row alone (no cells, no file)
 
 Writes ``docs/benchmarks/events.md`` (targets table first) and ``docs/benchmarks/events.png``.
 
@@ -58,6 +59,14 @@ phase (the batch executor: (instance, event) pairs advanced and instances starte
 together).  The other executors register ASTs one at a time with ``register()`` (the ASTs are built
 beforehand from the same templates, untimed; issue 6 parsed texts: the rate of ``parse_event_query`` and of
 building the ASTs from the templates are reported apart).
+
+**Registration through the engine** (issue 18 item 2): ``Engine.register_event_queries(template, params,
+names=...)`` -- one call per family, a fresh ``Engine()`` in a forked child (no Spark job: registration plans the
+event classes and writes the replicas' bases, which hold each family's rows as one ``TemplateRows``), the
+grammar loaded beforehand; CPU and wall seconds for the three calls together; every query then listed by
+``event_queries()``.  It checks the first row of each family as ``CREATE EVENT QUERY`` does, validates every
+row, writes one journal record per call and plans the classes -- the engine's whole path, beside the
+executor's bulk registration above.
 
 **Checks.** At each size every executor is compared with the one that processed the most events (the
 reference), on the events both processed: matches per query (t1 below that prefix) must be equal, else the
@@ -476,6 +485,57 @@ def run_in_child(name, n, budget, timeout) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- oracle
+def _engine_registration_child(conn, n):
+    try:
+        from sparksub import Engine
+        from sparksub.grammar.events import parse_template
+        for f in FAMILIES:                          # the grammar loaded (once per process), untimed
+            parse_template(TEMPLATES[f])
+        engine = Engine()
+        engine.event_partitions = 2
+        engine.sql("CREATE TABLE Stock (Name STRING, Price DOUBLE, Volume BIGINT)")
+        k = _WORK.prefix(n)
+        calls = [(TEMPLATES[f], {c: v[:k[f]] for c, v in _WORK.params[f].items()},
+                  [_WORK.names[g] for g in _WORK.rows[f][:k[f]].tolist()]) for f in FAMILIES]
+        gc.collect()
+        rss0 = _rss_mb()
+        c0, t0 = time.process_time(), time.perf_counter()
+        for template, cols, names in calls:
+            engine.register_event_queries(template, cols, names=names)
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        listed = len(engine.event_queries())
+        conn.send({"n": n, "cpu": cpu, "wall": wall, "listed": listed, "rss_mb": _rss_mb() - rss0,
+                   "classes": len(engine._event_classes)})
+    except Exception as e:  # noqa: BLE001
+        import traceback
+        conn.send({"n": n, "error": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"})
+    finally:
+        conn.close()
+
+
+def engine_registration(n: int, timeout: float = 600) -> dict:
+    """``Engine.register_event_queries`` of the first n queries (one call per family) in a forked child:
+    {n, cpu, wall, listed, rss_mb, classes} or {n, error}."""
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_engine_registration_child, args=(child, n))
+    p.start()
+    child.close()
+    out = parent.recv() if parent.poll(timeout) else {"n": n, "error": f"no answer in {timeout:.0f} s"}
+    p.join(5)
+    if p.is_alive():
+        p.kill()
+    return out
+
+
+def _engine_registration_line(r: dict) -> str:
+    if "error" in r:
+        return f"Engine.register_event_queries at {r['n']:,}: {r['error'].splitlines()[0]}"
+    return (f"Engine.register_event_queries at {r['n']:,} queries: {r['cpu']:.2f} CPU-s ({r['wall']:.2f} s wall; "
+            f"{r['n'] / r['cpu']:,.0f} queries/CPU-s), {r['listed']:,} listed, {r['classes']} event classes, "
+            f"+{r['rss_mb']:,.0f} MB")
+
+
 def oracle_check(work: Workload, events: list, matched: list, per_family: int = 10, n_events: int = 4000) -> dict:
     """Per family, up to `per_family` queries that matched in the first `n_events` events in a cell
     (`matched`, most matches first), topped up with the first queries of the list; plus 4 looser S4-like
@@ -696,7 +756,7 @@ def verdict(ok) -> str:
     return "n/a" if ok is None else ("PASS" if ok else "FAIL")
 
 
-def make_targets(cells: dict, sizes, spark: list) -> list:
+def make_targets(cells: dict, sizes, spark: list, engine_reg: dict | None = None) -> list:
     def cell(n, name=OURS):
         return cells.get(n, {}).get(name, {})
 
@@ -722,6 +782,13 @@ def make_targets(cells: dict, sizes, spark: list) -> list:
                else "not measured")
               + (f"; {TODAY} register() per query: {cell(100_000, TODAY)['register_cpu']:,.1f} CPU-s"
                  if cell(100_000, TODAY).get("register_cpu") else "")))
+    e = (engine_reg or {}).get(100_000) or {}
+    T.append(("registration of 100,000 queries ≤ 10 s through the engine (Engine.register_event_queries, "
+              "three calls; CPU seconds, wall beside)",
+              (e["cpu"] <= 10) if e.get("cpu") else None,
+              (f"{e['cpu']:,.1f} CPU-s ({e['wall']:,.1f} s wall; {100_000 / e['cpu']:,.0f} queries/CPU-s)"
+               if e.get("cpu") else ("not measured: " + e["error"].splitlines()[0] if e.get("error")
+                                     else "not measured"))))
     lo, hi = cell(1_000).get("eps"), cell(100_000).get("eps")
     T.append((f"flat from 1,000 to 100,000: events/s at 100,000 ≥ 0.8 × at 1,000 ({OURS}; issue 6)",
               (hi / lo >= 0.8) if (lo and hi) else None,
@@ -884,6 +951,10 @@ def report(info, args, sizes, names, cells, cons, oracle, spark, rates, targets,
              f"query: parsing the text with `parse_event_query` {rates['parse']:,.0f} queries/CPU-s (issue 6's path: "
              f"{rates['parse_n']:,} texts), building every AST from a bound template "
              f"{rates['ast']:,.0f} queries/CPU-s ({rates['ast_n']:,} ASTs).\n")
+    for r in rates.get("engine", {}).values():
+        L.append(f"Through the engine: {_engine_registration_line(r)} (`Engine.register_event_queries`, one call per "
+                 "family: the first row of each checked as CREATE EVENT QUERY does, every row validated, one journal "
+                 "record per call, the event classes planned; `--engine-registration` runs this row alone).\n")
     rr, hdr = [], ["executor"]
     for n in sizes:
         hdr.append(f"{n:,}: queries/CPU-s (CPU s; wall s)")
@@ -948,7 +1019,17 @@ def main(argv=None) -> int:
     ap.add_argument("--events", type=int, default=None, help="events in the stream")
     ap.add_argument("--sizes", type=str, default=None, help="comma-separated query counts")
     ap.add_argument("--only", type=str, default=None, help="comma-separated executor names")
+    ap.add_argument("--engine-registration", action="store_true",
+                    help="only Engine.register_event_queries at --sizes (default 100,000); prints, writes nothing")
     args = ap.parse_args(argv)
+    if args.engine_registration:
+        sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else [100_000]
+        _, symbols, w, hist = make_stream(1_000)
+        _WORK = Workload(max(sizes), symbols, w, hist)
+        log(f"{git_state()}; load {load_avg()}")
+        for n in sizes:
+            log(_engine_registration_line(engine_registration(n)))
+        return 0
     quick = args.quick
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else \
         ([1_000, 10_000] if quick else [1_000, 10_000, 100_000, 1_000_000])
@@ -982,6 +1063,11 @@ def main(argv=None) -> int:
     rates.update(ast=k / (time.process_time() - c), ast_n=k)
     del _
     log(f"parse_event_query: {rates['parse']:,.0f} queries/CPU-s; ASTs from bound templates: {rates['ast']:,.0f}/CPU-s")
+    engine_reg = {}
+    for n in [n for n in sizes if n <= 100_000][-1:]:
+        engine_reg[n] = engine_registration(n)
+        log(_engine_registration_line(engine_reg[n]))
+    rates["engine"] = engine_reg
 
     cells: dict = {}
     cons: dict = {}
@@ -1044,7 +1130,7 @@ def main(argv=None) -> int:
             log(f"  Spark SQL failed: {type(e).__name__}: {e}")
     info["load_end"] = load_avg()
     elapsed = time.perf_counter() - t_all
-    targets = make_targets(cells, sizes, spark)
+    targets = make_targets(cells, sizes, spark, engine_reg)
     log("")
     for name, ok, val in targets:
         log(f"{verdict(ok)}  {name}: {val}")

@@ -3,6 +3,7 @@
 A part of the Engine facade (``engine.py``) -- the methods read and change the engine's state."""
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,84 @@ class EventQueryRecord:
 
 
 @dataclass
+class EventQueryBatch:
+    """One ``register_event_queries`` call: the template (as written) and its rows bound to it
+    (``bulk.BoundTemplate``: the parameter columns and the query names), the schemas its queries were
+    analysed against and the ``seconds_per_tick`` then in force (what compiling a row's automaton needs)."""
+    id: str
+    text: str
+    bound: object  # bulk.BoundTemplate
+    schemas: dict
+    seconds_per_tick: float
+
+
+class _BatchPart:
+    """The rows of a batch of one kind signature (``bulk.analysed_parts``): the analysed template and
+    ``build(values) -> analysed query``."""
+    __slots__ = ("template", "build")
+
+    def __init__(self, template: StreamExpr, build):
+        self.template, self.build = template, build
+
+
+class BulkEventQueryRecord:
+    """An event query of a bulk registration: what ``EventQueryRecord`` holds, with its analysed AST, text and
+    automata built from its row when first read (registration never builds most of them).  The planning
+    facts, output attributes and streams are its kind signature's (the same for every row of it)."""
+    __slots__ = ("name", "batch", "row", "part", "info", "attributes", "published", "raw_spellings",
+                 "reads_published", "_query", "_compiled")
+
+    def __init__(self, name, batch: EventQueryBatch, row: int, part: _BatchPart, info, attributes, published,
+                 raw_spellings, reads_published, query=None, compiled=None):
+        self.name, self.batch, self.row, self.part = name, batch, row, part
+        self.info, self.attributes, self.published = info, attributes, published
+        self.raw_spellings, self.reads_published = raw_spellings, reads_published
+        self._query, self._compiled = query, compiled
+
+    @property
+    def text(self) -> str:
+        """The row's query as CEL: the template with the row's values in place of its parameters."""
+        bound = self.batch.bound
+        return query_text(bound.build(bound.values(self.row)))
+
+    @property
+    def query(self) -> StreamExpr:
+        if self._query is None:
+            self._query = self.part.build(self.batch.bound.values(self.row))
+        return self._query
+
+    @property
+    def compiled(self):
+        if self._compiled is None:
+            from sparksub.operators.events.nfa import compile_query
+            self._compiled = compile_query(self.name, self.query, schemas=self.batch.schemas,
+                                           seconds_per_tick=self.batch.seconds_per_tick)
+        return self._compiled
+
+
+def _rows_of(params) -> dict[str, list]:
+    """A parameter table as column -> values: a pyarrow Table / RecordBatch, a pandas DataFrame, a mapping of
+    column -> sequence, or a list of dicts (one per query, each with the same keys)."""
+    if hasattr(params, "column_names") and hasattr(params, "column"):          # pyarrow
+        return {c: params.column(c).to_pylist() for c in params.column_names}
+    if hasattr(params, "columns") and hasattr(params, "to_dict") and hasattr(params, "iloc"):   # pandas
+        return {str(c): params[c].tolist() for c in params.columns}
+    if isinstance(params, (list, tuple)) and all(isinstance(r, dict) for r in params):
+        keys = list(dict.fromkeys(k for r in params for k in r))
+        for i, r in enumerate(params):
+            missing = [k for k in keys if k not in r]
+            if missing:
+                raise AnalysisError(f"row {i}: no value for column{'s' if len(missing) > 1 else ''} "
+                                    f"{', '.join(map(repr, missing))} (the rows of a list of dicts need the same "
+                                    f"keys)")
+        return {k: [r[k] for r in params] for k in keys}
+    if hasattr(params, "items"):
+        return dict(params.items())
+    raise InvalidSubscription(f"the parameter table is a pyarrow Table, a pandas DataFrame, a mapping of column -> "
+                              f"values or a list of dicts, got {type(params).__name__}")
+
+
+@dataclass
 class EventClassState:
     """An event class (``event_partitions.EventClass``) as it runs: one replica per partition, the
     largest t1 fed to it (events of all its streams arrive in end-time order), counters."""
@@ -62,6 +141,43 @@ def _rename_event_columns(df, tdef: TableDef):
             name = c[len(EVENT_PREFIX):]
             df = df.withColumnRenamed(c, name if name not in ours else f"event_{name}")
     return df
+
+
+def _some(names, shown: int = 20) -> str:
+    """Names for a description: all of a few, the first ``shown`` of many (a bulk registration: 100,000)."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return ", ".join(names[:shown]) + f", ... {len(names) - shown} more"
+
+
+def _base_items(queries, records: dict) -> tuple:
+    """``queries`` (in order) as a replica base registers them: a (name, AST) pair each, but a run of
+    queries of one bulk registration and kind signature is one ``bulk.TemplateRows`` (its analysed template
+    and those rows' values: nothing per query to build, pickle or analyse)."""
+    from sparksub.operators.events.bulk import TemplateRows
+    out: list = []
+    run: list = []
+
+    def flush():
+        if run:
+            head = run[0]
+            cols = head.batch.bound.columns
+            rows = [r.row for r in run]
+            out.append(TemplateRows(head.part.template, {p: [cols[p][i] for i in rows] for p in cols},
+                                    [r.name for r in run]))
+            run.clear()
+
+    for q in queries:
+        rec = records[q]
+        if isinstance(rec, BulkEventQueryRecord):
+            if run and run[0].part is not rec.part:
+                flush()
+            run.append(rec)
+            continue
+        flush()
+        out.append((q, rec.query))
+    flush()
+    return tuple(out)
 
 
 class EventQueries:
@@ -111,6 +227,149 @@ class EventQueries:
             self._commit_event_plan(plan, classes, superseded)
             self._stale_event_streams(record.raw_spellings, f"CREATE EVENT QUERY {name}")
 
+    def register_event_queries(self, template: str | StreamExpr, params, names=None, *,
+                               prefix: str | None = None) -> int:
+        """Register one event query per row of ``params`` against ``template``, CEL (or algebra) text whose
+        constants may be parameters ``:name`` (``grammar.events.parse_template``, ``docs/events.md``) -- the
+        analogue of ``subscribe_many`` for event queries (issue 18 item 2).  Returns how many.
+
+        ``params``: one column per parameter (named without the colon), one row per query -- a pyarrow Table,
+        a pandas DataFrame, a mapping column -> values, or a list of dicts.  The queries' names: ``names``, a
+        list (one per row) or the name of a column of ``params``; by default the ``name`` column; or, with
+        ``prefix="alert"`` and no ``name`` column, ``alert_0``, ``alert_1``, ...  Each query is then an event
+        query as ``CREATE EVENT QUERY`` makes one: SHOW lists it, ``matches(name)`` reads its matches, DROP
+        EVENT QUERY drops it alone.
+
+        The template is parsed once.  The first row of each kind signature (numbers, strings, booleans per
+        parameter) is checked fully, as ``CREATE EVENT QUERY`` checks a query (the same errors, the row
+        named); the others are derived from the template analysed once for that signature
+        (``bulk.analysed_parts``), with every value checked (a NULL, NaN, infinite or non-scalar value, a
+        negative DUR bound, a name missing, empty, repeated or already taken raise ``AnalysisError`` /
+        ``DuplicateSubscription`` naming the row and the column).  All or nothing: on any error nothing
+        changes.  One journal record holds the template, the parameter table and the names, and a durable
+        engine reopens them through the same bulk path (no per-query parsing).  The executors register them
+        by family (``BatchEngine.register_template``): 100,000 queries take seconds."""
+        with self._lock:
+            batch, records = self._event_batch(template, params, names, prefix)
+            if not records:
+                return 0
+            first = next(iter(records.values()))
+            what = f"register_event_queries ({len(records)} queries, {first.name!r} first)"
+            self._check_event_streams(first.raw_spellings, what)
+            merged = {**self._event_queries, **records}
+            plan = evp.event_partition_plan([r.info for r in merged.values()], self._event_partition_count(),
+                                            self._event_plan)
+            classes, superseded = self._event_rebuild(plan, merged)
+            # commit
+            self._journal.register_event_queries(batch.text, batch.bound.columns, list(records), plan, classes)
+            self._event_queries = merged
+            self._commit_event_plan(plan, classes, superseded)
+            self._stale_event_streams(first.raw_spellings, what)
+            return len(records)
+
+    def _event_batch(self, template, params, names=None, prefix: str | None = None, *,
+                     replaying: bool = False) -> tuple[EventQueryBatch, dict]:
+        """The records of a bulk registration (``register_event_queries``), checked against the catalog and
+        the registered queries; nothing of the engine changes here.  ``replaying``: a reopen (the journal
+        checked the names then)."""
+        from sparksub.grammar.event_analysis import analyse_query
+        from sparksub.grammar.events import parse_template
+        from sparksub.operators.events.bulk import analysed_parts, bind_event_template
+        from sparksub.operators.events.nfa import NFAEngine
+        if isinstance(template, str):
+            text, ast = template, parse_template(template)
+        elif isinstance(template, StreamExpr):
+            text, ast = None, template
+        else:
+            raise InvalidSubscription(f"an event-query template is CEL / algebra text or an event_ast expression, "
+                                      f"got {type(template).__name__}")
+        columns = _rows_of(params)
+        if names is None:
+            if "name" in columns:
+                names = "name"
+            elif prefix is not None:
+                if not isinstance(prefix, str) or not prefix:
+                    raise InvalidSubscription(f"prefix={prefix!r}: a non-empty string")
+                n = len(next(iter(columns.values()), ()))
+                names = [f"{prefix}_{i}" for i in range(n)]
+            else:
+                raise InvalidSubscription("register_event_queries needs the queries' names: a 'name' column in "
+                                          "params, names=[...] or names='<column>', or prefix='<name>' for "
+                                          "<name>_0, <name>_1, ...")
+        elif prefix is not None:
+            raise InvalidSubscription("give names or prefix, not both")
+        bound = bind_event_template(ast, columns, names=names)
+        if text is None:
+            text = query_text(ast)
+        batch = EventQueryBatch(uuid.uuid4().hex, text, bound, {}, self.event_seconds_per_tick)
+        if not len(bound):
+            return batch, {}
+        names = bound.names
+        _, publishes = evp.query_streams(ast)
+        if publishes and len(bound) > 1:
+            raise AnalysisError(f"{bound.describe_row(1)}: the template PUBLISHes {publishes[0]!r}, which row 0 "
+                                f"publishes too (a stream has one publisher): register queries that PUBLISH "
+                                f"one by one (CREATE EVENT QUERY)")
+        if not replaying:
+            self._check_batch_names(bound)
+
+        def checked(i: int):
+            """Row i through the path of CREATE EVENT QUERY (``_event_record``), its errors naming the row."""
+            try:
+                record = self._event_record(names[i], text, bound[i])
+                NFAEngine(**self._event_options()).register(names[i], record.query)
+            except (AnalysisError, InvalidSubscription) as err:
+                raise type(err)(f"{bound.describe_row(i)}: {err}") from None
+            return record
+
+        first = checked(0)
+        publishers = self._event_publishers()
+        reads, _ = evp.query_streams(ast)
+        env = self._event_env(reads, publishers)
+        batch.schemas = {s: list(a) for s, a in env.items()}
+        records: dict = {}
+        for rows, analysed, build in analysed_parts(bound, lambda q, x: analyse_query(x, env, name=q).query):
+            head = first if rows[0] == 0 else checked(rows[0])
+            if analysed is None:                        # no placeholder fits these kinds: one by one
+                for i in rows:
+                    records[names[i]] = head if i == rows[0] else checked(i)
+                continue
+            part = _BatchPart(analysed, build)
+            info = head.info.__dict__
+            make_info = evp.EventQueryInfo.__new__
+            for i in rows:
+                q = names[i]
+                if i == rows[0]:
+                    records[q] = BulkEventQueryRecord(q, batch, i, part, head.info, head.attributes, head.published,
+                                                      head.raw_spellings, head.reads_published, head.query,
+                                                      head.compiled)
+                    continue
+                rec_info = make_info(evp.EventQueryInfo)
+                rec_info.__dict__.update(info, name=q)
+                records[q] = BulkEventQueryRecord(q, batch, i, part, rec_info, head.attributes, head.published,
+                                                  head.raw_spellings, head.reads_published)
+        return batch, {q: records[q] for q in names}
+
+    def _check_batch_names(self, bound) -> None:
+        """The names of a bulk registration against the event queries and subscriptions (one namespace)."""
+        names = bound.names
+        for i, q in enumerate(names):
+            if q in self._event_queries:
+                raise DuplicateSubscription(f"row {i}: event query {q!r} already exists")
+        ids = np.array(names, dtype=object)
+        for entry in self._groups.values():
+            if not len(entry.registry):
+                continue
+            known = getattr(entry.registry, "known", None)
+            hit = known(ids) if known is not None else np.fromiter((q in entry.registry for q in names), bool,
+                                                                   len(names))
+            if hit.any():
+                i = int(np.argmax(hit))
+                raise DuplicateSubscription(f"row {i}: {names[i]!r} is already a subscription")
+        for i, q in enumerate(names):
+            if q in self._records:
+                raise DuplicateSubscription(f"row {i}: {q!r} is already a subscription")
+
     def unregister_event_query(self, name: str) -> None:
         """Drop an event query (``DROP EVENT QUERY name``) and its matches.  Refused while another event
         query reads a stream it PUBLISHes.  The other queries of its class keep their partial matches."""
@@ -156,7 +415,7 @@ class EventQueries:
         if not self.catalyst:
             return None
         return "; ".join(
-            f"EVENT class {c.cls.id}: {len(c.cls.queries)} queries ({', '.join(c.cls.queries)}), key "
+            f"EVENT class {c.cls.id}: {len(c.cls.queries)} queries ({_some(c.cls.queries)}), key "
             f"{c.cls.key or '(none)'}, {c.cls.partitions} partitions, algorithm {EVENTS.algorithm()}, mode {mode}"
             for c in classes)
 
@@ -191,12 +450,7 @@ class EventQueries:
                                     f"{publishers[p]!r} already publishes")
             if p in self.catalog:
                 raise AnalysisError(f"event query {name!r} PUBLISHes {p!r}, the name of a table")
-        env = {}
-        for s in reads:
-            if s in publishers:
-                env[s] = self._event_queries[publishers[s]].published[s]
-            else:
-                env[s] = {c: arrow_type(t) for c, t in self.catalog.get(s).columns}
+        env = self._event_env(reads, publishers)
         query = analyse_query(query, env, name=name, text=text).query
         info = evp.query_info(name, query, self._event_tables(), publishers)
         published: dict = {}
@@ -206,6 +460,16 @@ class EventQueries:
         raw = tuple(sorted(s for s in reads if s not in publishers))
         return EventQueryRecord(name, text, query, compiled, info, attributes, published, raw,
                                 bool(info.reads) or len(compiled.automata) > 1)
+
+    def _event_env(self, reads, publishers) -> dict:
+        """The schemas of the streams a query reads: an event table's columns, a PUBLISHed stream's attributes."""
+        env = {}
+        for s in reads:
+            if s in publishers:
+                env[s] = self._event_queries[publishers[s]].published[s]
+            else:
+                env[s] = {c: arrow_type(t) for c, t in self.catalog.get(s).columns}
+        return env
 
     def _event_rebuild(self, plan: evp.EventPlan, records: dict) -> tuple[dict, list]:
         """The classes of ``plan`` as they will run: unchanged classes as they are; a changed one's
@@ -221,10 +485,13 @@ class EventQueries:
                 classes[cid] = old if old.cls == cls else EventClassState(cls, old.replicas, old.tick, old.failures,
                                                                           old.rejected)
                 continue
-            keep = [q for q in cls.queries if old is not None and q in old.cls.queries and q not in plan.reset]
-            leave = [q for q in (old.cls.queries if old is not None else ()) if q not in keep]
-            join = [q for q in cls.queries if q not in keep]
+            before = set(old.cls.queries) if old is not None else set()     # (sets: 100,000 queries a class)
+            keep = [q for q in cls.queries if q in before and q not in plan.reset]
+            kept = set(keep)
+            leave = [q for q in (old.cls.queries if old is not None else ()) if q not in kept]
+            join = [q for q in cls.queries if q not in kept]
             replicas = {}
+            items = _base_items(cls.queries, records)          # (shared by the replicas' bases)
             for rid in cls.replica_ids():
                 executor = None
                 snapshot = None
@@ -232,11 +499,13 @@ class EventQueries:
                     executor = spark_replicas.materialize(old.replicas[rid])
                     for q in reversed(leave):                # readers before the producers they read
                         executor.unregister(q)
-                    for q in join:
-                        executor.register(q, records[q].query)
+                    for item in _base_items(join, records):
+                        if isinstance(item, tuple):
+                            executor.register(*item)
+                        else:
+                            evp.register_rows(executor, item)
                     snapshot = executor.snapshot()
-                base = evp.ReplicaBase(tuple((q, records[q].query) for q in cls.queries), snapshot, options,
-                                       self.event_executor)
+                base = evp.ReplicaBase(items, snapshot, options, self.event_executor)
                 # the superseded replica's files go at the commit (_commit_event_plan)
                 replica = spark_replicas.new_base(self.directory, self.uid, rid, base)
                 if executor is not None:

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparksub.jvm.bridge import subscription_group
-from sparksub.operators.events.partitions import MatchLayout, feed_events, matches_to_table, rejected_events_table
+from sparksub.operators.events.partitions import MatchLayout, feed_events_table, rejected_events_table
 from sparksub.runtime.groups import plan_text
 from sparksub.runtime.replicas import _CACHE, Replica, materialize, remember  # noqa: F401 (_CACHE: bench probe)
 
@@ -34,16 +34,17 @@ __all__ = ["materialize", "remember", "run_event_queries", "event_plan_string", 
 OPERATOR_NAME = "event_query_nfa"
 
 
-def _feed(replica: Replica, streams: tuple, events: pa.Table, schema: pa.Schema):
-    """Feed a batch to the replica's executor: (executor, matches, rejected rows or None).  Each run-time
-    evaluation error is charged to the query that raised it (``feed_events``): a ``rejected`` row naming
-    that query and the event; the other queries keep the event."""
+def _feed(replica: Replica, streams: tuple, events: pa.Table, layout: MatchLayout, schema: pa.Schema):
+    """Feed a batch to the replica's executor: (executor, output rows).  The matches come as Arrow columns
+    built for the whole batch (``feed_events_table``: the batch executor's ``process_table``, issue 18 item
+    3), no dict per match; each run-time evaluation error is charged to the query that raised it: a
+    ``rejected`` row naming that query and the event (the other queries keep the event)."""
     executor = materialize(replica)
     errors: list = []
-    matches = feed_events(executor, streams, events, errors)
-    if not errors:
-        return executor, matches, None
-    return executor, matches, rejected_events_table(events, errors, schema, replica.replica_id)
+    out = feed_events_table(executor, streams, events, layout, replica.replica_id, schema, errors)
+    if errors:
+        out = pa.concat_tables([out, rejected_events_table(events, errors, schema, replica.replica_id)])
+    return executor, out
 
 
 def _error_table(schema: pa.Schema, rid: str, err: Exception) -> pa.Table:
@@ -65,10 +66,7 @@ def _operator(replicas: dict[str, Replica], streams: dict[str, tuple], layout: M
             replica = replicas[rid]
             events = pa.Table.from_batches(parts).drop_columns(["replica"])
             try:
-                executor, matches, rejected = _feed(replica, streams[rid], events, schema)
-                out = matches_to_table(matches, layout, rid, schema)
-                if rejected is not None:
-                    out = pa.concat_tables([out, rejected])
+                executor, out = _feed(replica, streams[rid], events, layout, schema)
             except Exception as err:  # noqa: BLE001 - reported as a row; the replica rebuilds next time
                 yield from _error_table(schema, rid, err).to_batches()
                 continue

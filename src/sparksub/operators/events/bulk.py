@@ -47,7 +47,8 @@ from sparksub.errors import AnalysisError
 from sparksub.grammar.event_ast import Const, Dur, Iteration, Neg, Node, Param, StreamExpr
 from sparksub.grammar.event_ast import Sequence as SeqOp
 
-__all__ = ["BoundTemplate", "bind_event_template", "template_parameters", "analysed_queries", "register_bound"]
+__all__ = ["BoundTemplate", "bind_event_template", "template_parameters", "analysed_queries", "analysed_parts",
+           "register_bound", "TemplateRows"]
 
 
 def template_parameters(template: StreamExpr) -> tuple[str, ...]:
@@ -247,8 +248,14 @@ class BoundTemplate(Sequence):
     def kinds(self) -> list[tuple[str, ...]]:
         """Per row, the kind of each parameter's value (``num``, ``str``, ``bool``): rows of one kind
         signature type-check alike."""
-        cols = [self.columns[p] for p in self.parameters]
-        return [tuple(_kind(c[i]) for c in cols) for i in range(len(self))]
+        per_column = []
+        for p in self.parameters:
+            c = self.columns[p]
+            types = set(map(type, c))
+            per_column.append(_kind(c[0]) if len(types) == 1 else [_kind(v) for v in c])
+        if all(isinstance(k, str) for k in per_column):        # (the usual case: one kind per column)
+            return [tuple(per_column)] * len(self)
+        return list(zip(*[[k] * len(self) if isinstance(k, str) else k for k in per_column]))
 
     def describe_row(self, i: int) -> str:
         who = f"query {self.names[i]!r} (row {i})" if self.names else f"row {i}"
@@ -441,6 +448,69 @@ class _Probe:
                 return lambda v: _new(Dur, op=op, value=v[p], unit=unit, pos=pos)
             return None
         self.build = _plan(self.analysed, leaf)
+
+    def template(self) -> StreamExpr:
+        """The analysed probe with each placeholder back as its parameter (``:p``, ``-:p``, ``DUR op :p``):
+        the *analysed template*, which ``bind_event_template`` turns into each row's analysed query (what
+        ``build`` gives) -- a form that pickles, unlike ``build``."""
+        back = self.back
+
+        def leaf(node):
+            if isinstance(node, Const) and not isinstance(node.value, bool) and node.value in back:
+                p, sign = back[node.value]
+                param = _new(Param, name=p, pos=node.pos)
+                if sign > 0:
+                    return lambda v: param
+                return lambda v, pos=node.pos: _new(Neg, operand=param, pos=pos)
+            if isinstance(node, Dur) and node.value in back:
+                p, _ = back[node.value]
+                op, unit, pos = node.op, node.unit, node.pos
+                return lambda v: _new(Dur, op=op, value=_new(Param, name=p, pos=pos), unit=unit, pos=pos)
+            return None
+        return _plan(self.analysed, leaf)({})
+
+
+def analysed_parts(bound: BoundTemplate, analyse: Callable[[str, StreamExpr], StreamExpr]) -> list[tuple]:
+    """The rows of ``bound`` by kind signature, each signature's template analysed once (a placeholder
+    per parameter, ``analyse(name, query) -> query`` as for :func:`analysed_queries`): a list of ``(rows,
+    analysed template or None, build or None)`` in order of first row.  ``build(values)`` is a row's
+    analysed query (its values where the placeholders are, ~30 µs); the analysed template is the same with
+    ``Param`` nodes there (:meth:`_Probe.template`: it pickles, and ``bind_event_template`` binds it).  None:
+    these kinds take no placeholder (a boolean, a parameter the analysis folds) -- analyse those rows one
+    by one.  The rows themselves are not analysed here (the caller checks each signature's first row
+    fully); an ``AnalysisError`` of the probe is swallowed (that first row reports it)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, k in enumerate(bound.kinds()):
+        groups.setdefault(k, []).append(i)
+    out = []
+    for kinds, rows in groups.items():
+        probe = _Probe(bound, kinds, analyse)
+        out.append((rows, probe.template(), probe.build) if probe.ok else (rows, None, None))
+    return out
+
+
+class TemplateRows:
+    """Rows of one template as a replica base keeps them (``partitions.ReplicaBase``): the template (an
+    analysed one, :func:`analysed_parts`), the parameter columns of those rows and their names -- what
+    pickles in place of one AST per query; :meth:`bind` makes the ``BoundTemplate`` that
+    ``BatchEngine.register_template`` registers."""
+
+    __slots__ = ("template", "columns", "names")
+
+    def __init__(self, template: StreamExpr, columns: dict[str, list], names: list[str]):
+        self.template, self.columns, self.names = template, columns, names
+
+    def __getstate__(self):
+        return (self.template, self.columns, self.names)
+
+    def __setstate__(self, state):
+        self.template, self.columns, self.names = state
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def bind(self) -> BoundTemplate:
+        return bind_event_template(self.template, self.columns, names=self.names)
 
 
 def analysed_queries(bound: BoundTemplate, analyse: Callable[[str, StreamExpr], StreamExpr]) -> list:

@@ -232,7 +232,15 @@ def event_partition_plan(queries: Sequence[EventQueryInfo], partitions: int,
     built: dict[str, dict] = {}
 
     def streams_of(comp):
+        if len(comp) == 1:                   # (most components: a query alone; raw_streams is sorted)
+            return info[comp[0]].raw_streams
         return tuple(sorted({s for q in comp for s in info[q].raw_streams}))
+
+    def key_of(comp):
+        if len(comp) == 1:
+            m = info[comp[0]]
+            return m.key if m.stateful else None
+        return component_key([info[q] for q in comp])
 
     def fits(cid, key, streams):
         c = built.get(cid) or prev_classes.get(cid)
@@ -240,24 +248,27 @@ def event_partition_plan(queries: Sequence[EventQueryInfo], partitions: int,
             (c["key"] if isinstance(c, dict) else c.key) in (None, key)
 
     def place(cid, key, n, streams, comp):
-        c = built.setdefault(cid, {"key": key, "partitions": n, "streams": streams, "components": []})
+        c = built.setdefault(cid, {"key": key, "partitions": n, "streams": streams, "components": [], "size": 0})
         c["components"].append(comp)
+        c["size"] += len(comp)
 
     comps = event_components(queries)
     placed: dict[tuple, str] = {}
     later = []
     for comp in comps:                       # 1: components that stay in their class
-        key, streams = component_key([info[q] for q in comp]), streams_of(comp)
-        votes = Counter(prev_of[q] for q in comp if q in prev_of)
-        stay = next((cid for cid, _ in votes.most_common() if fits(cid, key, streams)), None)
+        key, streams = key_of(comp), streams_of(comp)
+        if len(comp) == 1:
+            votes = ((prev_of[comp[0]], 1),) if comp[0] in prev_of else ()
+        else:
+            votes = Counter(prev_of[q] for q in comp if q in prev_of).most_common()
+        stay = next((cid for cid, _ in votes if fits(cid, key, streams)), None)
         if stay is None:
-            later.append(comp)
+            later.append((comp, key, streams))
             continue
         old = prev_classes[stay]
         place(stay, old.key, old.partitions, streams, comp)
         placed[comp] = stay
-    for comp in later:                       # 2: new or moving components
-        key, streams = component_key([info[q] for q in comp]), streams_of(comp)
+    for comp, key, streams in later:         # 2: new or moving components
         tag = "+".join(streams) or "-"
         if key is not None:
             cid = f"{key}@{tag}"
@@ -270,7 +281,7 @@ def event_partition_plan(queries: Sequence[EventQueryInfo], partitions: int,
                     k += 1
                 cid = f"u{k}@{tag}"
             else:
-                cid = min(groups, key=lambda g: sum(len(c) for c in built[g]["components"]))
+                cid = min(groups, key=lambda g: built[g]["size"])
             place(cid, None, 1, streams, comp)
         placed[comp] = cid
     order = {q.name: i for i, q in enumerate(queries)}
@@ -553,8 +564,10 @@ def matches_to_table(matches: Iterable, layout: MatchLayout, group_id: str | Non
 
 @dataclass
 class ReplicaBase:
-    """How to rebuild one replica's executor anywhere: the class's queries (name, AST; registration
-    order), the executor's options and import path, and its run-time state (``snapshot()``) or None."""
+    """How to rebuild one replica's executor anywhere: the class's queries (registration order: each a
+    (name, AST) pair, or a ``bulk.TemplateRows`` -- many queries of one template, registered together by
+    ``register_template`` where the executor has it), the executor's options and import path, and its
+    run-time state (``snapshot()``) or None."""
 
     queries: tuple
     snapshot: bytes | None = None
@@ -565,11 +578,26 @@ class ReplicaBase:
         """A fresh executor with the queries registered and the snapshot restored."""
         module, _, cls = self.executor.partition(":")
         ex = getattr(importlib.import_module(module), cls)(**self.options)
-        for name, query in self.queries:
-            ex.register(name, query)
+        for item in self.queries:
+            if isinstance(item, tuple):
+                ex.register(*item)
+            else:
+                register_rows(ex, item)
         if self.snapshot is not None:
             ex.restore(self.snapshot)
         return ex
+
+
+def register_rows(executor, rows) -> None:
+    """Register the queries of a ``bulk.TemplateRows`` into ``executor``: in bulk (``register_template``,
+    one analysis per family) where it can, else one by one."""
+    bound = rows.bind()
+    bulk = getattr(executor, "register_template", None)
+    if bulk is not None:
+        bulk(bound)
+        return
+    for name, query in zip(bound.names, bound.queries):
+        executor.register(name, query)
 
 
 def events_table(columns: Mapping[str, pa.Array], t0, t1, seq) -> pa.Table:
