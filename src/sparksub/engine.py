@@ -43,6 +43,7 @@ from sparksub.control.event_queries import EventClassState, EventQueries, EventQ
 from sparksub.control.groups import FILTER_SHARD_SIZE, GroupEntry, SubscriptionGroups, SubscriptionRecord, TableState
 from sparksub.control.inputs import arrow_type, to_arrow
 from sparksub.control.publishing import Publishing, _operator_name
+from sparksub.control.refreshing import Refreshing
 from sparksub.control.statements import Statements
 from sparksub.control.streaming import Streaming
 
@@ -53,7 +54,7 @@ _catalyst_warned = False
 _log = logging.getLogger("sparksub.engine")
 
 
-class Engine(Statements, SubscriptionGroups, EventQueries, Publishing, Streaming):
+class Engine(Statements, SubscriptionGroups, EventQueries, Publishing, Refreshing, Streaming):
     """The sparksub engine. ``Engine()`` makes a local SparkSession on first use (:func:`spark_session`, with
     its documented defaults and ``conf``, a dict of Spark options); ``Engine(spark)`` uses yours and
     never changes it (no option, no log level).
@@ -146,6 +147,7 @@ class Engine(Statements, SubscriptionGroups, EventQueries, Publishing, Streaming
         self.notification_retention_rows = NOTIFICATION_RETENTION_ROWS
         #: journal records between checkpoints (a reopen replays at most this many)
         self.checkpoint_interval = CHECKPOINT_RECORDS
+        self._init_refreshing()   # max_delay, refresh_policy: buffered publishing (control/refreshing.py)
         # the journal, checkpoints and kept notifications; a directory that holds an engine is read back here
         self._journal = EngineJournal(self, EventClassState)
         self._journal.open()
@@ -275,8 +277,11 @@ class Engine(Statements, SubscriptionGroups, EventQueries, Publishing, Streaming
     def close(self, checkpoint: bool = True) -> None:
         """Checkpoint a durable engine (``checkpoint=False``: not; the next open replays the journal since the
         last one) and release its directory: another ``Engine(path=same)`` may open it.  The engine takes no
-        more changes.  Also ``with Engine(path=...) as engine:``."""
+        more changes.  Also ``with Engine(path=...) as engine:``.  Updates still buffered (``max_delay``) are
+        applied first."""
         with self._lock:
+            if any(self._buffered.values()):
+                self.refresh()
             self._journal.close(checkpoint)
 
     def __enter__(self):
@@ -302,6 +307,7 @@ class Engine(Statements, SubscriptionGroups, EventQueries, Publishing, Streaming
             if sub_id in self._event_queries:
                 return self.matches(sub_id)
             entry = self._find_group(sub_id)
+            self._refresh_for(entry.family.tables(entry.physical))   # buffered updates first (max_delay)
             return entry.family.result(entry.registry, entry.physical, self._operator(entry), sub_id, self._tables)
 
     def deliver(self, messages):

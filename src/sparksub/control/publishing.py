@@ -112,6 +112,8 @@ class Publishing:
         -- before a kill, in an earlier process -- is not applied again; the call returns the output kept
         for it (an empty DataFrame once the retention window passed it).  ``committed(batch_id)`` tells.
         """
+        if self._buffering(table):   # Engine.max_delay: buffered under a response-time bound (control/refreshing.py)
+            return self._publish_buffered(table, updates, mode, variant, batch_id)
         schema = publish_schema(mode)
         mode = with_variant(mode, variant)   # ValueError / InvalidArgument before any change
         if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, (str, int))):
@@ -302,8 +304,14 @@ class Publishing:
         (``runtime/replicas.py``); a new base when subscriptions or loaded rows changed or the log grew past
         LOG_COMPACTION_ROWS, the superseded base and log files deleted."""
         if entry.replica is None or entry.base_stale or entry.log_rows > LOG_COMPACTION_ROWS:
+            snapshot = self._snapshot(state, entry)
+            # issue 19 item 2 (stream joins): a family whose state lives only in its replica -- the engine keeps
+            # no rows of a stream -- carries the operator as of now into the new base
+            carry = getattr(entry.family, "carry_state", None)
+            if carry is not None and entry.replica is not None:
+                snapshot = carry(snapshot, spark_replicas.materialize(entry.replica))
             entry.replica = spark_replicas.new_base(self.directory, self.uid, entry.group_id,
-                                                    self._snapshot(state, entry), replaces=entry.replica)
+                                                    snapshot, replaces=entry.replica)
             entry.log_rows = 0
             entry.base_stale = False
         return entry.replica

@@ -709,6 +709,11 @@ class RefreshScheduler:
             counts[self.index[name]] = x
         return frozenset(self.names[i] for i in self.step_counts(counts, force))
 
+    def applied_outside(self, name) -> None:
+        """The caller applied table ``name``'s pending updates between steps (a refresh of that table alone):
+        nothing of it is left, so the next step's arrivals are counted from 0."""
+        self._left[self.index[name]] = 0
+
     def step_counts(self, pending: Sequence[int], force: bool = False) -> frozenset:
         """:meth:`step` with the counts as a sequence in table order; returns table indices."""
         n = len(self.costs)
