@@ -111,6 +111,10 @@ class Publishing:
         makes the call idempotent, as a Structured Streaming sink's batch id: a batch id already committed
         -- before a kill, in an earlier process -- is not applied again; the call returns the output kept
         for it (an empty DataFrame once the retention window passed it).  ``committed(batch_id)`` tells.
+
+        With ``Engine.max_delay`` set (seconds), a keyed table's updates are buffered and the refresh scheduler
+        decides which tables' buffers to apply at this call (003 ch. 2; ``control/refreshing.py``,
+        docs/refresh.md): the output holds what was applied now.
         """
         if self._buffering(table):   # Engine.max_delay: buffered under a response-time bound (control/refreshing.py)
             return self._publish_buffered(table, updates, mode, variant, batch_id)
