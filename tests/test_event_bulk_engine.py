@@ -18,7 +18,7 @@ from sparksub.control.event_queries import BulkEventQueryRecord
 from sparksub.errors import AnalysisError, DuplicateSubscription, InvalidSubscription, ParseError
 from sparksub.grammar.events import parse_event_query
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.catalyst_passthrough]   # the extension wraps publish only
 
 STOCK_DDL = "CREATE TABLE Stock (Name STRING, Price BIGINT)"
 

@@ -39,6 +39,7 @@ def stock(*rows):
 
 
 @pytest.mark.spark
+@pytest.mark.catalyst_passthrough
 def test_unqualified_names_and_type_errors_through_the_engine(spark, explain_snapshot):
     e = Engine(spark)
     e.sql(STOCK_DDL)
@@ -74,6 +75,7 @@ def test_unqualified_names_and_type_errors_through_the_engine(spark, explain_sna
 
 
 @pytest.mark.spark
+@pytest.mark.catalyst_passthrough
 def test_a_run_time_error_belongs_to_the_query_that_raised_it(spark):
     # After the type check a numeric overflow remains possible (Price ^ Volume).  `boom_*` raise on some
     # events; their neighbours share the keyed class and its replicas, the unkeyed replica, the static

@@ -8,7 +8,7 @@ import pytest
 
 from sparksub import Engine, UnsupportedSubscription
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.catalyst_passthrough]   # the extension wraps publish only
 
 
 def test_filters_on_an_event_stream_equal_brute_force(spark):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from sparksub import Engine
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.catalyst_passthrough]   # the extension wraps publish only
 
 TABLES = {
     "r": ("rk", ("rk BIGINT", "a DOUBLE", "b BIGINT", "name STRING")),

@@ -10,7 +10,7 @@ import pytest
 
 from sparksub import Engine, InvalidSubscription, SparksubError, UnsupportedSubscription
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.catalyst_passthrough]   # the extension wraps publish only
 
 
 def test_topk_distinct_agg_through_spark(spark, tmp_path):
