@@ -12,6 +12,12 @@
         carry integer t0/t1 columns (else the n-th event is at tick n)
     sparksub calibrate-router [--sizes 20000x2000,...] [--events N] [--out PATH]
         fit the select-join router's cost coefficients on this machine (003 §4.6.7, Table 4.2) and store them
+    sparksub serve PATH [--host H] [--port P] [--max-body-bytes N] [--max-subscriptions N] [--retention-seconds S]
+        serve the engine directory PATH to remote clients (HTTP, WebSocket, SSE; sparksub.serve)
+    sparksub token PATH --client NAME [--publisher | --admin]
+        issue a token for a client of the server over PATH (its hash is kept in PATH/serve/tokens.json)
+    sparksub subscribe URL "SELECT ..." --token T [--id NAME] [--count N] [--keep]
+        register a subscription on a server and print its notifications as they come, one JSON per line
 """
 from __future__ import annotations
 
@@ -361,6 +367,71 @@ def build_jvm(args) -> int:
     return 0
 
 
+# ---- serve, token, subscribe (the subscription server: sparksub.serve, sparksub.client) -------------------
+
+def serve_command(args) -> int:
+    from sparksub.serve.config import ServeConfig
+    from sparksub.serve.server import serve
+    config = ServeConfig()
+    for option in ("max_body_bytes", "max_subscriptions_per_client", "retention_seconds", "queue_limit"):
+        value = getattr(args, option)
+        if value is not None:
+            setattr(config, option, value)
+    print(f"sparksub serve: {args.path} on http://{args.host}:{args.port} (tokens: sparksub token {args.path} "
+          f"--client NAME)", flush=True)
+    serve(args.path, host=args.host, port=args.port, config=config, log_level=args.log_level)
+    return 0
+
+
+def token_command(args) -> int:
+    # no Spark session, no server packages (a new directory is made an engine directory first)
+    from sparksub.errors import SparksubError
+    from sparksub.serve.tokens import issue_token, token_file
+    role = "admin" if args.admin else "publisher" if args.publisher else "client"
+    try:
+        token = issue_token(args.path, args.client, role)
+    except (ValueError, OSError, SparksubError) as err:
+        print(f"sparksub token: {err}", file=sys.stderr)
+        return 2
+    print(token)
+    print(f"({role} token for client {args.client!r}; its hash is in {token_file(args.path)})", file=sys.stderr)
+    return 0
+
+
+def subscribe_command(args) -> int:
+    import json
+
+    from sparksub.client import ServerError, connect
+    client = connect(args.url, args.token)
+    try:
+        stream = client.subscribe(args.sql, id=args.id, idle_timeout=args.idle_timeout)
+    except ServerError as err:
+        print(f"sparksub subscribe: {err}", file=sys.stderr)
+        return 2
+    print(f"subscribed as {stream.name}; notifications follow (Ctrl-C stops)", file=sys.stderr, flush=True)
+    seen = 0
+    try:
+        for note in stream:
+            print(json.dumps(note), flush=True)
+            seen += 1
+            if args.count is not None and seen >= args.count:
+                break
+    except KeyboardInterrupt:
+        pass
+    except ServerError as err:
+        print(f"sparksub subscribe: {err}", file=sys.stderr)
+        return 2
+    finally:
+        stream.close()
+        if not args.keep:
+            try:
+                client.drop(stream.name)
+            except ServerError:
+                pass
+        client.close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sparksub", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"sparksub {_version()}")
@@ -394,6 +465,35 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build-jvm", help="build the Catalyst extension jar now (else it is built on first use)")
     b.add_argument("--cache", help="cache directory (default: $SPARKSUB_JVM_CACHE or ~/.cache/sparksub/jvm)")
     b.set_defaults(fn=build_jvm)
+    sv = sub.add_parser("serve", help="serve an engine directory to remote subscribers (HTTP, WebSocket, SSE)")
+    sv.add_argument("path", help="the engine directory (created if missing)")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8765)
+    sv.add_argument("--max-body-bytes", dest="max_body_bytes", type=int, help="largest request body accepted")
+    sv.add_argument("--max-subscriptions", dest="max_subscriptions_per_client", type=int,
+                    help="subscriptions and event queries one client may hold")
+    sv.add_argument("--retention-seconds", dest="retention_seconds", type=float,
+                    help="how long notifications are kept for reconnecting clients")
+    sv.add_argument("--queue-limit", dest="queue_limit", type=int,
+                    help="notifications queued per connection before it is dropped as too slow")
+    sv.add_argument("--log-level", default="info")
+    sv.set_defaults(fn=serve_command)
+    tk = sub.add_parser("token", help="issue a token for a client of 'sparksub serve PATH'")
+    tk.add_argument("path", help="the engine directory the server serves")
+    tk.add_argument("--client", required=True, help="the client's name (letters, digits, '_', '-')")
+    role = tk.add_mutually_exclusive_group()
+    role.add_argument("--publisher", action="store_true", help="may also publish batches")
+    role.add_argument("--admin", action="store_true", help="may also publish, declare tables and see every group")
+    tk.set_defaults(fn=token_command)
+    sb = sub.add_parser("subscribe", help="register a subscription on a server and print its notifications")
+    sb.add_argument("url", help="the server, e.g. http://127.0.0.1:8765")
+    sb.add_argument("sql", help="the subscription's SELECT")
+    sb.add_argument("--token", required=True)
+    sb.add_argument("--id", help="the subscription's name (default: a fresh one)")
+    sb.add_argument("--count", type=int, help="stop after this many notifications")
+    sb.add_argument("--idle-timeout", dest="idle_timeout", type=float, help="stop after this many quiet seconds")
+    sb.add_argument("--keep", action="store_true", help="keep the subscription when the command ends")
+    sb.set_defaults(fn=subscribe_command)
     args = parser.parse_args(argv)
     return args.fn(args)
 

@@ -1,0 +1,53 @@
+"""A uvicorn server in a background thread of this process, on a loopback port it picked itself: how the
+tests and the serving benchmark run the real server next to an engine they hold (``sparksub serve`` runs it
+in the foreground instead, ``server.py``)."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import uvicorn
+
+__all__ = ["BackgroundServer"]
+
+
+class BackgroundServer:
+    """``with BackgroundServer(app) as server: server.url``.  ``port=0``: a free port."""
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
+        self.app, self.host = app, host
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((host, port))
+        self.port = self._socket.getsockname()[1]
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on",
+                                                     timeout_graceful_shutdown=2))
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> "BackgroundServer":
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
+                                        name=f"sparksub-serve:{self.port}", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the server on {self.url} did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._socket.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()

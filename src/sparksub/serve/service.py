@@ -1,0 +1,429 @@
+"""What the server does with the engine, per authenticated client: run its statements under its own names,
+publish batches and route their notifications to the clients that own the subscriptions.
+
+Synchronous on purpose: the Engine is not async, so every method here runs in the one worker thread the
+app allows into the engine at a time (``app.py``'s gate); nothing here touches a socket.
+
+Statements: one per request, so that a refused request changes nothing (the engine checks a statement
+before it runs it; a multi-statement script could fail half-way).  The server parses it with the engine's
+own grammar to learn what it is and whose names it uses, then calls the engine's API with the client's
+names turned into engine ids (``ownership.py``).  Plain Spark SQL is not served: it could read any table or
+file the server can.
+
+Routing (S-CN's content-based network, for real sockets): a unicast publish's rows go to the owners of
+their ``subscription_id``s; a reformulated publish's messages are matched to subscribers by the engine's
+subscriber index (``engine.deliver``), and the rows that causes go to their owners -- so a remote client
+receives exactly what the in-process unicast output holds for its subscriptions.  Event-query matches go to
+the owner of the query.  Rejected and error rows go back to the publisher in the response.
+"""
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sqlglot import exp
+
+from sparksub.errors import SparksubError
+from sparksub.grammar import statements as st
+from sparksub.grammar.script import EventQueryStatement, parse_script
+from sparksub.operators.shared.row_validation import arrow_type
+from sparksub.operators.shared.schemas import UNICAST_SCHEMA
+from sparksub.serve.config import ServeConfig
+from sparksub.serve.notification_log import NotificationLog
+from sparksub.serve.ownership import SUBSCRIPTION_NAME, Owners, engine_id, split_engine_id
+from sparksub.serve.tokens import Principal
+
+__all__ = ["RequestError", "SubscriptionService"]
+
+#: the columns every notification carries, null or not (``value`` null: a range became empty)
+CORE_COLUMNS = tuple(UNICAST_SCHEMA.names)
+#: the rows of a publish's output that are not notifications: they go back to the publisher
+PUBLISHER_OPS = ("rejected", "error")
+#: rejected / error rows returned in one publish response at most
+MAX_REPORTED_ROWS = 100
+
+
+class RequestError(Exception):
+    """A refused request: HTTP ``status``, a message and ``where`` (the part of the request at fault)."""
+
+    def __init__(self, status: int, message: str, where: str):
+        super().__init__(message)
+        self.status, self.where = status, where
+
+
+def json_value(v):
+    """A value as JSON can hold it: NaN as null, infinities as strings, dates as ISO text, bytes as hex."""
+    if isinstance(v, float):
+        if math.isnan(v):
+            return None
+        if math.isinf(v):
+            return "Infinity" if v > 0 else "-Infinity"
+        return v
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, dict):
+        return {str(k): json_value(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_value(x) for x in v]
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).hex()
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    return str(v)
+
+
+@dataclass
+class PublishResult:
+    """What a publish returns to its caller and hands the fan-out."""
+    summary: dict
+    numbered: dict  # client -> [(client_seq, subscription, body JSON)]
+
+
+class SubscriptionService:
+    """The engine as the server's clients use it.  Every public method may raise RequestError or the
+    engine's errors; the app turns both into a 4xx JSON answer."""
+
+    def __init__(self, engine, log: NotificationLog, config: ServeConfig):
+        self.engine = engine
+        self.log = log
+        self.config = config
+        self.owners = Owners()
+        self.owners.load(engine.subscription_ids(), engine.event_queries())
+        self._lock = threading.RLock()   # one caller in the engine at a time, whoever calls
+        # counters for /metrics and /stats
+        self.notifications_total = 0
+        self.messages_total = 0
+        self.published_rows_total = 0
+        self.publishes_total = 0
+        self.last_publish_seconds = 0.0
+        self._recent: deque = deque()   # (time, notifications) of recent publishes
+        self._stats_cache: tuple[float, dict] | None = None
+
+    # ---- names -----------------------------------------------------------------------------------
+    @staticmethod
+    def checked_name(name, where: str) -> str:
+        if not isinstance(name, str) or not SUBSCRIPTION_NAME.fullmatch(name):
+            raise RequestError(400, f"subscription name {name!r}: use 1-128 letters, digits, '_', '.', '$' or "
+                                    f"'-', starting with a letter, digit or '_'", where)
+        return name
+
+    def owned(self, who: Principal, name: str, where: str, kind: str | None = None) -> str:
+        """The engine id of ``who``'s subscription (or event query) ``name``; 404 when it has none (another
+        client's name is as unknown as a name nobody uses)."""
+        have = self.owners.kind(who.client, name)
+        if have is None or (kind is not None and have != kind):
+            what = kind or "subscription or event query"
+            raise RequestError(404, f"no {what} {name!r} among yours", where)
+        return engine_id(who.client, name)
+
+    def _room_for(self, who: Principal, n: int, where: str) -> None:
+        have = self.owners.count(who.client)
+        limit = self.config.max_subscriptions_per_client
+        if have + n > limit:
+            raise RequestError(403, f"limit of {limit} subscriptions per client: you hold {have}, this adds {n}",
+                               where)
+
+    # ---- statements --------------------------------------------------------------------------------
+    def statement(self, who: Principal, text: str, format: str = "text") -> dict:
+        """Run one statement of ours for ``who`` (see the module docstring)."""
+        if format not in ("text", "dot"):
+            raise RequestError(400, f"unknown EXPLAIN format {format!r}; expected 'text' or 'dot'", "format")
+        with self._lock:
+            script = parse_script(text)   # a ParseError names line and column
+            if len(script) != 1:
+                raise RequestError(400, f"one statement per request, got {len(script)}", "sql")
+            item = script[0]
+            stmt = item.statement
+            if isinstance(stmt, st.CreateSubscription):
+                return self._create(who, self.checked_name(stmt.this.name, "subscription name"), stmt.query)
+            if isinstance(stmt, st.DropSubscription):
+                name = stmt.this.name
+                if stmt.args.get("exists") and self.owners.kind(who.client, name) != "subscription":
+                    return {"statement": "DROP SUBSCRIPTION", "name": name, "dropped": False}
+                return self.drop(who, name, kind="subscription")
+            if isinstance(stmt, st.ShowSubscriptions):
+                return {"statement": "SHOW SUBSCRIPTIONS", "rows": self.subscriptions(who)}
+            if isinstance(stmt, st.ShowSubscriptionGroups):
+                return {"statement": "SHOW SUBSCRIPTION GROUPS", "rows": self.groups(who)}
+            if isinstance(stmt, st.ExplainSubscription):
+                target = stmt.target
+                if isinstance(target, str):
+                    return self.explain(who, target, format)
+                if format != "text":
+                    raise RequestError(400, "format 'dot' is for event queries (their automata)", "format")
+                return {"statement": "EXPLAIN SUBSCRIPTION", "explain": self.engine.explain(target.sql(dialect="spark"))}
+            if isinstance(stmt, (EventQueryStatement, st.CreateEventQuery)):
+                if isinstance(stmt, EventQueryStatement):
+                    name, query, qtext = stmt.name, stmt.query, stmt.text
+                else:
+                    name, query, qtext = stmt.this.name, stmt.expression.this, None
+                return self._create_event_query(who, self.checked_name(name, "event query name"), query, qtext)
+            if isinstance(stmt, st.DropEventQuery):
+                name = stmt.this.name
+                if stmt.args.get("exists") and self.owners.kind(who.client, name) != "event query":
+                    return {"statement": "DROP EVENT QUERY", "name": name, "dropped": False}
+                return self.drop(who, name, kind="event query")
+            if isinstance(stmt, exp.Create) and (stmt.args.get("kind") or "").upper() == "TABLE":
+                if not who.allowed("admin"):
+                    raise RequestError(403, "CREATE TABLE needs an admin token", "sql")
+                self.engine.sql(item.source)
+                return {"statement": "CREATE TABLE", "table": stmt.this.this.name}
+            raise RequestError(400, f"statement {type(stmt).__name__} is not served: the server runs CREATE/DROP "
+                                    f"SUBSCRIPTION, CREATE/DROP EVENT QUERY, SHOW SUBSCRIPTIONS [GROUPS], EXPLAIN "
+                                    f"SUBSCRIPTION and (admin) CREATE TABLE", "sql")
+
+    def create_subscription(self, who: Principal, name, sql) -> dict:
+        """``CREATE SUBSCRIPTION name AS sql`` for ``who``."""
+        if not isinstance(sql, str) or not sql.strip():
+            raise RequestError(400, "'sql' must be the subscription's SELECT text", "body field 'sql'")
+        with self._lock:
+            return self._create(who, self.checked_name(name, "body field 'id'"), sql)
+
+    def _create(self, who: Principal, name: str, query) -> dict:
+        self._room_for(who, 1, "subscription")
+        if self.owners.kind(who.client, name) is not None:
+            raise RequestError(409, f"you already have a subscription or event query {name!r}", "subscription name")
+        after = self.log.last_seq(who.client)
+        self.engine.subscribe(engine_id(who.client, name), query)
+        self.owners.add(who.client, [name], "subscription")
+        # a stream opened with after=<this> receives every notification of the new subscription
+        return {"statement": "CREATE SUBSCRIPTION", "name": name, "after": after}
+
+    def _create_event_query(self, who: Principal, name: str, query, text) -> dict:
+        self._room_for(who, 1, "event query")
+        if self.owners.kind(who.client, name) is not None:
+            raise RequestError(409, f"you already have a subscription or event query {name!r}", "event query name")
+        after = self.log.last_seq(who.client)
+        self.engine.register_event_query(engine_id(who.client, name), query, text=text)
+        self.owners.add(who.client, [name], "event query")
+        return {"statement": "CREATE EVENT QUERY", "name": name, "after": after}
+
+    def subscribe_many(self, who: Principal, template, params) -> dict:
+        """Bulk registration: one subscription per row of ``params`` (an ``id`` column of the client's names
+        and one column per template parameter) -- ``engine.subscribe_many``."""
+        if not isinstance(template, str) or not template.strip():
+            raise RequestError(400, "the template's SELECT text is required", "query parameter 'template'")
+        table = params if isinstance(params, pa.Table) else _rows_table(params)
+        if "id" not in table.column_names:
+            raise RequestError(400, f"the parameter table needs an 'id' column (got {table.column_names})", "body")
+        ids = table.column("id")
+        if not pa.types.is_string(ids.type) and not pa.types.is_large_string(ids.type):
+            raise RequestError(400, f"the 'id' column holds names (strings), got {ids.type}", "body column 'id'")
+        names = ids.to_pylist()
+        for n, name in enumerate(names):
+            if not isinstance(name, str) or not SUBSCRIPTION_NAME.fullmatch(name):
+                self.checked_name(name, f"body row {n}, column 'id'")
+        with self._lock:
+            self._room_for(who, len(names), "body")
+            mine = self.owners.names(who.client)
+            clash = next((x for x in names if x in mine), None)
+            if clash is not None:
+                raise RequestError(409, f"you already have a subscription or event query {clash!r}", "body column 'id'")
+            after = self.log.last_seq(who.client)
+            cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names if c != "id"}
+            cols["id"] = np.array([engine_id(who.client, x) for x in names], dtype=object)
+            count = self.engine.subscribe_many(template, cols)
+            self.owners.add(who.client, names, "subscription")
+            return {"statement": "SUBSCRIBE MANY", "subscriptions": int(count), "after": after}
+
+    def drop(self, who: Principal, name: str, kind: str | None = None) -> dict:
+        with self._lock:
+            have = self.owners.kind(who.client, name)
+            eid = self.owned(who, name, "subscription name", kind)
+            if have == "event query":
+                self.engine.unregister_event_query(eid)
+                statement = "DROP EVENT QUERY"
+            else:
+                self.engine.unsubscribe(eid)
+                statement = "DROP SUBSCRIPTION"
+            self.owners.remove(who.client, name)
+            return {"statement": statement, "name": name, "dropped": True}
+
+    def explain(self, who: Principal, name: str, format: str = "text") -> dict:
+        if format not in ("text", "dot"):
+            raise RequestError(400, f"unknown EXPLAIN format {format!r}; expected 'text' or 'dot'", "format")
+        with self._lock:
+            eid = self.owned(who, name, "subscription name")
+            if format == "dot" and self.owners.kind(who.client, name) != "event query":
+                raise RequestError(400, "format 'dot' is for event queries (their automata)", "format")
+            text = self.engine.explain(eid, format=format)
+            # the client knows its subscription by its own name
+            return {"statement": "EXPLAIN SUBSCRIPTION", "name": name, "format": format,
+                    "explain": text.replace(eid, name)}
+
+    # ---- listings ------------------------------------------------------------------------------------
+    def subscriptions(self, who: Principal) -> list[dict]:
+        """SHOW SUBSCRIPTIONS, the client's rows only, under its names."""
+        with self._lock:
+            table = self.engine.subscription_table()
+        prefix = engine_id(who.client, "")
+        mine = table.filter(pc.starts_with(table.column("name"), prefix))
+        rows = mine.to_pylist()
+        for r in rows:
+            r["name"] = r["name"][len(prefix):]
+        return [{k: json_value(v) for k, v in r.items()} for r in rows]
+
+    def groups(self, who: Principal) -> list[dict]:
+        """SHOW SUBSCRIPTION GROUPS: for an admin every group; for a client its own subscriptions counted per
+        group, class and template."""
+        if who.allowed("admin"):
+            with self._lock:
+                return [{k: json_value(v) for k, v in g.items()} for g in self.engine.subscription_groups()]
+        counts = Counter((r["group"], r["class"], r["template"]) for r in self.subscriptions(who))
+        return [{"group": g, "class": c, "template": t, "subscriptions": n} for (g, c, t), n in sorted(counts.items())]
+
+    def tables(self) -> list[dict]:
+        with self._lock:
+            return [{"name": t.name, "key": t.key, "columns": [{"name": c, "type": ty} for c, ty in t.columns]}
+                    for t in self.engine.catalog]
+
+    def column_types(self, table: str) -> dict:
+        """The table's columns' Arrow types (for reading a CSV batch); 404 for an unknown table."""
+        with self._lock:
+            if table not in self.engine.catalog:
+                known = ", ".join(sorted(t.name for t in self.engine.catalog)) or "none"
+                raise RequestError(404, f"no table {table!r} (tables: {known})", "path table")
+            tdef = self.engine.catalog.get(table)
+        types = {c: arrow_type(t) for c, t in tdef.columns}
+        types["_op"] = pa.string()
+        if tdef.key is None:
+            types.update(t0=pa.int64(), t1=pa.int64())
+        return types
+
+    # ---- publishing -----------------------------------------------------------------------------------
+    def publish(self, who: Principal, table: str, rows, mode: str = "unicast", batch_id=None,
+                variant=None) -> PublishResult:
+        """Publish ``rows`` to ``table`` and number the notifications per owning client (committed to the
+        notification log before this returns).  ``batch_id``: a batch the engine already committed is not
+        applied again and routes nothing (its notifications were routed the first time).  ``variant``: the
+        reformulated variant(s), as ``engine.publish`` takes them (e.g. ``'Paint-Sparse'``: per-update top-k
+        messages, whose delivered rows are the unicast rows one for one)."""
+        if not who.allowed("publisher"):
+            raise RequestError(403, "publishing needs a publisher or admin token", "header Authorization")
+        if mode not in ("unicast", "reformulated"):
+            raise RequestError(400, f"unknown mode {mode!r}; expected 'unicast' or 'reformulated'",
+                               "query parameter 'mode'")
+        started = time.perf_counter()
+        with self._lock:
+            self.column_types(table)   # 404 for an unknown table
+            if batch_id is not None and self.engine.committed(batch_id):
+                return PublishResult({"table": table, "mode": mode, "batch_id": batch_id, "duplicate": True,
+                                      "notifications": 0}, {})
+            n_rows = rows.num_rows if isinstance(rows, pa.Table) else len(rows)
+            output = self.engine.publish(table, rows, mode=mode, batch_id=batch_id, variant=variant).toArrow()
+            messages = 0
+            if mode == "reformulated":
+                direct, message_rows = _split_messages(output)
+                messages = message_rows.num_rows
+                delivered = self.engine.deliver(message_rows).toArrow() if message_rows.num_rows else None
+                routable = [t for t in (direct, delivered) if t is not None and t.num_rows]
+            else:
+                routable = [output]
+            by_client, unowned, reported = {}, 0, []
+            for part in routable:
+                unowned += self._route(part, by_client, reported)
+            numbered = self.log.append(by_client)
+            routed = sum(len(v) for v in numbered.values())
+            elapsed = time.perf_counter() - started
+            self._count(routed, messages, n_rows, elapsed)
+            summary = {"table": table, "mode": mode, "batch_id": batch_id, "duplicate": False, "rows": n_rows,
+                       "notifications": routed, "clients": len(numbered), "unowned": unowned,
+                       "rejected": reported[:MAX_REPORTED_ROWS], "rejected_count": len(reported),
+                       "seconds": round(elapsed, 4)}
+            if mode == "reformulated":
+                summary["messages"] = messages
+            return PublishResult(summary, numbered)
+
+    def _route(self, table: pa.Table, by_client: dict, reported: list) -> int:
+        """Add ``table``'s notification rows to ``by_client`` (``client -> [(name, body JSON)]``), its rejected
+        and error rows to ``reported``; returns how many rows no remote client owns."""
+        unowned = 0
+        rows = table.to_pylist()
+        rows.sort(key=lambda r: (r.get("seq") is None, r.get("seq") or 0))   # stable: the output's order within a seq
+        for row in rows:
+            if row.get("op") in PUBLISHER_OPS and row.get("subscription_id") is None:
+                reported.append({k: json_value(v) for k, v in row.items() if v is not None})
+                continue
+            owner_key = row.get("subscription_id") or row.get("query")
+            owned = split_engine_id(owner_key) if isinstance(owner_key, str) else None
+            if owned is None:
+                unowned += 1
+                continue
+            client, name = owned
+            # the core columns always (a null value says a range became empty), the others where they hold
+            # something: a row never shows another client's columns (a join's aliases, an event's attributes)
+            body = {k: json_value(row.get(k)) for k in CORE_COLUMNS}
+            body.update((k, json_value(v)) for k, v in row.items() if v is not None and k not in body)
+            body["subscription_id"] = name   # the client knows it by its own name
+            if row.get("subscription_id") is None:   # an event-query match: its query is the subscription
+                body["query"] = name
+            by_client.setdefault(client, []).append((name, json.dumps(body, separators=(",", ":"))))
+        return unowned
+
+    # ---- numbers for /metrics, /stats --------------------------------------------------------------------
+    def _count(self, routed: int, messages: int, rows: int, elapsed: float) -> None:
+        now = time.time()
+        self.notifications_total += routed
+        self.messages_total += messages
+        self.published_rows_total += rows
+        self.publishes_total += 1
+        self.last_publish_seconds = elapsed
+        self._recent.append((now, routed))
+
+    def notification_rate(self) -> float:
+        """Notifications routed per second over the last ``rate_window_seconds``."""
+        now = time.time()
+        window = self.config.rate_window_seconds
+        while self._recent and self._recent[0][0] < now - window:
+            self._recent.popleft()
+        return sum(n for _, n in self._recent) / window
+
+    def subscriptions_per_class(self) -> dict[str, int]:
+        with self._lock:
+            groups = self.engine.subscription_groups()
+        out: Counter = Counter()
+        for g in groups:
+            out[g["class"]] += int(g["subscriptions"])
+        return dict(out)
+
+    def runtime_stats(self) -> dict:
+        """``engine.stats()["runtime"]``, read at most every ``stats_interval_seconds`` (it walks every group)."""
+        now = time.time()
+        if self._stats_cache is None or now - self._stats_cache[0] >= self.config.stats_interval_seconds:
+            with self._lock:
+                try:
+                    stats = self.engine.stats()
+                except SparksubError:
+                    stats = {}
+            self._stats_cache = (now, {"runtime": stats.get("runtime", {}), "engine": stats.get("engine", {})})
+        return self._stats_cache[1]
+
+
+def _rows_table(rows) -> pa.Table:
+    if not rows:
+        raise RequestError(400, "the parameter table has no rows", "body")
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    try:
+        return pa.table({k: pa.array([r.get(k) for r in rows]) for k in names})
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise RequestError(400, f"a column's values are not of one type: {err}", "body") from None
+
+
+def _split_messages(output: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """A reformulated output as (rows that go as they are: unicast rows of the classes without a reformulated
+    form, event-query matches, rejected and error rows; the messages ``deliver`` matches to subscribers)."""
+    direct = pc.is_valid(output.column("subscription_id")) if "subscription_id" in output.column_names \
+        else pa.array([False] * output.num_rows)
+    if "query" in output.column_names:
+        direct = pc.or_(direct, pc.is_valid(output.column("query")))
+    direct = pc.or_(direct, pc.is_in(output.column("op"), pa.array(PUBLISHER_OPS)))
+    direct = pc.fill_null(direct, False)
+    return output.filter(direct), output.filter(pc.invert(direct))
