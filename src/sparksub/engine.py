@@ -405,10 +405,17 @@ class Engine(Statements, SubscriptionGroups, EventQueries, Publishing, Refreshin
                                                     sum(r.logged_rows for r in c.replicas.values()), self._event_resets)
             for key, (count, last, rejected) in self._event_clocks.items():
                 out[f"stream:{self.catalog.get(key).name}"] = {"events": count, "last_t1": last, "rejected": rejected}
-            out["runtime"] = {**spark_replicas.read_counts(self.directory.root / "groups"),
-                              "streams": spark_replicas.read_counts(self.directory.root / "stream_files")}
-            out["engine"] = {**self._journal.stats(), "next_seq": self._next_seq}
+            out.update(self.runtime_stats())
             return out
+
+    def runtime_stats(self) -> dict:
+        """``stats()``'s ``runtime`` and ``engine`` parts alone: read from the counter files and the journal,
+        without building any group's operator on the driver (which ``stats()`` does, and which a monitor
+        polling it would count as rebuilds)."""
+        with self._lock:
+            return {"runtime": {**spark_replicas.read_counts(self.directory.root / "groups"),
+                                "streams": spark_replicas.read_counts(self.directory.root / "stream_files")},
+                    "engine": {**self._journal.stats(), "next_seq": self._next_seq}}
 
     def _spark_plan(self, physical) -> str:
         entry = self._groups.get(physical.group_key)

@@ -167,7 +167,7 @@ def create_app(engine, config: ServeConfig | None = None) -> Starlette:
         return value
 
     async def snapshot(runtime: bool) -> dict:
-        """The server's numbers; ``runtime``: with ``engine.stats()``'s runtime counters (/metrics; not the
+        """The server's numbers; ``runtime``: with ``engine.runtime_stats()``'s counters (/metrics; not the
         page's per-second /stats, as they walk every group)."""
         def numbers():
             out = {"subscriptions_per_class": service.subscriptions_per_class(),

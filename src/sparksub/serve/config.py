@@ -19,7 +19,7 @@ class ServeConfig:
     queue_limit: int = 10_000
     #: how often an idle SSE stream or WebSocket is sent a heartbeat (seconds)
     heartbeat_seconds: float = 15.0
-    #: ``engine.stats()`` is read at most this often for /metrics (seconds): it walks every group
+    #: the runtime counters (``engine.runtime_stats()``) are read at most this often for /metrics (seconds)
     stats_interval_seconds: float = 10.0
     #: the window over which /metrics and /stats compute notifications per second (seconds)
     rate_window_seconds: float = 10.0

@@ -395,12 +395,13 @@ class SubscriptionService:
         return dict(out)
 
     def runtime_stats(self) -> dict:
-        """``engine.stats()["runtime"]``, read at most every ``stats_interval_seconds`` (it walks every group)."""
+        """``engine.runtime_stats()`` (the runtime's counter files and the journal: no operator is built), read
+        at most every ``stats_interval_seconds``."""
         now = time.time()
         if self._stats_cache is None or now - self._stats_cache[0] >= self.config.stats_interval_seconds:
             with self._lock:
                 try:
-                    stats = self.engine.stats()
+                    stats = self.engine.runtime_stats()
                 except SparksubError:
                     stats = {}
             self._stats_cache = (now, {"runtime": stats.get("runtime", {}), "engine": stats.get("engine", {})})
