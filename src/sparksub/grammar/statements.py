@@ -4,7 +4,7 @@ Our statements are added to sqlglot's Spark parser as a dialect subclass, so the
 are parsed by sqlglot itself and no SQL is parsed by hand:
 
     CREATE TABLE t (k STRING PRIMARY KEY, x DOUBLE, y DOUBLE)     -- sqlglot's own CREATE TABLE
-    CREATE SUBSCRIPTION name AS <select>
+    CREATE SUBSCRIPTION name AS <select> [WITH (option = value, ...)]   -- options: stream joins (003 ch. 3)
     DROP SUBSCRIPTION [IF EXISTS] name
     SHOW SUBSCRIPTIONS                     -- one row per subscription (and event query)
     SHOW SUBSCRIPTION GROUPS               -- one row per group and template
@@ -33,7 +33,7 @@ from sparksub.errors import InvalidArgument, ParseError, position_of
 __all__ = [
     "CreateSubscription", "DropSubscription", "ShowSubscriptions", "ShowSubscriptionGroups", "ExplainSubscription",
     "CreateEventQuery", "DropEventQuery", "SparksubSpark", "parse_statement", "parse_statements",
-    "parse_select",
+    "parse_select", "OPTIONS", "options_of", "options_text",
 ]
 
 
@@ -43,6 +43,36 @@ class CreateSubscription(exp.Expression):
     @property
     def query(self) -> exp.Expression:
         return self.args["expression"]
+
+    @property
+    def options(self) -> dict:
+        """The ``WITH (name = value, ...)`` options (names lower case; {} without a WITH clause)."""
+        return options_of(self.query)
+
+
+#: where a parsed SELECT keeps its trailing ``WITH (...)`` options (issue 19 item 2: a stream join's state bound
+#: and policy): ``query.meta[OPTIONS]`` = {name (lower case): value (int, float, str or bool)}
+OPTIONS = "sparksub_options"
+
+
+def options_of(query: exp.Expression) -> dict:
+    """The ``WITH (...)`` options a SELECT was written with ({} for none)."""
+    meta = query._meta if isinstance(query, exp.Expression) else None
+    return dict((meta or {}).get(OPTIONS) or {})
+
+
+def options_text(options: dict) -> str:
+    """``options`` as the clause that parses back to them: `` WITH (a = 1, b = 'x')`` ('' for none)."""
+    if not options:
+        return ""
+
+    def value(v) -> str:
+        if isinstance(v, bool):
+            return "TRUE" if v else "FALSE"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        return "'" + str(v).replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return " WITH (" + ", ".join(f"{k} = {value(v)}" for k, v in options.items()) + ")"
 
 
 class DropSubscription(exp.Expression):
@@ -98,9 +128,12 @@ class SparksubSpark(Spark):
             if self._match_text_seq("CREATE", "SUBSCRIPTION"):
                 name = self._parse_name("subscription")
                 self._expect_text("AS")
-                query = self._parse_select()
+                cut = self._trailing_options()
+                query = self._parse_before(cut, self._parse_select)
                 if not isinstance(query, exp.Query):
                     self.raise_error("Expected a SELECT after AS")
+                if cut is not None:
+                    query.meta[OPTIONS] = self._parse_options()
                 return self.expression(CreateSubscription(this=name, expression=query))
             if self._match_text_seq("DROP", "SUBSCRIPTION"):
                 exists = self._match_text_seq("IF", "EXISTS")
@@ -135,7 +168,90 @@ class SparksubSpark(Spark):
             if self._match(TokenType.SHOW) or self._match_text_seq("EXPLAIN"):
                 # Not ours: keep the text whole, for Spark to run (engine.sql hands it on).
                 return self._parse_as_command(self._prev)
+            if self._curr.token_type == TokenType.SELECT:
+                # a subscription body or template (``subscribe``, ``subscribe_many``) may end with its options
+                cut = self._trailing_options()
+                if cut is not None:
+                    query = self._parse_before(cut, super()._parse_statement)
+                    if isinstance(query, exp.Query):
+                        query.meta[OPTIONS] = self._parse_options()
+                    return query
             return super()._parse_statement()
+
+        # ---- WITH (option = value, ...) after a subscription's SELECT (issue 19 item 2) -----------------------
+        def _trailing_options(self) -> int | None:
+            """The index of a ``WITH`` at bracket depth 0 whose ``( ... )`` closes at the statement's last
+            token (the options clause), None when the statement has none.  (A SELECT would read ``FROM t WITH
+            (...)`` as table hints: the clause is cut off before the SELECT is parsed.)"""
+            tokens, depth, found = self._tokens, 0, None
+            for i in range(self._index, self._tokens_size):
+                tt = tokens[i].token_type
+                if tt == TokenType.WITH and depth == 0 and i + 1 < self._tokens_size \
+                        and tokens[i + 1].token_type == TokenType.L_PAREN:
+                    found = i
+                if tt == TokenType.L_PAREN:
+                    depth += 1
+                elif tt == TokenType.R_PAREN:
+                    depth -= 1
+                    if depth == 0 and found is not None and i == self._tokens_size - 1:
+                        return found
+            return None
+
+        def _parse_before(self, cut: int | None, parse_method):
+            """``parse_method()`` over the tokens before index ``cut`` (all of them when None); every one of
+            them must be consumed."""
+            if cut is None:
+                return parse_method()
+            saved, size = self._tokens, self._tokens_size
+            self._tokens, self._tokens_size = saved[:cut], cut
+            self._advance(0)
+            try:
+                node = parse_method()
+                if self._index < cut:
+                    self.raise_error("Unexpected token before the WITH (...) options")
+            finally:
+                self._tokens, self._tokens_size = saved, size
+                self._advance(0)
+            return node
+
+        def _parse_options(self) -> dict:
+            """``WITH (name = value, ...)``: a value is a number (``-`` allowed), a string, TRUE / FALSE or a
+            bare word; names are case-insensitive and given once."""
+            self._match(TokenType.WITH)
+            if not self._match(TokenType.L_PAREN):
+                self.raise_error("Expected ( after WITH")
+            out: dict = {}
+            while True:
+                tok = self._curr
+                if not tok or tok.token_type in (TokenType.R_PAREN, TokenType.COMMA, TokenType.EQ):
+                    self.raise_error("Expected an option name in WITH (...)")
+                name = tok.text.lower()
+                self._advance()
+                if not self._match(TokenType.EQ):
+                    self.raise_error(f"Expected = after the option name {name!r} in WITH (...)")
+                negative = self._match(TokenType.DASH)
+                v = self._curr
+                if v and v.token_type == TokenType.NUMBER:
+                    text = v.text
+                    value = int(text) if text.isdigit() else float(text)
+                    value = -value if negative else value
+                elif v and not negative and v.token_type == TokenType.STRING:
+                    value = v.text
+                elif v and not negative and v.token_type in (TokenType.TRUE, TokenType.FALSE):
+                    value = v.token_type == TokenType.TRUE
+                elif v and not negative and v.token_type == TokenType.VAR:
+                    value = v.text
+                else:
+                    self.raise_error(f"Expected a number, a string, TRUE or FALSE as the value of option {name!r}")
+                if name in out:
+                    self.raise_error(f"option {name!r} is given twice in WITH (...)")
+                self._advance()
+                out[name] = value
+                if self._match(TokenType.COMMA):
+                    continue
+                if not self._match(TokenType.R_PAREN):
+                    self.raise_error("Expected , or ) in WITH (...)")
+                return out
 
         def _parse_name(self, what: str) -> exp.Identifier:
             ident = self._parse_id_var(any_token=False)

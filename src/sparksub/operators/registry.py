@@ -16,12 +16,13 @@ from sparksub.operators.events.family import EVENTS
 from sparksub.operators.filters.family import FILTER
 from sparksub.operators.joins.family import JOINS
 from sparksub.operators.range_min.family import RANGE_MIN
+from sparksub.operators.stream_joins.family import STREAM_JOINS
 from sparksub.operators.topk.family import TOPK
 
 __all__ = ["FAMILIES", "FAMILY_OF_NODE", "EVENTS", "family_of", "in_order"]
 
 #: every family of a planned subscription class, in output-column order
-FAMILIES: tuple[SubscriptionFamily, ...] = (FILTER, RANGE_MIN, TOPK, DISTINCT, AGG, BOX, JOINS)
+FAMILIES: tuple[SubscriptionFamily, ...] = (FILTER, RANGE_MIN, TOPK, DISTINCT, AGG, BOX, JOINS, STREAM_JOINS)
 #: the registry: plan node type -> its family
 FAMILY_OF_NODE: dict[type, SubscriptionFamily] = {t: f for f in FAMILIES for t in f.node_types}
 

@@ -24,4 +24,6 @@ SUPPORTED_CLASSES = (
     "[AND s.c BETWEEN c AND d]; two different tables)",
     "BAND_JOIN (SELECT * | cols FROM r JOIN s ON s.b - r.b BETWEEN lo AND hi "
     "[WHERE range selections on r and s columns]; two different tables)",
+    "STREAM_JOIN / STREAM_BAND_JOIN (SELECT * | cols FROM a JOIN b ON a.b = b.b | ON b.b - a.b BETWEEN lo AND hi "
+    "[WHERE range selections] [WITH (max_state_rows = n, state_policy = 'HEEB', ...)]; two event streams)",
 )

@@ -23,18 +23,21 @@ from sqlglot import exp
 from sparksub.catalyst_rules import RuleExecutor
 from sparksub.catalyst_rules.executor import RuleApplication
 from sparksub.catalyst_rules.rules import BATCHES
-from sparksub.errors import InvalidSubscription, UnsupportedSubscription
+from sparksub.catalyst_rules.rules.plan_select_join import join_sides, qualified_column, side_ranges
+from sparksub.errors import AnalysisError, InvalidSubscription, UnsupportedSubscription
+from sparksub.grammar.statements import options_of, options_text
 from sparksub.planner import ir
 from sparksub.planner.catalog import NUMERIC_TYPES, Catalog
 from sparksub.planner.classes import SUPPORTED_CLASSES
 from sparksub.planner.logical import to_logical
 
 __all__ = ["SUPPORTED_CLASSES", "Planned", "plan_subscription", "bind_range", "bind_box", "bind_filter_columns",
-           "bind_select_join", "bind_band_join", "BandJoinBounds", "parameters_of"]
+           "bind_select_join", "bind_band_join", "BandJoinBounds", "bind_stream_join", "parameters_of"]
 
 _JOIN_NODES = (ir.SelectJoinGroupScan, ir.BandJoinGroupScan)
 OPERATOR_NODES = (ir.RangeMinGroupScan, ir.RangeTopkGroupScan, ir.RangeDistinctGroupScan,
-                  ir.RangeAggGroupScan, ir.BoxMinGroupScan, ir.BoxTopkGroupScan, ir.FilterGroupScan) + _JOIN_NODES
+                  ir.RangeAggGroupScan, ir.BoxMinGroupScan, ir.BoxTopkGroupScan, ir.FilterGroupScan,
+                  ir.StreamJoinGroupScan) + _JOIN_NODES
 _BOX_NODES = (ir.BoxMinGroupScan, ir.BoxTopkGroupScan)
 
 _EXECUTOR = RuleExecutor(BATCHES)
@@ -58,13 +61,19 @@ class Planned:
 
 
 def plan_subscription(select: exp.Expression, catalog: Catalog) -> Planned:
+    options = options_of(select)   # WITH (...) after the SELECT (grammar/statements.py)
     logical = to_logical(select, catalog)
     physical, trace = _EXECUTOR.execute(logical, catalog)
+    physical = _as_stream_join(physical, catalog, options)
     if not isinstance(physical, OPERATOR_NODES):
         raise UnsupportedSubscription(ir.shape_of(physical), SUPPORTED_CLASSES)
     # Constant ranges are checked here; parameter ranges when bound.
     if isinstance(physical, _JOIN_NODES):
         ranges = _join_ranges(physical)
+    elif isinstance(physical, ir.StreamJoinGroupScan):
+        ranges = [(f"{t}.{col}", lo, hi) for t, where in ((physical.left, physical.left_where),
+                                                           (physical.right, physical.right_where))
+                  for col, lo, hi in where]
     else:
         ranges = [(getattr(physical, "x", None), getattr(physical, "low", None), getattr(physical, "high", None))]
     if isinstance(physical, _BOX_NODES):
@@ -73,7 +82,99 @@ def plan_subscription(select: exp.Expression, catalog: Catalog) -> Planned:
         if isinstance(lo, ir.Const) and isinstance(hi, ir.Const) and lo.value > hi.value:
             raise InvalidSubscription(f"empty range: {x} from {lo.value} to {hi.value} "
                                       f"(the lower bound exceeds the upper) in: {select.sql('spark')}")
-    return Planned(select.sql(dialect="spark"), logical, physical, tuple(trace))
+    return Planned(select.sql(dialect="spark") + options_text(options), logical, physical, tuple(trace))
+
+
+# ---- stream-stream joins (issue 19 item 2; 003 ch. 3) -------------------------------------------------------------
+def _join_tables(physical: ir.Node, catalog: Catalog) -> tuple[str, str] | None:
+    """The two tables of a planned join node, or of a two-table join no rule planned; None for the rest."""
+    if isinstance(physical, _JOIN_NODES):
+        return physical.left, physical.right
+    sides = join_sides(physical, catalog)
+    return None if sides is None else (sides.left, sides.right)
+
+
+def _as_stream_join(physical: ir.Node, catalog: Catalog, options: dict) -> ir.Node:
+    """A join of two event streams (tables without a PRIMARY KEY) as the stream-join node (both sides in a
+    bounded state, 003 ch. 3), with the subscription's ``WITH (...)`` options; any other plan as it is.  A join
+    of a keyed table with a stream, and options on anything but a stream join, are refused by name."""
+    tables = _join_tables(physical, catalog)
+    streams = [] if tables is None else [t for t in tables if catalog.get(t).key is None]
+    if not streams:
+        if options:
+            what = physical.klass if isinstance(physical, OPERATOR_NODES) else "this subscription"
+            raise InvalidSubscription(f"WITH ({', '.join(options)}): options are for joins of two event streams "
+                                      f"(a bounded join state, 003 ch. 3), not for {what}")
+        return physical
+    if len(streams) == 1:
+        keyed = next(t for t in tables if t not in streams)
+        raise UnsupportedSubscription(
+            f"a join of the keyed table {keyed!r} with the event stream {streams[0]!r} (a stream-stream join needs "
+            f"two event streams -- tables without a PRIMARY KEY --, a keyed join two tables with one)",
+            SUPPORTED_CLASSES)
+    node = _stream_join_node(physical, catalog)
+    if node is None:
+        return physical   # not a join shape a stream join serves: rejected as unsupported, naming its shape
+    left, right = catalog.get(node.left), catalog.get(node.right)
+    kinds = ["number" if t.type_of(c) in NUMERIC_TYPES else t.type_of(c)
+             for t, c in ((left, node.left_on), (right, node.right_on))]
+    if kinds[0] != kinds[1] or kinds[0] not in ("number", "string"):
+        raise AnalysisError(f"the stream join columns {node.left}.{node.left_on} ({left.type_of(node.left_on)}) and "
+                            f"{node.right}.{node.right_on} ({right.type_of(node.right_on)}): an equality join "
+                            f"compares numbers with numbers or strings with strings")
+    return ir.StreamJoinGroupScan(node.left, node.right, node.left_on, node.right_on, node.band, node.left_where,
+                                  node.right_where, node.columns, tuple(sorted(options.items())))
+
+
+def _stream_join_node(physical: ir.Node, catalog: Catalog) -> ir.StreamJoinGroupScan | None:
+    """The stream-join node of a planned SELECT_JOIN / BAND_JOIN node or of an equality join no rule planned
+    (several range selections on one side); None for any other shape."""
+    if isinstance(physical, ir.SelectJoinGroupScan):
+        p = physical
+        lw = ((p.a, p.a_low, p.a_high),) if p.a else ()
+        rw = ((p.c, p.c_low, p.c_high),) if p.c else ()
+        return ir.StreamJoinGroupScan(p.left, p.right, p.left_on, p.right_on, None, lw, rw, p.columns)
+    if isinstance(physical, ir.BandJoinGroupScan):
+        p = physical
+        ends = []
+        for end, default in ((p.low, -np.inf), (p.high, np.inf)):
+            if end is not None and not isinstance(end, ir.Const):
+                raise InvalidSubscription(
+                    f"the band {p.right}.{p.right_on} - {p.left}.{p.left_on} of a stream-stream join is its state's "
+                    f"join predicate: give constants, not parameters ({ir.render_value(end)})")
+            ends.append(default if end is None else float(end.value))
+        return ir.StreamJoinGroupScan(p.left, p.right, p.left_on, p.right_on, (ends[0], ends[1]), p.left_where,
+                                      p.right_where, p.columns)
+    sides = join_sides(physical, catalog)
+    if sides is None or len(sides.conditions) != 1:
+        return None
+    cond = sides.conditions[0]
+    if not (isinstance(cond, ir.Compare) and cond.op == "=" and isinstance(cond.left, ir.ColumnRef)
+            and isinstance(cond.right, ir.ColumnRef)):
+        return None
+    ends = [qualified_column(cond.left.name, sides), qualified_column(cond.right.name, sides)]
+    if None in ends or ends[0][0] == ends[1][0]:
+        return None
+    (_, left_on), (_, right_on) = sorted(ends)
+    lw = side_ranges(sides.left, sides.left_conjuncts, catalog)
+    rw = side_ranges(sides.right, sides.right_conjuncts, catalog)
+    if lw is None or rw is None:
+        return None
+    return ir.StreamJoinGroupScan(sides.left, sides.right, left_on, right_on, None, lw, rw, sides.columns)
+
+
+def bind_stream_join(node: ir.StreamJoinGroupScan, params: dict[str, np.ndarray], n: int,
+                     ids: np.ndarray | None = None) -> tuple[dict, dict]:
+    """The local selections of ``n`` stream-join subscriptions of one template, per side ``{column: (low
+    column, high column)}`` (float64, ±inf for an open end), each checked as :func:`bind_range` checks one
+    and required to hold a real value, naming the subscription and ``table.column``."""
+    sides = []
+    for table, where in ((node.left, node.left_where), (node.right, node.right_where)):
+        bound = {col: _bind_bounds(low, high, f"{table}.{col}", params, n, ids) for col, low, high in where}
+        for col, (lo, hi) in bound.items():
+            _check_real(lo, hi, f"range on {table}.{col}", ids)
+        sides.append(bound)
+    return sides[0], sides[1]
 
 
 def _join_ranges(node) -> list[tuple[str, ir.Value | None, ir.Value | None]]:
@@ -108,6 +209,10 @@ def parameters_of(node: ir.Node) -> tuple[str, ...]:
             walk(node.k)
     elif isinstance(node, _JOIN_NODES):
         for _, lo, hi in _join_ranges(node):
+            walk(lo)
+            walk(hi)
+    elif isinstance(node, ir.StreamJoinGroupScan):
+        for _, lo, hi in node.left_where + node.right_where:
             walk(lo)
             walk(hi)
     elif isinstance(node, ir.FilterGroupScan):

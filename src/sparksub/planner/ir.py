@@ -21,7 +21,7 @@ __all__ = [
     "InList", "IsNull", "Or", "Opaque", "FilterGroupScan", "SelectJoinGroupScan", "BandJoinGroupScan",
     "Predicate", "Node", "Scan", "Filter", "Aggregate", "Project", "Distinct", "Sort", "Limit", "Join",
     "RangeMinGroupScan", "RangeTopkGroupScan", "RangeDistinctGroupScan", "RangeAggGroupScan",
-    "BoxMinGroupScan", "BoxTopkGroupScan", "render_value", "shape_of",
+    "BoxMinGroupScan", "BoxTopkGroupScan", "StreamJoinGroupScan", "render_value", "shape_of",
 ]
 
 
@@ -563,6 +563,50 @@ class BandJoinGroupScan(Node):
         return (f"{', '.join(self.columns)} of {self.left} JOIN {self.right} ON {self.right}.{self.right_on} - "
                 f"{self.left}.{self.left_on} IN [{render_value(self.low)}, {render_value(self.high)}] "
                 f"WHERE {' AND '.join(where) or 'TRUE'}")
+
+
+@dataclass(frozen=True)
+class StreamJoinGroupScan(Node):
+    """STREAM_JOIN / STREAM_BAND_JOIN: a join of two *event streams* (tables without a PRIMARY KEY) whose two
+    sides are kept in a state bounded by ``max_state_rows`` (003 ch. 3: the join state as a bounded cache;
+    issue 19 item 2): ``SELECT cols FROM R JOIN S ON R.b = S.b`` (equality) or ``ON S.b - R.b BETWEEN lo AND
+    hi`` (band), with optional local range selections on either side.
+
+    ``left`` (R) is the stream the catalog declares first.  ``band`` is None for the equality join, else the
+    closed band ``(lo, hi)`` on ``S.right_on - R.left_on`` as constants: it is the state's join predicate, so
+    it is part of the group.  ``left_where`` / ``right_where`` are closed ranges ``(column, low, high)`` per
+    side, constants or parameters (per subscription, as BAND_JOIN's).  ``options`` are the subscription's
+    ``WITH (...)`` options (``(name, value)`` pairs, sorted): the state's bound and replacement policy, part
+    of the group (one state per bound and policy).  One group per (streams, join predicate, options); the
+    subscriptions of a group differ in their selections' constants."""
+    left: str
+    right: str
+    left_on: str
+    right_on: str
+    band: tuple[float, float] | None
+    left_where: tuple[tuple[str, Value | None, Value | None], ...]
+    right_where: tuple[tuple[str, Value | None, Value | None], ...]
+    columns: tuple[str, ...]
+    options: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def klass(self) -> str:
+        return "STREAM_JOIN" if self.band is None else "STREAM_BAND_JOIN"
+
+    @property
+    def group_key(self) -> tuple:
+        return (self.klass, self.left, self.right, self.left_on, self.right_on, self.band, self.options)
+
+    def args_str(self) -> str:
+        where = _where_str(self.left, self.left_where) + _where_str(self.right, self.right_where)
+        if self.band is None:
+            on = f"{self.left}.{self.left_on} = {self.right}.{self.right_on}"
+        else:
+            on = (f"{self.right}.{self.right_on} - {self.left}.{self.left_on} IN "
+                  f"[{render_value(Const(self.band[0]))}, {render_value(Const(self.band[1]))}]")
+        opts = f" WITH ({', '.join(f'{k}={v!r}' for k, v in self.options)})" if self.options else ""
+        return (f"{', '.join(self.columns)} of stream {self.left} JOIN stream {self.right} ON {on} "
+                f"WHERE {' AND '.join(where) or 'TRUE'}{opts}")
 
 
 def shape_of(node: Node) -> str:

@@ -16,6 +16,8 @@ lost.  The error is MAX-subset: the number of missing result tuples (003 §3.1).
 * :mod:`.flow` -- min-cost flow: OPT-offline [DGR03] and FlowExpect;
 * :mod:`.reduction` -- the caching problem as a join (003 §3.2.1, Theorem 7);
 * :mod:`.options` -- the SQL / engine options (``max_state_rows``, ``state_policy``, ...).
+* :mod:`.group` / :mod:`.family` -- the engine's STREAM_JOIN / STREAM_BAND_JOIN groups over the core (issue 19
+  item 2: two event streams joined from SQL, ``WITH (max_state_rows = ..., state_policy = ...)``).
 
 Never imports pyspark, the engine or the runtime (``tests/test_layering.py``).  ``docs/bounded_joins.md``
 explains the model and the policies; ``bench/bounded_joins.py`` reproduces the chapter's experiments.
