@@ -222,6 +222,6 @@ def test_join_subscriptions_refused_where_join_groups_cannot_serve_them():
     e.sql("CREATE TABLE r (k INT PRIMARY KEY, a DOUBLE, b DOUBLE)")
     e.sql("CREATE TABLE ev (a DOUBLE, b DOUBLE)")
     e.subscribe("keep", "SELECT MIN(a) FROM r WHERE b BETWEEN 0 AND 1")
-    with pytest.raises(UnsupportedSubscription, match="append-only stream 'ev'"):
+    with pytest.raises(UnsupportedSubscription, match="keyed table 'r' with the event stream 'ev'"):
         e.sql("CREATE SUBSCRIPTION j AS SELECT * FROM r JOIN ev ON r.b = ev.b WHERE r.a BETWEEN 1 AND 2")
     assert e.subscription_ids() == ["keep"]
