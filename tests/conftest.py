@@ -65,8 +65,8 @@ def pytest_collection_modifyitems(config, items):
     child whose subject is the executors) -- and tests marked ``catalyst_passthrough``, whose path the
     extension only wraps in its pass-through node (running streams: tests/test_stream_validation.py streams
     every kind of table in both runs; the classes' engine tests, whose ``publish`` output it wraps the same
-    way: tests/test_engine_spark.py, test_explain_snapshots.py, test_show.py, test_bad_input.py and
-    test_sql_differential.py run in both)."""
+    way, the SQL differential among them: tests/test_engine_spark.py, test_explain_snapshots.py, test_show.py and
+    test_bad_input.py run in both)."""
     if os.environ.get("SPARKSUB_CATALYST", "").lower() not in ("off", "false", "0"):
         return
     skip = pytest.mark.skip(reason="does not depend on the Catalyst extension: covered by the first run")
