@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sparksub import (AnalysisError, BadUpdate, DuplicateSubscription, Engine, InvalidArgument, InvalidSubscription,
@@ -299,6 +299,7 @@ def _mutated(draw):
 
 @FUZZ
 @given(_mutated())
+@example("SELECT symbol IN per FROM stock WHERE risk BETWEEN 0 AND 9 ORDER BY per DESC LIMIT 3")   # found by it
 def test_fuzz_mutated_subscriptions(body):
     e = _engine()
     err = _try(e, "CREATE SUBSCRIPTION fz AS " + body)

@@ -31,6 +31,7 @@ from sqlglot import exp
 
 from sparksub.errors import AnalysisError, UnsupportedSubscription
 from sparksub.planner.catalog import Catalog
+from sparksub.planner.classes import SUPPORTED_CLASSES
 
 __all__ = ["OutputColumn", "join_output_columns", "table_output_columns"]
 
@@ -64,7 +65,8 @@ def table_output_columns(select: exp.Select, catalog: Catalog) -> tuple[OutputCo
             table.type_of(e.name)  # unknown column -> AnalysisError naming it
             out.append(OutputColumn(p.alias or e.name, 0, e.name))
         else:
-            raise UnsupportedSubscription(f"an expression in the SELECT list ({p.sql('spark')}): select columns")
+            raise UnsupportedSubscription(f"an expression in the SELECT list ({p.sql('spark')}): select columns",
+                                          SUPPORTED_CLASSES)
     return _checked(out)
 
 
@@ -96,7 +98,8 @@ def join_output_columns(select: exp.Select, catalog: Catalog, left: str, right: 
             out.append(OutputColumn(p.alias or e.name, side_of[i], e.name))
             qualifier[(side_of[i], e.name)] = tables[i][0]
         else:
-            raise UnsupportedSubscription(f"an expression in the SELECT list ({p.sql('spark')}): select columns")
+            raise UnsupportedSubscription(f"an expression in the SELECT list ({p.sql('spark')}): select columns",
+                                          SUPPORTED_CLASSES)
     names = [c.name for c in out]
     # Spark keeps duplicate names and a subscriber could not tell them apart: qualify the unaliased ones
     out = [c if j in explicit or names.count(c.name) == 1 or c.name != c.column
