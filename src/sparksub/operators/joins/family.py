@@ -116,16 +116,11 @@ class JoinFamily(FamilyBase):
             a_lo, a_hi, c_lo, c_hi = bind_select_join(node, params, ids.size, ids=ids)
             return {"columns": {"a_lo": a_lo, "a_hi": a_hi, "c_lo": c_lo, "c_hi": c_hi}}
         bound = bind_band_join(node, params, ids.size, ids=ids)
-        cols = {"lo": bound.low, "hi": bound.high}
-        for pre, where in (("L:", bound.left_where), ("R:", bound.right_where)):
-            for col, (lo, hi) in where.items():
-                cols[f"{pre}{col}:lo"], cols[f"{pre}{col}:hi"] = lo, hi
-        return {"columns": cols}
+        return {"columns": {"lo": bound.low, "hi": bound.high,
+                            **selection_columns(bound.left_where, bound.right_where)}}
 
     def output_columns(self, planned, catalog) -> tuple:
-        p = planned.physical
-        cols = join_output_columns(st.parse_select(planned.sql), catalog, p.left, p.right)
-        return tuple(tuple(c) for c in cols)
+        return selected_columns(planned, catalog)
 
     def register(self, registry, node, ids, bound, outputs=None):
         """Add the subscriptions; the partitions get them as a log entry (003 §4.2.3), with their output
@@ -375,3 +370,19 @@ class JoinFamily(FamilyBase):
 
 
 JOINS = JoinFamily()
+
+
+def selection_columns(left_where: dict, right_where: dict) -> dict:
+    """A join's bound range selections as registry columns: ``L:<col>:lo`` / ``L:<col>:hi`` for the left
+    table's, ``R:...`` for the right's (band joins here, stream joins in ``operators/stream_joins``)."""
+    cols = {}
+    for pre, where in (("L:", left_where), ("R:", right_where)):
+        for col, (lo, hi) in where.items():
+            cols[f"{pre}{col}:lo"], cols[f"{pre}{col}:hi"] = lo, hi
+    return cols
+
+
+def selected_columns(planned, catalog) -> tuple:
+    """A join subscription's SELECT list as (name, table, column) tuples (DESIGN §1; ``join_output_columns``)."""
+    p = planned.physical
+    return tuple(tuple(c) for c in join_output_columns(st.parse_select(planned.sql), catalog, p.left, p.right))

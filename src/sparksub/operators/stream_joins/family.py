@@ -17,10 +17,9 @@ import json
 import pyarrow as pa
 
 from sparksub.errors import InvalidArgument, InvalidSubscription, UnsupportedSubscription
-from sparksub.grammar import statements as st
 from sparksub.operators.contract import ONE
 from sparksub.operators.joins import group as join_groups
-from sparksub.operators.joins.family import with_join_columns
+from sparksub.operators.joins.family import selected_columns, selection_columns, with_join_columns
 from sparksub.operators.joins.group import JOIN_ITEM_SCHEMA, JoinSubscriptions
 from sparksub.operators.shared import json_text
 from sparksub.operators.shared.families import FamilyBase, PassThrough, SlotOutputs
@@ -30,7 +29,6 @@ from sparksub.operators.stream_joins.group import StreamJoinGroup, StreamJoinSna
 from sparksub.operators.stream_joins.options import from_options, parse_state_options
 from sparksub.planner import ir
 from sparksub.planner.classifier import bind_stream_join
-from sparksub.planner.projection import join_output_columns
 
 __all__ = ["StreamJoinFamily", "StreamJoinRegistry", "STREAM_JOINS", "checked_options"]
 
@@ -107,16 +105,10 @@ class StreamJoinFamily(FamilyBase):
     def bind(self, node, params, ids, catalog) -> dict:
         checked_options(node)
         left, right = bind_stream_join(node, params, ids.size, ids=ids)
-        cols = {}
-        for pre, where in (("L:", left), ("R:", right)):
-            for col, (lo, hi) in where.items():
-                cols[f"{pre}{col}:lo"], cols[f"{pre}{col}:hi"] = lo, hi
-        return {"columns": cols}
+        return {"columns": selection_columns(left, right)}
 
     def output_columns(self, planned, catalog) -> tuple:
-        p = planned.physical
-        cols = join_output_columns(st.parse_select(planned.sql), catalog, p.left, p.right)
-        return tuple(tuple(c) for c in cols)
+        return selected_columns(planned, catalog)
 
     def register(self, registry, node, ids, bound, outputs=None):
         slots = registry.add(ids, bound["columns"])
