@@ -166,3 +166,88 @@ def test_notification_log_numbers_keeps_and_prunes(tmp_path):
     conn.last_sent = 2
     conn.offer([(3, "s1", "{}"), (4, "s1", "{}"), (5, "s1", "{}")])
     assert conn.dropped is not None and "after=2" in conn.dropped
+
+
+def _row_rule_bodies(table):
+    """The oracle of ``serve/bodies.py``: the routing rule row by row, with ``json.dumps`` -- the core columns
+    always, the others where they hold a value, the client's name as ``subscription_id`` (and as an event
+    match's ``query``); rows sorted by seq (stable, nulls last); ``{client: [(name, body)]}``, unowned count,
+    the publisher's rows."""
+    import json
+    import math
+
+    def plain(v):
+        if isinstance(v, float):
+            return None if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity") if math.isinf(v) else v
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        return v.isoformat() if hasattr(v, "isoformat") else v
+
+    out, unowned, reported = {}, 0, []
+    rows = sorted(table.to_pylist(), key=lambda r: (r.get("seq") is None, r.get("seq") or 0))
+    for row in rows:
+        if row.get("op") in ("rejected", "error") and row.get("subscription_id") is None:
+            reported.append({k: plain(v) for k, v in row.items() if v is not None})
+            continue
+        key = row.get("subscription_id") or row.get("query")
+        client, _, name = (key or "").partition(".")
+        if not (client and name):
+            unowned += 1
+            continue
+        body = {k: plain(row.get(k)) for k in ("subscription_id", "op", "value", "seq", "group_id")}
+        body.update((k, plain(v)) for k, v in row.items() if v is not None and k not in body)
+        body["subscription_id"] = name
+        if row.get("subscription_id") is None:
+            body["query"] = name
+        out.setdefault(client, []).append((name, json.dumps(body, separators=(",", ":"))))
+    return out, unowned, reported
+
+
+def test_notification_bodies_built_by_column_equal_the_row_rule():
+    """No Spark: the server builds notification bodies column by column (``serve/bodies.py``, in
+    ``SubscriptionService._route``); the text must be what ``json.dumps`` of the row rule writes, for every
+    kind of column -- nulls, NaN and infinities, ints, floats (float32 too), booleans, escaped strings,
+    timestamps and lists --, for event-query matches, unowned ids and the publisher's rejected rows."""
+    import pyarrow as pa
+    from sparksub.serve.service import SubscriptionService
+    n = 9
+    table = pa.table({
+        "subscription_id": ["c1.q1", "c2.q9", None, "c1.q2", None, "bad", 'c2.\u00e9"x', None, "c1.q1"],
+        "op": ["upsert", "upsert", "error", None, "match", "upsert", "delete", "rejected", "upsert"],
+        "value": [1.0, float("nan"), None, float("inf"), 0.1, 2.5, -float("inf"), None, 1e16],
+        "seq": [3, 1, 0, None, 2, 1, 1, 5, 3],
+        "group_id": ["g", "g", None, "g", None, "g", "g", None, "g2"],
+        "query": [None, None, None, None, "c3.jump", None, None, None, None],
+        "item_x": pa.array([None, 1.5, None, None, 3.0, None, None, None, None], pa.float32()),
+        "k": pa.array([None, 1, None, 2, None, None, None, None, None], pa.int64()),
+        "flag": [None, True, None, False, None, None, None, None, None],
+        "ts": pa.array([None] * 4 + [1] + [None] * 4, pa.timestamp("us")),
+        "lst": pa.array([None, [1, 2]] + [None] * 7, pa.list_(pa.int64())),
+        "reason": [None, None, "bad row", None, None, None, None, "why", None],
+    })
+    assert table.num_rows == n
+    for t in (table, table.slice(0, 0), table.select(["subscription_id", "op", "value", "seq", "group_id"]),
+              pa.table({"query": ["c1.a", "x"], "op": ["m", "m"], "t0": [1, 2]})):
+        by_client, reported = {}, []
+        unowned = SubscriptionService._route(None, t, by_client, reported)
+        assert (by_client, unowned, reported) == _row_rule_bodies(t)
+
+
+def test_websocket_frames_hold_every_notification_once_in_order():
+    """No Spark: a connection's notifications are cut into frames under the size cap, each frame JSON whose
+    ``last_seq`` is its last element's number; together the frames are the notifications in order; SSE keeps
+    one numbered event per notification."""
+    import json
+    from sparksub.serve.fanout import frames, sse_events, wire_batch
+    notes = [(s, "q", json.dumps({"subscription_id": "q", "value": s, "pad": "x" * (s % 7) * 40}))
+             for s in range(1, 301)]
+    runs = list(frames(notes, 2_000))
+    assert len(runs) > 1 and all(sum(len(b) + 32 for _, _, b in r) <= 2_000 or len(r) == 1 for r in runs)
+    decoded = [json.loads(wire_batch(r)) for r in runs]
+    assert all(d["type"] == "notifications" and d["last_seq"] == d["notifications"][-1]["client_seq"] for d in decoded)
+    assert [(x["client_seq"], x["data"]) for d in decoded for x in d["notifications"]] == \
+        [(s, json.loads(b)) for s, _, b in notes]
+    assert list(frames([(1, "q", "y" * 5_000)], 100)) == [[(1, "q", "y" * 5_000)]]   # one too big still goes, alone
+    events = [e for e in sse_events(notes[:3]).split("\n\n") if e]
+    assert [e.splitlines()[0] for e in events] == ["id: 1", "id: 2", "id: 3"]
+    assert [json.loads(e.splitlines()[2][len("data: "):])["client_seq"] for e in events] == [1, 2, 3]

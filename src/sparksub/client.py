@@ -227,10 +227,13 @@ class NotificationStream:
                         failures = 0
                         message = json.loads(raw)
                         kind = message.get("type")
-                        if kind == "notification":
-                            self.last_seq = message["client_seq"]
-                            idle_since = None if self.idle_timeout is None else time.monotonic()
-                            yield {**message["data"], "client_seq": message["client_seq"]}
+                        if kind == "notifications":   # one frame: what the server had for us at once
+                            for note in message["notifications"]:
+                                # last_seq follows what was yielded: a reconnect after a partly read frame
+                                # resumes inside it
+                                self.last_seq = note["client_seq"]
+                                idle_since = None if self.idle_timeout is None else time.monotonic()
+                                yield {**note["data"], "client_seq": note["client_seq"]}
                         elif kind == "hello":
                             if self.last_seq is None:
                                 self.last_seq = message["after"]

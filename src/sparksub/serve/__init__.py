@@ -13,9 +13,10 @@ support through the ``websockets`` package.  ``httpx`` and ``websockets`` (its s
 client (``sparksub.client``); ``prometheus_client`` writes ``/metrics``.
 
 Modules: ``app`` (routes, auth, the engine gate, streams), ``service`` (the engine as clients use it:
-statements under their names, publishing and routing), ``tokens`` (the admin-issued tokens), ``ownership``
+statements under their names, publishing and routing), ``bodies`` (notification bodies built column by
+column), ``tokens`` (the admin-issued tokens), ``ownership``
 (ids ``<client>.<name>``), ``notification_log`` (per-client numbers on disk), ``fanout`` (per-connection
-queues), ``batches`` (request bodies as rows), ``metrics``, ``openapi``, ``background`` (a server in a thread
+queues, frames), ``batches`` (request bodies as rows), ``metrics``, ``openapi``, ``background`` (a server in a thread
 for tests and benchmarks).  The engine is used through its public API only; no module here imports pyspark.
 
 ``create_app`` and ``serve`` are imported lazily, so ``sparksub token`` needs none of the server's packages.

@@ -34,7 +34,7 @@ from sparksub.errors import (AnalysisError, BadUpdate, DuplicateSubscription, Pa
                              UnknownSubscription)
 from sparksub.serve.batches import BodyError, media_type, read_rows
 from sparksub.serve.config import ServeConfig
-from sparksub.serve.fanout import Connection, Hub, wire_message
+from sparksub.serve.fanout import Connection, Hub, frames, sse_events, wire_batch
 from sparksub.serve.metrics import CONTENT_TYPE, metrics_text, new_registry
 from sparksub.serve.notification_log import NotificationLog
 from sparksub.serve.openapi import openapi_document
@@ -314,8 +314,11 @@ def create_app(engine, config: ServeConfig | None = None) -> Starlette:
             subs = set(names)
         return who, after, subs
 
-    async def follow(conn: Connection, after: int):
-        """The stream of one connection: ("gap", info), ("note", seq, body), ("heartbeat",), ("dropped", reason)."""
+    async def follow(conn: Connection, after: int, heartbeat: float | None):
+        """The stream of one connection: ("gap", info), ("notes", [(seq, subscription, body), ...]) -- what
+        there is to send at once, in order --, ("heartbeat",) after ``heartbeat`` idle seconds (None: never),
+        ("dropped", reason).  ``conn.last_sent`` is the last number yielded (the caller sends a "notes" item
+        before it asks for the next)."""
         conn.last_sent = after
         last = log.last_seq(conn.client)
         if after < last:
@@ -328,25 +331,29 @@ def create_app(engine, config: ServeConfig | None = None) -> Starlette:
         while True:   # the backlog from disk, page by page
             rows = await anyio.to_thread.run_sync(log.read, conn.client, conn.last_sent, conn.subscriptions,
                                                   config.backlog_page_rows)
-            for seq, _, body in rows:
-                yield ("note", seq, body)
-                conn.last_sent = seq
+            if rows:
+                conn.last_sent = rows[-1][0]
+                yield ("notes", rows)
             if len(rows) < config.backlog_page_rows:
                 break
         while True:   # then live, from the queue (numbers already sent are skipped: Connection.take)
             if conn.dropped is not None:
                 yield ("dropped", conn.dropped)
                 return
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(conn.ready.wait(), config.heartbeat_seconds)
+            if heartbeat is None:
+                await conn.ready.wait()
+            else:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(conn.ready.wait(), heartbeat)
             if conn.dropped is not None:
                 continue
             notes = conn.take()
             if not notes:
-                yield ("heartbeat",)
-            for seq, _, body in notes:
-                yield ("note", seq, body)
-                conn.last_sent = seq
+                if heartbeat is not None:
+                    yield ("heartbeat",)
+                continue
+            conn.last_sent = notes[-1][0]
+            yield ("notes", notes)
 
     async def events(request: Request):
         try:
@@ -360,9 +367,10 @@ def create_app(engine, config: ServeConfig | None = None) -> Starlette:
             try:
                 yield _sse("hello", json.dumps({"type": "hello", "client": who.client, "after": after,
                                                 "last_seq": log.last_seq(who.client)}))
-                async for item in follow(conn, after):
-                    if item[0] == "note":
-                        yield _sse("notification", wire_message(item[1], item[2]), item[1])
+                # SSE has no ping of its own: a comment line keeps proxies from closing an idle stream
+                async for item in follow(conn, after, config.heartbeat_seconds):
+                    if item[0] == "notes":
+                        yield sse_events(item[1])
                     elif item[0] == "gap":
                         yield _sse("gap", json.dumps(item[1]))
                     elif item[0] == "heartbeat":
@@ -400,14 +408,17 @@ def create_app(engine, config: ServeConfig | None = None) -> Starlette:
         try:
             await ws.send_text(json.dumps({"type": "hello", "client": who.client, "after": after,
                                            "last_seq": log.last_seq(who.client)}))
-            async for item in follow(conn, after):
-                if item[0] == "note":
-                    await ws.send_text(wire_message(item[1], item[2]))
+            # no heartbeat frames: uvicorn's WebSocket pings (every ws_ping_seconds, closed without a pong) keep the
+            # connection alive and find dead peers, and the receive task wakes the stream when the client
+            # leaves.  A heartbeat per idle connection every 15 s (its timer armed and cancelled at every
+            # wake-up) was most of the event loop's work with 10,000 connections (bench/serving.py's profile)
+            async for item in follow(conn, after, None):
+                if item[0] == "notes":
+                    for run in frames(item[1], config.ws_frame_bytes):
+                        await ws.send_text(wire_batch(run))
                 elif item[0] == "gap":
                     await ws.send_text(json.dumps(item[1]))
-                elif item[0] == "heartbeat":
-                    await ws.send_text('{"type":"heartbeat"}')
-                else:
+                elif item[0] == "dropped":
                     if not conn.closed_by_client:
                         await ws.close(code=CLOSE_SLOW, reason=f"slow consumer; reconnect with after={conn.last_sent}")
                     return

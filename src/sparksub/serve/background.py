@@ -21,8 +21,11 @@ class BackgroundServer:
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))
         self.port = self._socket.getsockname()[1]
+        config = getattr(getattr(app, "state", None), "config", None)   # create_app's ServeConfig
+        pings = {} if config is None else {"ws_ping_interval": config.ws_ping_seconds,
+                                           "ws_ping_timeout": config.ws_ping_timeout_seconds}
         self._server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on",
-                                                     timeout_graceful_shutdown=2))
+                                                     timeout_graceful_shutdown=2, **pings))
         self._thread: threading.Thread | None = None
 
     @property

@@ -10,6 +10,14 @@ The catch-up protocol (``Connection.catch_up`` with ``NotificationLog.read``): r
 read the log, then send the queue, skipping every number already sent.  A row committed before the log read
 is in the read; one committed after it reaches the queue (dispatch follows the commit); one in both is sent
 once.  So the stream a client sees is gap-free and without repeats.
+
+Framing: a WebSocket connection is sent one frame per wake-up -- every notification queued for it since its
+last frame, up to ``frame_bytes`` of bodies (``wire_batch``) -- not one frame per notification.  A frame costs
+the one event loop the same whatever it holds (a write, a drain, a wake-up of the client), so at ~12
+notifications per client per publish that is ~12x fewer writes; the cap keeps a frame under the 1 MiB
+``max_size`` that WebSocket clients (``websockets``' default) accept.  SSE keeps one event per notification --
+EventSource resumes by event id (``Last-Event-ID``), so an event must be one numbered notification -- but the
+events of one wake-up are written in one chunk (``sse_events``), one write for the lot.
 """
 from __future__ import annotations
 
@@ -17,13 +25,42 @@ import asyncio
 import collections
 import itertools
 
-__all__ = ["Connection", "Hub", "wire_message"]
+__all__ = ["Connection", "Hub", "wire_message", "wire_batch", "sse_events", "frames"]
 
 
 def wire_message(client_seq: int, body: str) -> str:
     """A notification as a WebSocket text frame or an SSE ``data`` line: the stored body (the row, JSON)
     inside its envelope, without parsing it again."""
     return f'{{"type":"notification","client_seq":{client_seq},"data":{body}}}'
+
+
+def wire_batch(notes) -> str:
+    """Notifications ``[(client_seq, subscription, body), ...]`` (in order) as one WebSocket text frame:
+    ``{"type":"notifications","last_seq":L,"notifications":[{"client_seq":s,"data":{...}}, ...]}`` --
+    ``last_seq`` is the last element's number, the one to reconnect with once the frame is handled."""
+    items = ",".join(f'{{"client_seq":{seq},"data":{body}}}' for seq, _, body in notes)
+    return f'{{"type":"notifications","last_seq":{notes[-1][0]},"notifications":[{items}]}}'
+
+
+def sse_events(notes) -> str:
+    """Notifications ``[(client_seq, subscription, body), ...]`` as SSE events, one per notification (``id`` =
+    client_seq, what ``Last-Event-ID`` resumes after), concatenated: one write."""
+    return "".join(f"id: {seq}\nevent: notification\ndata: {wire_message(seq, body)}\n\n" for seq, _, body in notes)
+
+
+def frames(notes, frame_bytes: int):
+    """``[(client_seq, subscription, body), ...]`` cut into runs whose bodies add up to at most ``frame_bytes``
+    (a run holds at least one notification, however big)."""
+    run, size = [], 0
+    for note in notes:
+        n = len(note[2]) + 32
+        if run and size + n > frame_bytes:
+            yield run
+            run, size = [], 0
+        run.append(note)
+        size += n
+    if run:
+        yield run
 
 
 class Connection:
@@ -53,6 +90,10 @@ class Connection:
         """Queue ``notes`` (on the event loop); past the limit the connection is marked dropped."""
         if self.dropped is not None:
             return
+        if self.subscriptions is None and len(self.queue) + len(notes) <= self.limit:
+            self.queue.extend(notes)   # the usual case (every subscription of the client, room left): at once
+            self.ready.set()
+            return
         for note in notes:
             if self.wants(note[1]):
                 if len(self.queue) >= self.limit:
@@ -65,8 +106,10 @@ class Connection:
 
     def take(self) -> list:
         """The queued notes not sent yet (numbers above ``last_sent``), in order; clears the queue."""
-        out = [n for n in self.queue if n[0] > self.last_sent]
-        self.queue.clear()
+        q = self.queue
+        # numbers grow along the queue: only a queue filled during a catch-up holds some already sent
+        out = list(q) if not q or q[0][0] > self.last_sent else [n for n in q if n[0] > self.last_sent]
+        q.clear()
         self.ready.clear()
         return out
 

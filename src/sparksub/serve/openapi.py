@@ -61,6 +61,17 @@ def openapi_document(version: str) -> dict:
                                    "data": {"type": "object", "description": "the engine's unicast row: "
                                             "subscription_id (your name), op, value, seq, group_id and the "
                                             "class's columns that hold a value"}}},
+                "NotificationFrame": {
+                    "type": "object", "required": ["type", "last_seq", "notifications"],
+                    "description": "one WebSocket frame: the notifications the server had for this connection at "
+                                   "once (at most ~256 KiB of them), oldest first",
+                    "properties": {"type": {"const": "notifications"},
+                                   "last_seq": {"type": "integer", "description": "the last element's client_seq"},
+                                   "notifications": {"type": "array", "items": {
+                                       "type": "object", "required": ["client_seq", "data"],
+                                       "properties": {"client_seq": {"type": "integer"},
+                                                      "data": {"type": "object", "description": "as in "
+                                                               "Notification"}}}}}},
             }},
         "security": [{"bearer": []}],
         "paths": {
@@ -105,8 +116,11 @@ def openapi_document(version: str) -> dict:
                                    "Last-Event-ID resumes), 'gap' when rows passed the retention window, "
                                    "'dropped' when the stream was too slow", params=[_AFTER, _SUBS, _TOKEN],
                                    ok={"description": "a stream", "content": {"text/event-stream": {}}})},
-            "/ws": {"get": _op("WebSocket: the same stream as JSON text frames ({type: hello|notification|gap|"
-                               "heartbeat|error}); closed with code 4008 when too slow (reconnect with after=N)",
+            "/ws": {"get": _op("WebSocket: the same stream as JSON text frames ({type: hello|notifications|gap|"
+                               "error}; liveness by WebSocket pings); a 'notifications' frame (NotificationFrame) holds every "
+                               "notification queued for the connection when it was sent, in client_seq order, "
+                               "its last_seq the number to reconnect with; closed with code 4008 when too slow "
+                               "(reconnect with after=N)",
                                params=[_AFTER, _SUBS, _TOKEN], ok={"description": "101 Switching Protocols"})},
         },
     }

@@ -14,8 +14,10 @@ def serve(path, host: str = "127.0.0.1", port: int = 8765, config: ServeConfig |
     """Open ``Engine(path=path)`` (the durable directory: its tables, subscriptions and kept notifications)
     and serve it on ``host:port`` until interrupted; the engine is closed (checkpointed) on the way out."""
     from sparksub import Engine
+    config = config or ServeConfig()
     engine = Engine(path=path, **(engine_options or {}))
     try:
-        uvicorn.run(create_app(engine, config), host=host, port=port, log_level=log_level)
+        uvicorn.run(create_app(engine, config), host=host, port=port, log_level=log_level,
+                    ws_ping_interval=config.ws_ping_seconds, ws_ping_timeout=config.ws_ping_timeout_seconds)
     finally:
         engine.close()
