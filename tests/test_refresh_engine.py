@@ -111,3 +111,66 @@ def test_bad_settings_and_batches_buffer_nothing(spark):
         engine.publish("stock", [{"sym": "k1", "nope": 1.0}])
     assert engine.pending()["tables"] == {}
     assert engine.result("s1") == _brute_min({f"k{i}": (float(i * 10 % 101), float(i)) for i in range(12)}, 0, 40)
+
+
+# ---- the refresh scheduler in a stream's micro-batches (issue 19 item 1; scheduling/stream_gate.py) ----------
+def test_stream_micro_batches_apply_what_the_scheduler_releases(spark, tmp_path):
+    """A stream over the table with ``max_delay`` set: per micro-batch, the lazy plan of the table's cost
+    (f(k) = k s, dT = 10 s: at most 10 rows stay buffered) decides what applies; ``refresh()`` makes the next
+    micro-batch apply everything.  Oracles: the lazy rule on the arrival counts (the one-table LGM plan) and the
+    MIN recomputed from the initial rows plus exactly the rows released so far."""
+    import json
+    import os
+
+    engine = _engine(spark, max_delay=10.0, refresh_costs={"stock": (1.0, 0.0)})
+    rnd = random.Random(19)
+    files = [[{"sym": f"k{rnd.randrange(15)}", "risk": float(rnd.randrange(101)), "per": float(rnd.randrange(-30, 30))}
+              for _ in range(n)] for n in (4, 4, 4, 4, 1)]
+    rows = {f"k{i}": (float(i * 10 % 101), float(i)) for i in range(12)}
+    src_dir, tmp = tmp_path / "in", tmp_path / "tmp"
+    src_dir.mkdir()
+    tmp.mkdir()
+    src = spark.readStream.schema("sym string, risk double, per double").option("maxFilesPerTrigger", 1) \
+        .json(str(src_dir))
+    out = engine.stream("stock", src)
+    q = (out.writeStream.format("memory").queryName("gated_stock").outputMode("append")
+         .option("checkpointLocation", str(tmp_path / "ck")).start())
+    buffered, released_seqs = [], set()
+    try:
+        for b, evs in enumerate(files):
+            if b == 4:
+                engine.refresh()   # the next micro-batch applies everything buffered
+            path = tmp / f"{b}.json"
+            path.write_text("".join(json.dumps(r) + "\n" for r in evs))
+            os.rename(path, src_dir / f"part-{b:02d}.json")
+            q.processAllAvailable()
+            buffered += [(b, j, r) for j, r in enumerate(evs)]
+            if b == 4 or len(buffered) > 10:           # the oracle: lazy, forced at the refresh
+                for bb, j, r in buffered:
+                    rows[r["sym"]] = (r["risk"], r["per"])
+                    released_seqs.add((bb << 32) + j)
+                buffered = []
+            (stream,) = engine.pending()["streams"].values()
+            assert (stream["batch"], stream["buffered"]) == (b, len(buffered))
+            assert stream["load"] <= 10.0
+            for sid, (lo, hi) in RANGES.items():
+                assert engine.result(sid) == _brute_min(rows, lo, hi), (b, sid)
+        notes = spark.table("gated_stock").collect()
+    finally:
+        q.stop()
+    assert {r["seq"] for r in notes if r["op"] != "rejected"} <= released_seqs
+    assert len(released_seqs) == sum(map(len, files))
+
+
+def test_stream_gate_settings_are_checked_before_the_stream_exists(spark, tmp_path):
+    engine = _engine(spark, max_delay=5.0)
+    src = spark.readStream.schema("sym string, risk double, per double").json(str(tmp_path))
+    with pytest.raises(InvalidArgument, match="refresh_costs\\['stock'\\]"):   # nothing measured nor given
+        engine.stream("stock", src)
+    engine.refresh_costs = {"stock": (1.0, -2.0)}
+    with pytest.raises(InvalidArgument, match="refresh_costs\\['stock'\\] = \\(1.0, -2.0\\)"):
+        engine.stream("stock", src)
+    engine.refresh_costs = {"nosuch": (1.0, 0.0)}
+    with pytest.raises(Exception, match="nosuch"):
+        engine.stream("stock", src)
+    assert engine._live_streams == {} and engine.pending()["streams"] == {}

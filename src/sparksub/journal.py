@@ -99,6 +99,8 @@ _log = logging.getLogger("sparksub.journal")
 _PARAMS_META = b"sparksub.params"
 _ENTRY_KIND = b"sparksub.entry"
 _ENTRY_STREAMS = b"sparksub.streams"
+#: the op kinds of issue 19's block (EngineJournal._replay_extra): a batch joining the refresh buffer, a timed apply
+_EXTRA_OPS = ("refresh_buffer", "refresh_cost")
 
 
 # ---- files ------------------------------------------------------------------------------------------------
@@ -373,6 +375,7 @@ class EngineJournal:
         self.event_queries: dict[str, dict] = {}  # name -> text, source, seconds_per_tick, since
         self._archived: dict[tuple, list] = {}  # (replica id, base id) -> [archive dir, entries archived]
         self._events: dict | None = None        # during a reopen: the event state, installed at the end
+        self._init_extra()                      # issue 19's state (the block at the end of this class)
 
     # ---- opening and closing ----------------------------------------------------------------------------------
     def open(self) -> None:
@@ -412,6 +415,8 @@ class EngineJournal:
             for record in records:
                 self._replay(record)
             self._install_events()
+            self._install_stream_joins()
+            self._install_refreshing()
         finally:
             self.replaying = False
         self.records = len(records)
@@ -620,11 +625,13 @@ class EngineJournal:
             try:
                 events = {cid: self._class_refs(c) for cid, c in engine._event_classes.items()
                           if tdef.name in c.cls.streams}
+                joins = self._stream_join_refs(tdef)   # (issue 19: the stream joins' kept events, below)
             except OSError as err:
                 self.broken = f"its directory could not be written ({err})"
                 raise SparksubError(f"the engine's event state could not be kept: {err}") from err
             self._append({"op": "publish", **entry, "next_seq": int(engine._next_seq),
-                          "clock": engine._event_clocks.get(tdef.name.lower()), "events": events}, after_change=True)
+                          "clock": engine._event_clocks.get(tdef.name.lower()), "events": events,
+                          **({"stream_joins": joins} if joins else {})}, after_change=True)
         self._index(entry)
 
     def _index(self, entry: dict) -> None:
@@ -775,7 +782,10 @@ class EngineJournal:
                 engine._event_clocks[record["table"]] = list(record["clock"])
             for cid, refs in record["events"].items():
                 self._events["classes"][cid] = refs
+            self._stream_joins.update(record.get("stream_joins") or {})
             self._index(record)
+        elif op in _EXTRA_OPS:
+            self._replay_extra(record)   # (issue 19's op kinds: the block at the end of this class)
         else:
             raise SparksubError(f"engine directory {str(self.root)!r}: unknown journal record {op!r} (written by "
                                 f"another sparksub version?)")
@@ -890,7 +900,7 @@ class EngineJournal:
                     "clocks": {k: list(v) for k, v in engine._event_clocks.items()}, "tables": tables,
                     "subscriptions": subscriptions,
                     "event_queries": self._event_query_entries(),
-                    "events": events}
+                    "events": events, **self._extra_manifest()}
         _write_atomic(tmp / "manifest.json", lambda fh: fh.write(_json(manifest).encode()))
         fsync_dir(tmp)
         shutil.rmtree(final, ignore_errors=True)   # a checkpoint a kill left before CURRENT named it
@@ -939,6 +949,7 @@ class EngineJournal:
                 self._register(q["name"], q)
         if manifest["events"] is not None:
             self._events = _read_pickle(where / manifest["events"])
+        self._restore_extra(where, manifest)
 
     def _compacted_subscriptions(self) -> list[dict]:
         """The live subscription batches, in registration order, as files: each run of single subscriptions in
@@ -1034,6 +1045,161 @@ class EngineJournal:
             for path in table_dir.iterdir():
                 if (table_dir.name, path.name) not in kept:
                     remove_path(path)
+        self._collect_extra()
+
+    # ==== issue 19 (added block): the stream joins' kept events and the refresh buffer ============================
+    # Kept beside the journal's own state through one-line hooks in __init__, _open, publish_commit, _replay
+    # ('publish' and the op kinds below), checkpoint, _restore_checkpoint and _collect_garbage.
+    #
+    # Stream joins (003 ch. 3; operators/stream_joins): the engine keeps no rows of an event stream, so a
+    # stream-join group's kept events live only in its runtime replica (a base carrying the operator + the batches
+    # logged since).  Like an event replica, it is copied into the directory as it is committed -- the base once,
+    # each new log entry with the publish that logged it (``stream_joins/<group>/<archive>/``) -- and the publish
+    # record (and the checkpoint) names the archive and its length; a reopen makes a new runtime replica of them
+    # and marks the group's base stale, so its next base carries that state into the subscriptions registered
+    # again (``StreamJoinFamily.carry_state``).
+
+    def _init_extra(self) -> None:
+        self._stream_joins: dict = {}       # during a reopen: group id -> [archive, log length, rows], the newest
+        self._sj_archived: dict = {}        # (group id, base id) -> [archive dir, entries archived]
+        self._refresh_buffer: list = []     # during a reopen: the buffered batches (refresh_buffer records)
+        self._refresh_costs: dict = {}      # during a reopen: table -> [(rows, seconds)] timed applies
+
+    def _stream_join_entries(self, tdef=None) -> list:
+        """The stream-join groups (the family that carries its state) holding a replica; on ``tdef``'s table."""
+        out = []
+        for e in self.engine._groups.values():
+            if getattr(e.family, "carry_state", None) is None or e.replica is None:
+                continue
+            if tdef is None or tdef.name.lower() in e.family.tables(e.physical):
+                out.append(e)
+        return out
+
+    def _stream_join_refs(self, tdef=None) -> dict:
+        """group id -> [archive, log length, rows] of the stream-join groups on ``tdef`` (None: all), their new
+        base and log entries copied first."""
+        if not self.durable:
+            return {}
+        return {e.group_id: self._sj_archive(e.group_id, e.replica) for e in self._stream_join_entries(tdef)}
+
+    def _sj_dir(self, gid: str, archive: str) -> Path:
+        return self.root / "stream_joins" / safe_name(gid) / archive
+
+    def _sj_archive(self, gid: str, replica) -> list:
+        key = (gid, replica.base_id)
+        have = self._sj_archived.get(key)
+        if have is None:
+            have = [uuid.uuid4().hex, 0]
+            _write_pickle(self._sj_dir(gid, have[0]) / "base.pickle", replica.read_base())
+            self._sj_archived[key] = have
+        if have[1] < replica.log_length:
+            where = self._sj_dir(gid, have[0])
+            for n, (kind, value, streams) in enumerate(replica.read_log(have[1], replica.log_length), start=have[1]):
+                _write_entry(where / f"log-{n}.arrow", kind, value, streams)
+            have[1] = replica.log_length
+        return [have[0], int(replica.log_length), int(replica.logged_rows)]
+
+    def _install_stream_joins(self) -> None:
+        """End of a reopen: each stream-join group's replica made again of its archived base and log."""
+        refs, self._stream_joins = self._stream_joins, {}
+        if not refs:
+            return
+        from sparksub.runtime import replicas as runtime_replicas
+        engine = self.engine
+        entries = {e.group_id: e for e in engine._groups.values() if getattr(e.family, "carry_state", None)}
+        for gid, (archive, length, rows) in refs.items():
+            e = entries.get(gid)
+            if e is None:
+                continue
+            where = self._sj_dir(gid, archive)
+            replica = runtime_replicas.new_base(engine.directory, engine.uid, gid, (where / "base.pickle").read_bytes())
+            for n in range(length):
+                _, value, streams = _read_entry(where / f"log-{n}.arrow")
+                replica = replica.append(value, streams)
+            self._sj_archived[(gid, replica.base_id)] = [archive, length]
+            # the subscriptions were registered again: the next base carries this state into them
+            e.replica, e.log_rows, e.base_stale = replica, int(rows), True
+
+    def _extra_manifest(self) -> dict:
+        """The checkpoint's part of this block: the stream joins' archives, the refresh buffer, the measured costs."""
+        return {"stream_joins": self._stream_join_refs(), "refresh_buffer": self._refresh_buffer_entries(),
+                "refresh_costs": {t: [list(x) for x in c.samples] for t, c in self.engine._costs.items()}}
+
+    def _restore_extra(self, where: Path, manifest: dict) -> None:
+        self._stream_joins = dict(manifest.get("stream_joins") or {})
+        self._refresh_buffer = [dict(b) for b in manifest.get("refresh_buffer") or []]
+        self._refresh_costs = {t: [tuple(x) for x in v] for t, v in (manifest.get("refresh_costs") or {}).items()}
+
+    def _collect_extra(self) -> None:
+        """Delete the stream-join archives and refresh-buffer files the current state does not reference."""
+        keep = {(safe_name(e.group_id), self._sj_archived[(e.group_id, e.replica.base_id)][0])
+                for e in self._stream_join_entries() if (e.group_id, e.replica.base_id) in self._sj_archived}
+        self._sj_archived = {k: v for k, v in self._sj_archived.items() if (safe_name(k[0]), v[0]) in keep}
+        for gdir in (self.root / "stream_joins").glob("*"):
+            for archive in gdir.iterdir():
+                if (gdir.name, archive.name) not in keep:
+                    shutil.rmtree(archive, ignore_errors=True)
+        live = {b["file"] for b in self._refresh_buffer_entries()}
+        for path in (self.root / "refresh_buffer").glob("*"):
+            if path.name not in live:
+                path.unlink(missing_ok=True)
+
+    # Refresh buffer (003 ch. 2; control/refreshing.py): with Engine.max_delay set, a publish's batch may wait in
+    # the engine's buffer.  Each batch joining it is a side file (refresh_buffer/<id>.arrow) and a record
+    # 'refresh_buffer' written before the buffer takes it; the apply of a buffered run publishes it under the
+    # batch id 'refresh:<id of its last batch>', so the publish record that commits it also says which buffered
+    # batches it consumed (a table's buffer drains from its front, in order).  A reopen restores the batches
+    # journaled and not consumed, and the tables' timed applies ('refresh_cost' records: their cost functions),
+    # so ``pending()`` is what it was.  A checkpoint lists the buffer and the samples.
+
+    def refresh_buffered(self, table: str, rows: pa.Table, mode, buffer_id: str) -> None:
+        """Before a batch joins the refresh buffer (``Refreshing._publish_buffered``): its rows and its record."""
+        if not self._usable():
+            return
+        self._before_change()
+        name = f"{buffer_id}.arrow"
+        self.side_bytes += _write_arrow(self.root / "refresh_buffer" / name, rows)
+        self._append({"op": "refresh_buffer", "table": table, "file": name, "mode": str(mode),
+                      "variants": dict(getattr(mode, "variants", {}) or {}), "id": buffer_id})
+
+    def refresh_cost(self, table: str, rows: int, seconds: float) -> None:
+        """A timed apply of a table's buffer (its cost function's sample), after the publish that applied it."""
+        if self._usable():
+            self._append({"op": "refresh_cost", "table": table, "rows": int(rows), "seconds": float(seconds)},
+                         after_change=True)
+
+    def _replay_extra(self, record: dict) -> None:
+        if record["op"] == "refresh_buffer":
+            self._refresh_buffer.append({k: record[k] for k in ("table", "file", "mode", "variants", "id")})
+        else:
+            self._refresh_costs.setdefault(record["table"], []).append((record["rows"], record["seconds"]))
+
+    def _refresh_buffer_entries(self) -> list:
+        """The engine's buffered batches as the journal names them (those a durable engine journaled)."""
+        out = []
+        for table, batches in self.engine._buffered.items():
+            for _rows, mode, buffer_id in batches:
+                if buffer_id is not None:
+                    out.append({"table": table, "file": f"{buffer_id}.arrow", "mode": str(mode),
+                                "variants": dict(getattr(mode, "variants", {}) or {}), "id": buffer_id})
+        return out
+
+    def _install_refreshing(self) -> None:
+        """End of a reopen: the buffered batches no committed publish consumed, and the measured costs, back in
+        the engine (``Refreshing._restore_refreshing``)."""
+        entries, self._refresh_buffer = self._refresh_buffer, []
+        costs, self._refresh_costs = self._refresh_costs, {}
+        kept: dict = {}
+        for e in entries:
+            kept.setdefault(e["table"], []).append(e)
+        buffered = {}
+        for table, batches in kept.items():
+            consumed = max((i for i, e in enumerate(batches) if self.committed(f"refresh:{e['id']}") is not None),
+                           default=-1)
+            buffered[table] = [(_read_arrow(self.root / "refresh_buffer" / e["file"]), e["mode"], e["variants"], e["id"])
+                               for e in batches[consumed + 1:]]
+        if buffered or costs:
+            self.engine._restore_refreshing(buffered, costs)
 
     def stats(self) -> dict:
         return {"directory": str(self.root), "durable": self.durable, "published": self.publishes,

@@ -37,6 +37,11 @@ def _check_streaming(df) -> None:
         raise InvalidArgument(f"stream() takes a streaming DataFrame (spark.readStream...), got {kind}")
 
 
+def _stream_stream(entry) -> bool:
+    """Whether ``entry`` is a stream-stream join group (operators/stream_joins: the family that carries its state)."""
+    return getattr(entry.family, "carry_state", None) is not None
+
+
 class Streaming:
     """The Engine's streaming (a mixin of ``engine.Engine``: its methods use the engine's state)."""
 
@@ -93,6 +98,16 @@ class Streaming:
         FILTER groups on the table (unicast rows in either mode) are stateless: each micro-batch is matched on every
         shard as a ``publish`` batch is, and their notifications (with the event's columns) are
         unioned with the range groups' (same ``seq``).
+
+        Stream-stream join groups (STREAM_JOIN, STREAM_BAND_JOIN: two event streams, 003 ch. 3) on the table: each
+        micro-batch is one step of the bounded join, as one ``publish`` of its rows
+        (``runtime/stream_join_stream.py``); the state -- both streams' kept events -- starts as the engine's group
+        has it now and lives in the state store.  Unicast rows in either mode.
+
+        With ``Engine.max_delay`` set, a keyed table's stream buffers its valid rows and the refresh scheduler
+        decides per micro-batch whether they apply now (003 ch. 2; ``scheduling/stream_gate.py``, decisions kept per
+        micro-batch id, so a replay decides the same): ``refresh_costs[table]`` or the table's measured cost, fixed
+        now; ``refresh()`` asks the stream to apply everything at its next micro-batch.
         """
         _check_streaming(streaming_df)
         schema = mode_schema(mode)  # run_stream adds the ``reason`` column
@@ -106,7 +121,9 @@ class Streaming:
                                     f"groups registered when it starts (and their later subscriptions)")
             joins = [e for e in groups if e.family.placement == ROW_PARTITIONS]
             filters = [e for e in groups if e.family.placement == SUBSCRIPTION_SHARDS]
-            ranges = [e for e in groups if e not in filters and e not in joins]
+            # stream-stream joins (003 ch. 3): one step of the bounded join per micro-batch (_stream_stream_joins)
+            sjoins = [e for e in groups if _stream_stream(e)]
+            ranges = [e for e in groups if e not in filters and e not in joins and e not in sjoins]
             # One row check for every path, the one publish makes (row_validation): malformed rows come out
             # once, from it, with their reason; the paths see the valid rows, numbered (seq) alike.
             name = _operator_name(e.physical for e in groups) + "_stream" if groups else "event_query_nfa_stream"
@@ -115,12 +132,15 @@ class Streaming:
             stream_id, files = uuid.uuid4().hex, self.directory.area("stream_files")
             control = stream_control.StreamControl(files / stream_id, self.uid, stream_id)
             keyed = state.definition.key is not None
+            # Engine.max_delay: the refresh scheduler decides per micro-batch what applies (issue 19 item 1)
+            gate = self._stream_gate(state, control)
             checked = spark_stream.checked_updates(streaming_df, state.definition, name,
-                                                   control if keyed else None)   # (rows the engine follows)
+                                                   control if keyed else None, gate)   # (rows the engine follows)
             valid = spark_stream.valid_updates(checked)
             spark_stream.new_stream_id(files, owner=self.directory, stream_id=stream_id)   # (a good stream: its files)
             where = spark_stream.stream_directory(stream_id)
             live = stream_control.LiveStream(stream_id, state.definition.name.lower(), where, mode)
+            live.refresh_gate = gate   # (refresh() asks it to apply everything; pending() reads it)
             outs = []
             if event_classes:
                 outs.append(subscription_group(self._stream_events(state, event_classes, valid, where, stream_id,
@@ -162,6 +182,11 @@ class Streaming:
                 outs.append(subscription_group(ranges_out, self._describe([(e.physical, e) for e in ranges],
                                                                           f"stream {mode}")))
                 live.ranges, live.range_schema = set(specs), wide
+            if sjoins:
+                outs.append(subscription_group(self._stream_stream_joins(state, sjoins, valid, mode, where, stream_id,
+                                                                         control),
+                                               self._describe([(e.physical, e) for e in sjoins], f"stream {mode}")))
+                live.ranges.update(e.group_id for e in sjoins)   # (their subscription changes: _publish_to_streams)
             if not outs:
                 raise SparksubError(f"stream(): the FILTER / BAND_JOIN subscriptions on {table!r} have no "
                                     f"{mode!r} form; use mode='unicast'")
@@ -240,6 +265,26 @@ class Streaming:
                                [arrow_type(t) for _, t in tdef.columns], self.uid,
                                _operator_name(e.physical for e in entries) + "_stream", stream_id, control), tdef)
 
+    def _stream_stream_joins(self, state: TableState, entries: list, valid_df, mode: str, where=None,
+                             stream_id: str | None = None, control=None):
+        """Stream-stream join groups (STREAM_JOIN, STREAM_BAND_JOIN) on a stream of one of their event streams
+        (``runtime/stream_join_stream.py``): each micro-batch is one step of the bounded join (003 §3.2), as one
+        ``publish`` of its rows; the group's state -- the kept events of both streams, the policy's statistics --
+        starts as the engine's group has it now (the events published before) and lives in the state store."""
+        from sparksub.runtime.stream_join_stream import StreamJoinStreamGroup, run_stream_join_stream
+        tdef = state.definition
+        specs = {}
+        for n, e in enumerate(entries):
+            # the kept events exist only in the group's replica: the stream's base carries them (carry_state)
+            snap = e.family.carry_state(self._snapshot(state, e), self._materialized(state, e))
+            base = (spark_replicas.write_value(f"{where}/stream-join-{n}.pickle", snap) if where is not None
+                    else spark_stream._Deferred(pickle.dumps(snap, protocol=pickle.HIGHEST_PROTOCOL)))
+            specs[e.group_id] = StreamJoinStreamGroup(e.group_id, e.family.side_of(e.physical, tdef), base)
+        schema = self._output_schema(publish_schema(mode), mode, entries, tdef)   # (publish's columns end with reason)
+        out = run_stream_join_stream(valid_df, tdef, specs, mode, schema, self.uid,
+                                     _operator_name(e.physical for e in entries) + "_stream", stream_id, control)
+        return _rename_event_columns(out, tdef)
+
     # ---- subscriptions as data: the streams this engine built follow its changes (runtime/stream_control.py) ----
     def _publish_to_streams(self, entry: GroupEntry) -> None:
         """Publish ``entry``'s subscriptions, as they are now, to every stream over one of its tables that hosts the
@@ -263,7 +308,8 @@ class Streaming:
                 snap = entry.family.snapshot(entry.registry, entry.physical, gid,
                                              {live.table: TableState(state.definition)})   # no rows: the stream has them
                 stream_control.publish_subscriptions(live.directory, gid, live.next_version(), snap)
-            elif placement == ONE and live.range_schema is not None and self._fits_stream(live, entry, state):
+            elif placement == ONE and live.range_schema is not None and not _stream_stream(entry) \
+                    and self._fits_stream(live, entry, state):
                 self._add_stream_group(live, entry, state)
             elif gid not in live.warned:
                 live.warned.add(gid)

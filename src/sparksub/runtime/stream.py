@@ -205,7 +205,7 @@ OP_COLUMN, SEQ_COLUMN, REASON_COLUMN = "sparksub_op", "sparksub_seq", "sparksub_
 _ORD_COLUMN = "sparksub_ord"
 
 
-def checked_updates(streaming_df, table_def, name: str = "updates", applied=None):
+def checked_updates(streaming_df, table_def, name: str = "updates", applied=None, gate=None):
     """The stream of updates to ``table_def``, every row checked by ``row_validation.check_rows`` -- the
     checks ``publish`` makes, in a ``mapInArrow`` task named ``<name>_check`` -- and numbered: the table's
     columns in their canonical Spark types, an event stream's ``t0``/``t1`` (bigint; one given alone fills
@@ -219,7 +219,11 @@ def checked_updates(streaming_df, table_def, name: str = "updates", applied=None
     ``applied`` (a ``stream_control.StreamControl``): the valid rows of each micro-batch also go, in seq order,
     to a file of the stream's directory (``applied/<micro-batch>.arrow``), written by the one task that orders
     the micro-batch (with ``_seq``, one more task after a one-partition exchange): the engine follows them, so
-    that ``result()`` agrees with what the stream applied (``Engine._follow_streams``)."""
+    that ``result()`` agrees with what the stream applied (``Engine._follow_streams``).
+
+    ``gate`` (a ``scheduling.stream_gate.StreamRefreshGate``; ``Engine.max_delay`` set): the ordering task also
+    decides, by the refresh scheduler, whether the micro-batch's valid rows and those buffered before apply now
+    or stay buffered (003 ch. 2); the paths see only the rows it releases, and ``applied`` holds those."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import ByteType, LongType, StringType, StructField, StructType
 
@@ -238,12 +242,12 @@ def checked_updates(streaming_df, table_def, name: str = "updates", applied=None
                                         StructField(REASON_COLUMN, StringType())])
     check = _check_function(shape, to_arrow_schema(checked_schema, timezone="UTC"), ticks, seq_given, f"{name}_check")
     checked = streaming_df.mapInArrow(check, checked_schema)
-    if seq_given and applied is None:
+    if seq_given and applied is None and gate is None:
         return checked
     ordered_schema = StructType(data + [StructField(OP_COLUMN, ByteType(), False), StructField(SEQ_COLUMN, LongType()),
                                         StructField(REASON_COLUMN, StringType())])
     order = _order_function(to_arrow_schema(ordered_schema, timezone="UTC"), f"{name}_order", applied,
-                            renumber=not seq_given)
+                            renumber=not seq_given, gate=gate)
     return checked.repartition(1).mapInArrow(order, ordered_schema)
 
 
@@ -269,13 +273,16 @@ def _check_function(shape, out: pa.Schema, ticks: tuple, seq_given: bool, name: 
     return check
 
 
-def _order_function(out: pa.Schema, name: str, applied=None, renumber: bool = True):
+def _order_function(out: pa.Schema, name: str, applied=None, renumber: bool = True, gate=None):
     def order(batches):
         """The micro-batch's rows (all of them: one partition) by ``sparksub_ord``, ``sparksub_seq`` =
         (micro-batch id << 32) + rank (``renumber``; else by the given ``sparksub_seq``); the valid ones to
         ``applied``'s file of the micro-batch."""
         tables = [pa.Table.from_batches([rb]) for rb in batches if rb.num_rows]
         batch_id = stream_control.batch_id()
+        if gate is not None and batch_id is not None:
+            yield from _gated(out, tables, batch_id, applied, renumber, gate)
+            return
         if not tables:
             if applied is not None and batch_id is not None:
                 applied.write_applied(batch_id, out.empty_table().drop_columns([REASON_COLUMN]))
@@ -293,6 +300,25 @@ def _order_function(out: pa.Schema, name: str, applied=None, renumber: bool = Tr
             yield rb
     order.__name__ = name
     return order
+
+
+def _gated(out: pa.Schema, tables: list, batch_id: int, applied, renumber: bool, gate):
+    """``_order_function`` with a refresh gate (issue 19 item 1; ``scheduling/stream_gate.py``): the micro-batch's
+    rows numbered as without it, its rejected rows out at once, its valid rows handed to the gate, which returns
+    the rows to apply now (the buffered ones and these, or none: the decision is kept per micro-batch, so a replay
+    releases the same); those go on, and to ``applied``."""
+    table = pa.concat_tables(tables) if tables else out.empty_table()
+    if renumber and table.num_rows:
+        table = table.sort_by(_ORD_COLUMN)
+        seqs = (np.int64(batch_id) << np.int64(32)) + np.arange(table.num_rows, dtype=np.int64)
+        table = table.set_column(table.column_names.index(_ORD_COLUMN), SEQ_COLUMN, pa.array(seqs))
+    table = table.cast(out)
+    rejected = table.filter(pc.is_valid(table.column(REASON_COLUMN)))
+    released = gate.decide(batch_id, table.filter(pc.is_null(table.column(REASON_COLUMN))), SEQ_COLUMN)
+    if applied is not None:
+        applied.write_applied(batch_id, released.drop_columns([REASON_COLUMN]))
+    for part in (rejected, released.cast(out)):
+        yield from part.to_batches()
 
 
 def rejected_updates(checked, table_def, stream_id: str | None = None, name: str = "updates"):

@@ -156,9 +156,10 @@ class StreamJoinFamily(FamilyBase):
         return snapshot.carrying(operator)
 
     def stream_columns(self, node, table):
-        raise UnsupportedSubscription(f"stream() over the stream join {node.left} JOIN {node.right}: publish the "
-                                      f"streams' events in batches (publish); a Structured Streaming source is not "
-                                      f"supported for stream-stream joins yet", ("publish",))
+        # (Engine.stream runs a stream join through its own stateful operator, runtime/stream_join_stream.py --
+        # one step of the bounded join per micro-batch -- never through the range groups' columns)
+        raise UnsupportedSubscription(f"the stream join {node.left} JOIN {node.right} has no range-group columns: "
+                                      f"Engine.stream runs it as a stream join", ("stream",))
 
     # ---- reading the state -----------------------------------------------------------------------------------
     def result(self, registry, node, operator, sub_id, tables):
