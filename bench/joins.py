@@ -882,7 +882,7 @@ def make_targets(sj, bj, router, hist, rsweep):
     fa, fb = _free(sj_row(sj, q0, "SJ-SSI")), _free(sj_row(sj, q1, "SJ-SSI"))
     if fa and fb:
         d2 = 1 - fb / fa
-        t.append((f"same, output time excluded (003 §4.6; fitted per-affected-query time subtracted, §1)", d2 < 0.2,
+        t.append(("same, output time excluded (003 §4.6; fitted per-affected-query time subtracted, §1)", d2 < 0.2,
                   f"{fa:,.0f} -> {fb:,.0f} tuples/s ({100 * d2:.0f}% drop)"))
     je, js = sj_rate(sj, q1, "SJ-JoinFirst-E"), sj_rate(sj, q1, "SJ-JoinFirst-S")
     t.append((f"SJ-JoinFirst (-E and -S) < 5% of SJ-SSI at {q1:,} queries", max(je, js) < 0.05 * b,
@@ -925,12 +925,12 @@ def make_targets(sj, bj, router, hist, rsweep):
                   f"({worst['best']})"))
         oko = all(w["dyn"] >= 0.8 * w["opt"] for w in rsweep)
         worst = min(rsweep, key=lambda w: w["dyn"] / w["opt"])
-        t.append((f"DYNAMIC >= 80% of OPT at every kj / ks sweep point (§10; OPT simulated)", oko,
+        t.append(("DYNAMIC >= 80% of OPT at every kj / ks sweep point (§10; OPT simulated)", oko,
                   f"{sum(w['dyn'] >= 0.8 * w['opt'] for w in rsweep)}/{len(rsweep)} points; worst "
                   f"{worst['kind']} {worst['label']}: {100 * worst['dyn'] / worst['opt']:.0f}%"))
         okr = all(w["dyn"] >= 0.8 * w["replay"] for w in rsweep)
         worst = min(rsweep, key=lambda w: w["dyn"] / w["replay"])
-        t.append((f"same against OPT/replay", okr,
+        t.append(("same against OPT/replay", okr,
                   f"{sum(w['dyn'] >= 0.8 * w['replay'] for w in rsweep)}/{len(rsweep)} points; worst "
                   f"{worst['kind']} {worst['label']}: {100 * worst['dyn'] / worst['replay']:.0f}%"))
     for wl in dict.fromkeys(r["workload"] for r in hist):

@@ -13,6 +13,8 @@ worker memory, in one run::
     python bench/runtime.py --pause 90           # two of the 20 warm publishes after a 90 s idle pause
                                                  #   (full run: 90 by default; --quick: 0 = no pause)
     python bench/runtime.py --zero-only          # the zero-rebuild check alone, merged into the saved run
+    python bench/runtime.py --zones --master 'local-cluster[2,1,2048]'   # issue 16 item 4: one group of 1M
+                                                 #   subscriptions x 100K rows whole vs in 2 X zones (~12 min)
 
 Writes (merged by run label = master + full/quick, so a local[2] full run and a local-cluster quick run sit
 side by side) ``--json`` (default ``docs/benchmarks/runtime.json``), and from every run in it
@@ -54,7 +56,13 @@ one publish per class, each after ``--pause`` seconds of idleness. *memory*: in 
 subscription, 2 reformulated publishes of 10K): the child's VmRSS, and the Python workers' (every Python process
 under the Spark JVMs, from /proc; VmRSS summed, PSS beside it since forked workers share pages), per executor
 JVM on ``local-cluster``, where the report gives each executor's share of the 1M-subscription group (a group is
-one replica run by one task: one executor holds all of it; item 4's split is not in this runtime).
+one replica run by one task: one executor holds all of it; ``--zones`` measures item 4's split: *zones*, below).
+
+*Zones* (``--zones``): RANGE_MIN with 1M subscriptions on 100K rows, ``Engine.range_zones = 0`` (whole) and 2 (X zones,
+control/zones.py), each in a fresh child process: reformulated publishes at batches of 10K and 100K (+ the stage times
+of the zoned path), each executor's Python RSS / PSS against its baseline (workers started, before any group), the
+replicas' rows and subscriptions, beside the pure single core and the two zones in one process.  Each run is kept in
+the JSON under ``zones`` and rendered as its own section (+ ``runtime_zones*.png``).
 
 *Connect* (``--connect``): the same parts on ``SparkSession.builder.remote(MASTER)``, a local Spark Connect
 server started by this process (tests/test_connect.py), with sparksub's session defaults.
@@ -76,7 +84,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # the pure-operator figures are f
 import argparse
 import gc
 import json
-import math
 import shutil
 import statistics
 import subprocess
@@ -1238,6 +1245,11 @@ def write_report(data: dict, md_path: Path, png_path: Path) -> None:
              "(the JSON beside this file holds them; a later run with `--baseline FILE` adds the previous runtime's "
              "figures and ratios).\n")
     runs = data.get("runs", {})
+    if data.get("zones"):
+        when = ", ".join(f"{m} {z['machine']['date']}" for m, z in data["zones"].items())
+        L.append(f"The per-run sections below are from the previous runs (each gives its date and commit); the "
+                 f"section \"Range groups split into X zones\" (issue 16 item 4, `--zones`) is from the latest run "
+                 f"({when}).\n")
     for run in runs.values():
         if run.get("baseline_note"):
             L.append(run["baseline_note"] + "\n")
@@ -1261,6 +1273,7 @@ def write_report(data: dict, md_path: Path, png_path: Path) -> None:
     L.append("![e2e vs pure rows/s per class and batch; memory](runtime.png)\n")
     for run in order:
         L += report_run(run)
+    L += _zones_section(data, png_path.parent)
     L.append(textwrap.dedent("""\
         ## How to read it
 
@@ -1379,6 +1392,265 @@ def zero_only(args, sizes: Sizes, pause: float) -> int:
     return 0
 
 
+# ============================================================================================ zones (item 4)
+#: the zones part (``--zones``): a large range-MIN group split into X zones (DS-CN, 000 §2.3.2; control/zones.py)
+#: against the same group run whole, each in a fresh child process on ``--master``
+ZONES_SUBS, ZONES_ROWS = 1_000_000, 100_000
+ZONES_BATCHES = [(10_000, 3), (100_000, 2)]
+if os.environ.get("SPARKSUB_BENCH_ZONES_SMOKE"):    # does the part run (figures meaningless)
+    ZONES_ROWS, ZONES_BATCHES = 10_000, [(2_000, 1), (5_000, 1)]
+ZONES_WARM = [(1_000, "unicast"), (1_000, "reformulated")]
+
+
+def _zones_updates(rows: int, batches: list):
+    import range_min as rm
+    keys, xs, ys = rm.make_objects(rows)
+    n = sum(b for b, _ in ZONES_WARM) + sum(b * r for b, r in batches)
+    return rm, keys, xs, ys, rm.make_updates(ys, n)
+
+
+def zones_child(master: str, subs: int, rows: int, zones: int, batches: list) -> dict:
+    """In a fresh process: one range-MIN group of ``subs`` subscriptions on ``rows`` rows, ``zones`` X zones (0:
+    whole, one task); warm-up publishes, then timed reformulated publishes (+ ``count()``), the worker-cache
+    outcomes around them, each executor's Python memory and what each replica holds."""
+    from sparksub import Engine
+    rm, keys, xs, ys, stream = _zones_updates(rows, batches)
+    ids, lo, hi = rm.make_subscriptions(subs)
+    out = {"subscriptions": subs, "rows": rows, "zones": zones, "master": master, "load_start": load_avg()}
+    spark = _session(master, "sparksub-bench-runtime-zones")
+    out["memory_baseline"] = _python_baseline(spark)
+    e = Engine(spark)
+    e.range_zones = zones
+    e.sql("CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)")
+    e.load("stock", pa.table({"symbol": keys.astype(str), "risk": xs, "per": ys}))
+    e.subscribe_many(RANGE_TEMPLATE, {"id": ids.astype(str), "lo": lo, "hi": hi})
+    del ids, lo, hi
+    pos, warm = 0, []
+    for b, mode in ZONES_WARM:
+        t0 = time.perf_counter()
+        e.publish("stock", rm.stock_batch(keys, xs, stream, pos, pos + b), mode).count()
+        warm.append({"rows": b, "mode": mode, "s": time.perf_counter() - t0})
+        pos += b
+    out["warm"] = warm
+    before = cache_counts(e)
+    timed = []
+    gid = next(iter(ent.group_id for ent in e._groups.values()))
+    for b, reps in batches:
+        ts, stages = [], []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            e.publish("stock", rm.stock_batch(keys, xs, stream, pos, pos + b), "reformulated").count()
+            ts.append(time.perf_counter() - t0)
+            zs = e._zone_states.get(gid)
+            if zs is not None and zones:
+                stages.append(dict(zs.timings))
+            pos += b
+        timed.append({"batch": b, "s": ts, "rows_per_s": b / statistics.median(ts), "load": load_avg(),
+                      "zone_stages_s": stages})
+        log(f"    zones={zones} batch {b:,}: {b / statistics.median(ts):,.0f} rows/s ({ts})")
+    out["timed"] = timed
+    out["cache"] = count_delta(before, cache_counts(e))
+    out["memory"] = memory_snapshot()
+    zs = e._zone_states.get(gid)
+    if zs is not None and zones:
+        out["zone_rows"], out["cuts"] = zs.zone_rows, zs.cuts
+        out["shard_subscriptions"] = zs.shard_subscriptions
+        where = worker_pids()   # the Python worker's pid -> its executor JVM
+        out["zone_tasks"] = [{"partition": z.get("partition"), "pid": z.get("pid"),
+                              "executor": where.get(z.get("pid"), "?")} for z in zs.zone_info]
+        c = zs.counters
+        out["round1_fraction"] = c["updates_round1"] / c["updates"] if c["updates"] else None
+    else:
+        out["zone_rows"], out["shard_subscriptions"] = [rows], [subs]
+    out["load_end"] = load_avg()
+    spark.stop()
+    return out
+
+
+def _touch_workers(batches):
+    import sparksub.runtime.zones  # noqa: F401 - what a zone task imports
+    for rb in batches:
+        yield rb
+
+
+def _python_baseline(spark) -> dict:
+    """Each executor's Python memory with workers started and sparksub's runtime imported, before any group
+    exists: a few two-task jobs (so that both executors run one), then a snapshot."""
+    for _ in range(4):
+        spark.range(0, 2, 1, 2).mapInArrow(_touch_workers, "id bigint").collect()
+    return memory_snapshot()
+
+
+def zones_pure(rows: int, batches: list) -> dict:
+    """The pure cores on the same batches, one core, no Spark: the single S-CN group (``RangeMinGroup``,
+    reformulated) and two zones run one after the other in this process (``ZonedRangeMin``)."""
+    import range_min as rm
+    from sparksub.operators.range_min.group import RangeMinGroup
+    from sparksub.operators.range_min.zones import ZonedRangeMin
+    _, keys, xs, ys, stream = _zones_updates(rows, batches)
+    single = RangeMinGroup("g", "stock", "risk", "per", False)
+    single.load(keys, xs, ys)
+    zoned = ZonedRangeMin.from_rows(keys, xs, ys, 2)
+    pos = 0
+    for b, _ in ZONES_WARM:
+        batch = rm.group_batch(keys, xs, stream, pos, pos + b, pos)
+        single.apply(batch, "reformulated")
+        zoned.apply(batch)
+        pos += b
+    out = []
+    for b, reps in batches:
+        t_single, t_zoned = [], []
+        for _ in range(reps):
+            batch = rm.group_batch(keys, xs, stream, pos, pos + b, pos)
+            t0 = time.perf_counter()
+            single.apply(batch, "reformulated")
+            t_single.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            zoned.apply(batch)
+            t_zoned.append(time.perf_counter() - t0)
+            pos += b
+        out.append({"batch": b, "single_rows_per_s": b / statistics.median(t_single),
+                    "zoned_rows_per_s": b / statistics.median(t_zoned)})
+    return {"batches": out, "round1_fraction": zoned.stats()["round1_fraction"], "load": load_avg()}
+
+
+def run_zones(args) -> int:
+    """``--zones``: whole vs zoned children on ``--master``, the pure cores, merged into ``--json`` under
+    ``zones`` and rendered as a section of runtime.md (+ runtime_zones.png)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    subs = args.zones_subs or ZONES_SUBS
+    res = {"master": args.master, "machine": machine(), "code": code_under_test(), "load_start": load_avg(),
+           "subscriptions": subs, "rows": ZONES_ROWS, "children": []}
+    log(f"# zones part on {args.master}: {subs:,} subscriptions x {ZONES_ROWS:,} rows; load {res['load_start']}")
+    res["pure"] = zones_pure(ZONES_ROWS, ZONES_BATCHES)
+    log(f"  pure: {res['pure']}")
+    for z in (0, 2):
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        proc = subprocess.run([sys.executable, __file__, "--zones-child", str(z), "--zones-subs", str(subs),
+                               "--master", args.master], capture_output=True, text=True, timeout=3600, env=env)
+        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("ZONES ")), None)
+        if line is None:
+            res["children"].append({"zones": z, "error": (proc.stderr or proc.stdout)[-800:]})
+            log(f"  zones={z} failed: {res['children'][-1]['error']}")
+            continue
+        res["children"].append(json.loads(line[6:]))
+        log(f"  zones={z}: {res['children'][-1]['timed']}")
+    res["load_end"] = load_avg()
+    data = json.loads(args.json.read_text()) if args.json.exists() else {"runs": {}}
+    data.setdefault("zones", {})[f"{args.master} {res['machine']['date']}"] = res
+    args.json.write_text(json.dumps(data, indent=1, default=str))
+    write_report(data, args.out / "runtime.md", args.out / "runtime.png")
+    return 0
+
+
+def _zones_section(data: dict, out_dir: Path) -> list[str]:
+    L = []
+    for n, (master, z) in enumerate(data.get("zones", {}).items()):
+        master = z["master"]
+        L.append(f"## Range groups split into X zones (issue 16 item 4; DS-CN, 000 §2.3.2) — {master}, "
+                 f"{z['machine']['date']}\n")
+        code = z["code"]
+        code = f"{code.get('commit', '?')[:9]}{' + uncommitted changes' if code.get('dirty') else ''}"
+        L.append(f"Run {z['machine']['date']} (sparksub {code}), load average {z['load_start']} at start, "
+                 f"{z['load_end']} at end (2 cores shared with other work; wall clock). One RANGE_MIN group of "
+                 f"{z['subscriptions']:,} subscriptions on {z['rows']:,} rows (bench/range_min.py's workload), in a "
+                 f"fresh child process per configuration: *whole* = one replica run by one task (`range_zones = 0`), "
+                 f"*2 zones* = `range_zones = 2` (two X zones, two x1 subscription shards; control/zones.py). After "
+                 f"warm-up publishes (1K unicast, 1K reformulated), reformulated publishes + `count()`; rows/s = "
+                 f"batch / median wall time. *pure*: the same batches in one process, no Spark: the single S-CN core "
+                 f"(`RangeMinGroup.apply`) and the two zones one after the other (`ZonedRangeMin.apply`).\n")
+        kids = {c["zones"]: c for c in z["children"] if "error" not in c}
+        pure = {p["batch"]: p for p in z["pure"]["batches"]}
+        rows = []
+        for b, _ in ZONES_BATCHES:
+            w = next((t for t in kids.get(0, {}).get("timed", []) if t["batch"] == b), None)
+            t2 = next((t for t in kids.get(2, {}).get("timed", []) if t["batch"] == b), None)
+            p = pure.get(b, {})
+            single = p.get("single_rows_per_s")
+            rows.append([f"{b:,}", fmt_num(w["rows_per_s"]) if w else "–", fmt_num(t2["rows_per_s"]) if t2 else "–",
+                         fmt_num(single) if single else "–", fmt_num(p.get("zoned_rows_per_s")) if p else "–",
+                         _ratio(w["rows_per_s"], single) if w and single else "–",
+                         _ratio(t2["rows_per_s"], single) if t2 and single else "–"])
+        L.append(md_table(["batch", "e2e whole rows/s", "e2e 2 zones rows/s", "pure single core rows/s",
+                       "pure 2 zones (1 process) rows/s", "whole / pure", "2 zones / pure"], rows))
+        L.append("")
+        mem = []
+        for zc, c in sorted(kids.items()):
+            base = c.get("memory_baseline", {}).get("executors", {})
+            for label, ex in sorted(c["memory"]["executors"].items()):
+                b = base.get(label, {})
+                mem.append(["whole" if zc == 0 else f"{zc} zones", label, str(ex["python_processes"]),
+                            _mb(ex["python_rss_mb"]), _mb(ex["python_pss_mb"]),
+                            _mb(b.get("python_pss_mb")) if b else "–",
+                            _mb(ex["python_pss_mb"] - b["python_pss_mb"]) if b else "–"])
+        L.append("Memory after the timed publishes (each executor's Python workers, from /proc; PSS counts shared "
+                 "pages once). *Baseline*: the same executor's Python PSS after the session started and a few "
+                 "two-task jobs had started its workers and imported sparksub's runtime, before any group existed; "
+                 "*above baseline* is what the group's state (and the tasks' transient buffers) adds:\n")
+        L.append(md_table(["configuration", "executor", "Python processes", "Python RSS", "Python PSS",
+                           "baseline PSS", "PSS above baseline"], mem))
+        L.append("")
+        for zc, c in sorted(kids.items()):
+            what = (f"rows per zone {c['zone_rows']} (cut at X = {[round(x, 1) for x in c.get('cuts', [])]}), "
+                    f"subscriptions per shard {c['shard_subscriptions']}, zone tasks {c.get('zone_tasks')}, round 1 "
+                    f"settled {c['round1_fraction']:.1%} of the updates" if zc else
+                    f"one replica: {c['zone_rows'][0]:,} rows and {c['shard_subscriptions'][0]:,} subscriptions")
+            L.append(f"* **{'whole' if zc == 0 else f'{zc} zones'}**: {what}; worker cache over the timed publishes "
+                     f"{c['cache']}; warm-up {[round(w['s'], 1) for w in c['warm']]} s.")
+        for c in z["children"]:
+            if "error" in c:
+                L.append(f"* zones={c['zones']} failed: `{c['error'][-300:]}`")
+        stages = [(zc, t["batch"], s) for zc, c in kids.items() for t in c.get("timed", [])
+                   for s in t.get("zone_stages_s", [])]
+        if stages:
+            L.append("* **2 zones, wall seconds per stage** of each timed publish (round 1: the Spark job + collecting "
+                     "the records; round 2: on the driver, with writing the files; output: the merge job, computing "
+                     "the checkpoint): " + "; ".join(
+                         f"{b:,}: {s['round1_job_s']:.2f} / {s['round2_driver_s']:.2f} / {s['output_job_s']:.2f}"
+                         for _, b, s in stages) + ".")
+        for note in z.get("notes", []):
+            L.append(f"* {note}")
+        name = "runtime_zones.png" if n == 0 else f"runtime_zones_{n}.png"
+        L.append(f"\n![zones vs whole]({name})\n")
+        _plot_zones(z, out_dir / name)
+    return L
+
+
+def _plot_zones(z: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    kids = {c["zones"]: c for c in z["children"] if "error" not in c}
+    fig, (a, m) = plt.subplots(1, 2, figsize=(11, 4))
+    bs = [b for b, _ in ZONES_BATCHES]
+    xs = np.arange(len(bs))
+    series = [("e2e whole", [next((t["rows_per_s"] for t in kids.get(0, {}).get("timed", []) if t["batch"] == b), 0)
+                             for b in bs]),
+              ("e2e 2 zones", [next((t["rows_per_s"] for t in kids.get(2, {}).get("timed", []) if t["batch"] == b), 0)
+                               for b in bs]),
+              ("pure single core", [p["single_rows_per_s"] for p in z["pure"]["batches"]]),
+              ("pure 2 zones, 1 process", [p["zoned_rows_per_s"] for p in z["pure"]["batches"]])]
+    for i, (name, v) in enumerate(series):
+        a.bar(xs + (i - 1.5) * 0.2, v, 0.2, label=name)
+    a.set_xticks(xs, [f"{b:,}" for b in bs])
+    a.set_xlabel("batch (updates)")
+    a.set_ylabel("rows/s (reformulated)")
+    a.legend(fontsize=8, loc="upper left")
+    a.set_title(f"RANGE_MIN, {z['rows']:,} rows, {z['subscriptions']:,} subscriptions")
+    labels, rss = [], []
+    for zc, c in sorted(kids.items()):
+        for label, ex in sorted(c["memory"]["executors"].items()):
+            labels.append(f"{'whole' if zc == 0 else f'{zc} zones'}\n{label.replace('executor JVM ', 'exec ')}")
+            rss.append(ex["python_pss_mb"])
+    m.bar(range(len(rss)), rss)
+    m.set_xticks(range(len(rss)), labels, fontsize=7)
+    m.set_ylabel("Python PSS per executor (MB)")
+    m.set_title(z["master"])
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller tables, batches 1K / 10K, few reps")
@@ -1398,9 +1670,19 @@ def main(argv=None) -> int:
     ap.add_argument("--render-only", action="store_true", help="rewrite runtime.md / runtime.png from --json")
     ap.add_argument("--smoke", "--tiny", dest="tiny", action="store_true",
                     help="toy sizes, every part: checks the script runs (its figures mean nothing)")
+    ap.add_argument("--zones", action="store_true",
+                    help="only the zones part (issue 16 item 4): a 1M-subscription group whole vs in 2 X zones")
+    ap.add_argument("--zones-subs", type=int, default=None, help="subscriptions of the zones part (default 1M)")
+    ap.add_argument("--zones-child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--rss-rows", type=int, default=100_000, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.zones_child is not None:
+        print("ZONES " + json.dumps(zones_child(args.master, args.zones_subs or ZONES_SUBS, ZONES_ROWS,
+                                                args.zones_child, ZONES_BATCHES), default=str), flush=True)
+        return 0
+    if args.zones:
+        return run_zones(args)
     if args.rss_child:
         print("RSS " + json.dumps(rss_child(args.master, args.rss_child, args.rss_rows, args.connect)), flush=True)
         return 0

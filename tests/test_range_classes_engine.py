@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from sparksub import Engine, InvalidSubscription, SparksubError, UnsupportedSubscription
+from sparksub import Engine, InvalidSubscription, UnsupportedSubscription
 
 pytestmark = [pytest.mark.spark, pytest.mark.catalyst_passthrough]   # the extension wraps publish only
 

@@ -35,17 +35,20 @@ from sparksub.operators.joins import group as join_groups
 from sparksub.operators.registry import EVENTS, family_of
 from sparksub.operators.shared.schemas import (UNICAST_SCHEMA, UPSERT, publish_schema)
 from sparksub.runtime import groups as spark_groups
+from sparksub.runtime import keepalive
 from sparksub.runtime import output as spark_output
 from sparksub.runtime import replicas as spark_replicas
 
 # the engine's parts (control/): one module per concern, each a mixin of Engine
 from sparksub.control.event_queries import EventClassState, EventQueries, EventQueryRecord
-from sparksub.control.groups import FILTER_SHARD_SIZE, GroupEntry, SubscriptionGroups, SubscriptionRecord, TableState
+from sparksub.control.groups import (DRIVER_OPERATOR_LIMIT, FILTER_SHARD_SIZE, GroupEntry, SubscriptionGroups,
+                                     SubscriptionRecord, TableState)
 from sparksub.control.inputs import arrow_type, to_arrow
 from sparksub.control.publishing import Publishing, _operator_name
 from sparksub.control.refreshing import Refreshing
 from sparksub.control.statements import Statements
 from sparksub.control.streaming import Streaming
+from sparksub.control.zones import ZonedGroups
 
 __all__ = ["Engine", "spark_session"]
 
@@ -54,7 +57,7 @@ _catalyst_warned = False
 _log = logging.getLogger("sparksub.engine")
 
 
-class Engine(Statements, SubscriptionGroups, EventQueries, Publishing, Refreshing, Streaming):
+class Engine(ZonedGroups, Statements, SubscriptionGroups, EventQueries, Publishing, Refreshing, Streaming):
     """The sparksub engine. ``Engine()`` makes a local SparkSession on first use (:func:`spark_session`, with
     its documented defaults and ``conf``, a dict of Spark options); ``Engine(spark)`` uses yours and
     never changes it (no option, no log level).
@@ -122,8 +125,24 @@ class Engine(Statements, SubscriptionGroups, EventQueries, Publishing, Refreshin
         #: the default partition count (join groups, event classes, most FILTER shards; one Spark task each);
         #: None: the session's ``spark.default.parallelism`` (its conf, which Spark Connect can read), else 2
         self.parallelism: int | None = None
+        #: X zones of a RANGE_MIN / RANGE_MAX group (DS-CN, 000 §2.3.2: one Spark task and one replica each, its
+        #: subscriptions in as many x1 shards; control/zones.py).  None: one task per group unless its table holds
+        #: ``control.zones.RANGE_ZONE_ROWS`` rows or more, then ``parallelism`` zones; an int >= 2 forces that
+        #: many (fewer when X values repeat), 0 or 1 one task.  Output is the same either way (not journaled).
+        self.range_zones: int | None = None
         #: partitions of a join group (one Spark task each); None: ``parallelism``
         self.join_partitions: int | None = None
+        #: keep the Python workers that cache the groups alive through pauses (``runtime/keepalive.py``: Spark
+        #: ends a worker idle for 60 s, and every group would be rebuilt at the next publish): a small job runs
+        #: when no operator task ran for this many seconds, for up to ``keep_workers_warm_for`` seconds after
+        #: the last publish (None: as long as the session lives).  None: off.
+        self.keep_workers_warm: float | None = 30.0
+        self.keep_workers_warm_for: float | None = 3600.0
+        #: a group with more subscriptions plus table rows than this is read where it lives -- in the worker
+        #: that ran its last publish, one Spark task per read (``runtime/remote.py``) -- by ``result()``,
+        #: ``stats()`` and EXPLAIN, instead of being built on the driver (deliver()'s in-process subscribers are
+        #: built there: they hold every subscription's result by nature); None: never
+        self.driver_operator_limit: int | None = DRIVER_OPERATOR_LIMIT
         #: the router's mode for SELECT_JOIN groups: 'DYNAMIC' (003 §4.5), 'OPT' or a plan name
         self.join_router_mode = join_groups.DYNAMIC
         # event queries (the EVENT class; operators/events/partitions.py, spark_events.py)
@@ -308,7 +327,8 @@ class Engine(Statements, SubscriptionGroups, EventQueries, Publishing, Refreshin
                 return self.matches(sub_id)
             entry = self._find_group(sub_id)
             self._refresh_for(entry.family.tables(entry.physical))   # buffered updates first (max_delay)
-            return entry.family.result(entry.registry, entry.physical, self._operator(entry), sub_id, self._tables)
+            return entry.family.result(entry.registry, entry.physical, self._operator(entry, in_place=True), sub_id,
+                                       self._tables)
 
     def deliver(self, messages):
         """Play the network and the subscribers: reformulated messages -> the unicast rows they cause.
@@ -336,6 +356,7 @@ class Engine(Statements, SubscriptionGroups, EventQueries, Publishing, Refreshin
                         # item 6), which reach their subscribers as they are
                         outs.append(self._subscribers_of(entry).deliver(mine))
                         continue
+                    self._seeded(entry)   # built now if the last reformulated publish left it pending
                     if entry.subscribers is None:
                         raise SparksubError(f"group {entry.group_id!r} has no subscriber state: deliver "
                                             f"the messages of publish(..., mode='reformulated')")
@@ -379,7 +400,7 @@ class Engine(Statements, SubscriptionGroups, EventQueries, Publishing, Refreshin
                     planned = self._plan(target)
                     entry = self._groups.get(planned.physical.group_key)
             spark_plan = self._spark_plan(planned.physical)
-            operator = self._operator(entry) if entry is not None and len(entry.registry) else None
+            operator = self._operator(entry, in_place=True) if entry is not None and len(entry.registry) else None
             lines = family_of(planned.physical).explain_lines(entry.registry if entry is not None else None,
                                                               planned.physical, operator)
             return explain_text(target, planned, entry, lines, spark_plan, bool(self.catalyst))
@@ -399,7 +420,8 @@ class Engine(Statements, SubscriptionGroups, EventQueries, Publishing, Refreshin
         with self._lock:
             out = {}
             for entry in self._groups.values():
-                out[entry.group_id] = entry.family.stats(entry.registry, entry.physical, self._operator(entry))
+                out[entry.group_id] = entry.family.stats(entry.registry, entry.physical,
+                                                         self._operator(entry, in_place=True))
             for cid, c in self._event_classes.items():
                 out[f"events:{cid}"] = EVENTS.stats(c, self._event_executors(c),
                                                     sum(r.logged_rows for r in c.replicas.values()), self._event_resets)
@@ -414,7 +436,8 @@ class Engine(Statements, SubscriptionGroups, EventQueries, Publishing, Refreshin
         polling it would count as rebuilds)."""
         with self._lock:
             return {"runtime": {**spark_replicas.read_counts(self.directory.root / "groups"),
-                                "streams": spark_replicas.read_counts(self.directory.root / "stream_files")},
+                                "streams": spark_replicas.read_counts(self.directory.root / "stream_files"),
+                                "keepalive": keepalive.keepalive_stats(self._spark)},
                     "engine": {**self._journal.stats(), "next_seq": self._next_seq}}
 
     def _spark_plan(self, physical) -> str:

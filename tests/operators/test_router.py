@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from sparksub.errors import BadUpdate, UnknownSubscription
 from sparksub.operators.joins import router as router_mod
-from sparksub.operators.joins.router import (DYNAMIC, FEATURES, OPT, PAPER_PLANS, PAPER_TABLE_4_2, PLANS, CostModel,
+from sparksub.operators.joins.router import (FEATURES, OPT, PAPER_PLANS, PAPER_TABLE_4_2, PLANS, CostModel,
                                        EventStats, JoinValueHistogram, Router, calibrate, default_coefficients_path,
                                        features, fit)
 from sparksub.operators.joins.select import R_SIDE, S_SIDE

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from sparksub.process_memory import BULK_ROWS, release_freed_memory
 from sparksub.errors import (DuplicateSubscription, InvalidSubscription, UnknownSubscription)
 from sparksub import listing
 from sparksub.planner import ir
@@ -24,6 +25,9 @@ from sparksub.control.inputs import checked_ids, param_columns
 #: FILTER subscriptions per shard (one Spark task each, every event to every shard), up to the
 #: session's default parallelism.
 FILTER_SHARD_SIZE = 250_000
+#: a group larger than this (subscriptions + its table's rows) is read in the workers, not built on the driver
+#: (``Engine.driver_operator_limit``, runtime/remote.py)
+DRIVER_OPERATOR_LIMIT = 200_000
 
 
 @dataclass
@@ -63,6 +67,9 @@ class GroupEntry:
     base_stale: bool = False  # subscriptions or loaded rows changed since the replica's base
     log_rows: int = 0
     subscribers: object = None  # the deliver() side (``family.subscribers``), seeded lazily
+    #: builds ``subscribers`` as of before the last reformulated publish, at the first deliver() after it (None:
+    #: seeded, or nothing to seed): a user who never calls deliver() never has every subscriber on the driver
+    subscribers_seed: object = None
     subscribers_version: int = -1
     subscribers_variant: str | None = None  # the reformulated variant it was seeded for (issue 19)
     version: int = 0  # bumps on every publish and registration change
@@ -100,6 +107,12 @@ class SubscriptionGroups:
     def subscribe_many(self, template: str, params) -> int:
         """Register one subscription per row of ``params`` (an ``id`` column and one column per named
         parameter) against one template. Vectorised: 1M subscriptions take seconds. Returns the count."""
+        n = self._subscribe_many(template, params)
+        if n >= BULK_ROWS:   # its temporaries are gone now: give their pages back (process_memory.py)
+            release_freed_memory()
+        return n
+
+    def _subscribe_many(self, template: str, params) -> int:
         planned = self._plan(template)
         cols = param_columns(params)
         if "id" not in cols:
@@ -125,6 +138,7 @@ class SubscriptionGroups:
         """Add the subscriptions of ``planned`` -- their constants bound and checked by the family, their output
         columns (their SELECT list, DESIGN §1) -- to the group's registry, and note their template."""
         family = entry.family
+        self._seeded(entry)   # a pending deliver() side is built from the subscriptions it was due with
         slots = family.register(entry.registry, planned.physical, ids, bound,
                                 family.output_columns(planned, self.catalog))
         self._note_template(entry, slots, planned.template)
@@ -157,6 +171,7 @@ class SubscriptionGroups:
                                           f"(unregister_event_query)")
             entry = self._find_group(sub_id)
             self._journal.unsubscribe(sub_id)   # the commit point
+            self._seeded(entry)
             entry.family.unregister(entry.registry, entry.physical, [sub_id])
             self._records.pop(sub_id, None)
             self._changed(entry, subscriptions=True)

@@ -12,16 +12,19 @@ from sparksub.errors import (BadUpdate, InvalidArgument)
 from sparksub.jvm.bridge import subscription_group
 from sparksub.runtime.connect import default_parallelism
 from sparksub.planner.catalog import TableDef
-from sparksub.operators.contract import ROW_PARTITIONS, SUBSCRIPTION_SHARDS
+from sparksub.operators.contract import ONE, ROW_PARTITIONS, SUBSCRIPTION_SHARDS
 from sparksub.operators.joins import group as join_groups
 from sparksub.operators.registry import family_of, in_order
 from sparksub.operators.shared import row_validation
 from sparksub.operators.shared.schemas import (DELETE, EVENT_PREFIX, UPSERT, publish_schema)
 from sparksub.operators.shared.variants import with_variant
+from sparksub.process_memory import BULK_ROWS, release_freed_memory
 from sparksub.row_files import RowFiles, rows_table
 from sparksub.runtime import frames as spark_frames
 from sparksub.runtime import groups as spark_groups
+from sparksub.runtime import keepalive
 from sparksub.runtime import output as spark_output
+from sparksub.runtime import remote as spark_remote
 from sparksub.runtime import replicas as spark_replicas
 from sparksub.control.groups import GroupEntry, TableState
 from sparksub.control.inputs import to_arrow
@@ -33,6 +36,14 @@ _log = logging.getLogger("sparksub.engine")
 
 #: Rows of updates logged per group before the base snapshot is rebuilt from the current rows.
 LOG_COMPACTION_ROWS = 200_000
+
+
+def _count(registry) -> int | None:
+    """The registry's subscriptions (None: it does not count them)."""
+    try:
+        return len(registry)
+    except TypeError:
+        return None
 
 
 def _operator_name(physicals) -> str:
@@ -47,6 +58,12 @@ class Publishing:
     # ---- data -----------------------------------------------------------------------------------------
     def load(self, table: str, data) -> int:
         """Set the initial state of ``table`` (rows replace rows with the same key). No notifications."""
+        n = self._load(table, data)
+        if n >= BULK_ROWS:   # its temporaries are gone now: give their pages back (process_memory.py)
+            release_freed_memory()
+        return n
+
+    def _load(self, table: str, data) -> int:
         with self._lock:
             state = self._table(table)
             batch, reasons, _ = self._validated(state, data)
@@ -118,6 +135,13 @@ class Publishing:
         """
         if self._buffering(table):   # Engine.max_delay: buffered under a response-time bound (control/refreshing.py)
             return self._publish_buffered(table, updates, mode, variant, batch_id)
+        df, rows = self._publish(table, updates, mode, variant, batch_id)
+        if rows >= BULK_ROWS:   # its temporaries are gone now: give their pages back (process_memory.py)
+            release_freed_memory()
+        return df
+
+    def _publish(self, table: str, updates, mode: str, variant, batch_id):
+        """``publish`` (not buffered): ``(output, rows in the batch)``."""
         schema = publish_schema(mode)
         mode = with_variant(mode, variant)   # ValueError / InvalidArgument before any change
         if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, (str, int))):
@@ -125,7 +149,7 @@ class Publishing:
         with self._lock:
             state = self._table(table)
             if batch_id is not None and self._journal.committed(batch_id) is not None:
-                return self._kept_output(state, batch_id, schema)
+                return self._kept_output(state, batch_id, schema), 0
             batch, reasons, ticks = self._validated(state, updates)
             times = None
             if state.definition.key is None:
@@ -146,10 +170,15 @@ class Publishing:
             self._net_join_rows = False
             group_batches = {e.group_id: e.family.group_batch(e.physical, state.definition, batch, seqs)
                              for e in groups if e.family.placement != ROW_PARTITIONS}
+            zoned = self._zones_select(state, groups, mode)   # range groups split into X zones (control/zones.py)
             replicas, parts, owner = {}, [], {}
             for e in groups:
+                if e.group_id in zoned:   # its zones as of before this batch (the deliver() seed reads them)
+                    self._zone_replicas(e, zoned[e.group_id])
                 if mode == "reformulated" and e.family.reformulated(e.physical):
                     self._sync_subscribers(e, mode)
+                if e.group_id in zoned:
+                    continue
                 if e.family.placement == ROW_PARTITIONS:
                     # one replica per partition; the rows are routed to their partitions (join_groups)
                     for rid, replica in self._join_replicas(e).items():
@@ -166,13 +195,20 @@ class Publishing:
                     b = group_batches[e.group_id]
                     parts.append(b.append_column("group_id", pa.array([rid] * b.num_rows, pa.string())))
             if groups:
-                combined = pa.concat_tables(parts, promote_options="default")
-                df, failed_parts = spark_groups.run_groups(self.spark, replicas, combined, mode, schema,
-                                                           _operator_name(e.physical for e in groups),
-                                                           self._describe([(e.physical, e) for e in groups], mode))
-                failed = {owner[rid] for rid in failed_parts}
-                if self._net_join_rows:
-                    df = spark_frames.net_join_notifications(df)
+                df, failed = None, set()
+                whole = [e for e in groups if e.group_id not in zoned]
+                if whole:
+                    combined = pa.concat_tables(parts, promote_options="default")
+                    df, failed_parts = spark_groups.run_groups(self.spark, replicas, combined, mode, schema,
+                                                               _operator_name(e.physical for e in whole),
+                                                               self._describe([(e.physical, e) for e in whole], mode))
+                    failed = {owner[rid] for rid in failed_parts}
+                    if self._net_join_rows:
+                        df = spark_frames.net_join_notifications(df)
+                if zoned:
+                    zdf, zfailed = self._zones_run([e for e in groups if e.group_id in zoned], zoned, group_batches,
+                                                   mode, schema)
+                    df, failed = (zdf if df is None else df.unionByName(zdf)), failed | zfailed
                 df = _rename_event_columns(df, state.definition)
             else:
                 df, failed = None if times is not None else spark_frames.empty_frame(self.spark, schema), set()
@@ -193,6 +229,9 @@ class Publishing:
             if event_commit is not None:
                 event_commit()
             for e in groups:  # the batch is now part of every group's state: log it
+                if e.group_id in zoned:
+                    self._zones_commit(e, failed, mode)   # each zone's task logged its steps: move past them
+                    continue
                 if e.group_id in failed:
                     # Its 'error' row is in the output; rebuild it from the rows next time (DESIGN §7).
                     e.base_stale = True
@@ -208,15 +247,16 @@ class Publishing:
                             e.shards[rid] = replica.append(mine)
                     e.log_rows += batch.num_rows
                     e.version += 1
-                    if mode == "reformulated" and e.subscribers is not None:
+                    if mode == "reformulated" and (e.subscribers is not None or e.subscribers_seed is not None):
                         e.subscribers_version = e.version
                     continue
                 e.replica = e.replica.append(group_batches[e.group_id])
                 e.log_rows += batch.num_rows
                 e.version += 1
-                if mode == "reformulated" and e.subscribers is not None:
+                if mode == "reformulated" and (e.subscribers is not None or e.subscribers_seed is not None):
                     e.subscribers_version = e.version
             self._journal.publish_commit(kept, state.definition)   # the commit point (journal.py)
+            self._zones_done(e for e in groups if e.group_id in zoned)
             if self.catalyst and df is not None:
                 # The operators ran once, above, and their output was checkpointed (lineage cut): the node
                 # on top keeps saying in df.explain() which groups produced these rows.
@@ -225,7 +265,9 @@ class Publishing:
                                     self._describe_events(events, "batch")) if d]
                 df = subscription_group(df, f"publish to {state.definition.name} (ran once, checkpointed): "
                                             + ("; ".join(what) or "no groups"))
-            return df
+            if groups or times is not None:   # the workers now cache these groups: keep them alive (keepalive.py)
+                keepalive.touch(self.spark, self._parallelism(), self.keep_workers_warm, self.keep_workers_warm_for)
+            return df, n_rows
 
     def _kept_output(self, state: TableState, batch_id, schema: pa.Schema):
         """``publish``'s answer for a batch id already committed: the output kept for it."""
@@ -308,6 +350,7 @@ class Publishing:
         (``runtime/replicas.py``); a new base when subscriptions or loaded rows changed or the log grew past
         LOG_COMPACTION_ROWS, the superseded base and log files deleted."""
         if entry.replica is None or entry.base_stale or entry.log_rows > LOG_COMPACTION_ROWS:
+            self._seeded(entry)   # a pending deliver() side reads the base about to be replaced
             snapshot = self._snapshot(state, entry)
             # issue 19 item 2 (stream joins): a family whose state lives only in its replica -- the engine keeps
             # no rows of a stream -- carries the operator as of now into the new base
@@ -318,6 +361,9 @@ class Publishing:
                                                     snapshot, replaces=entry.replica)
             entry.log_rows = 0
             entry.base_stale = False
+            del snapshot
+            if len(state.rows) + (_count(entry.registry) or 0) >= BULK_ROWS:
+                release_freed_memory()   # the snapshot's copies and its pickle are freed (process_memory.py)
         return entry.replica
 
     def _replicas(self, state: TableState, entry: GroupEntry) -> dict:
@@ -338,38 +384,73 @@ class Publishing:
             entry.base_stale = False
         return entry.shards
 
-    def _materialized(self, state: TableState, entry: GroupEntry):
+    def _materialized(self, state: TableState, entry: GroupEntry, in_place: bool = False):
         """The group as of now, in this (driver) process: from the worker-style cache + log replay."""
         if entry.family.stateless:
             return entry.registry  # stateless: the registry is the whole operator (operators/contract.py)
+        view = self._zoned_view(entry)   # a range group running in X zones: read through them (control/zones.py)
+        if view is not None:
+            return view
         replica = self._replica(state, entry)
+        if in_place and self._read_in_place(state, entry):
+            # a large group is read where the publishes left it, a worker's cache, one Spark task per call
+            # (runtime/remote.py): the driver holds the answers, never the group (issue 16 item 3)
+            return spark_remote.RemoteOperator(self.spark, replica)
         group = spark_replicas.materialize(replica)
         spark_replicas.remember(replica, replica.log_length, group)
         return group
+
+    def _read_in_place(self, state: TableState, entry: GroupEntry) -> bool:
+        """Whether ``entry`` is past ``driver_operator_limit`` (its subscriptions plus its table's rows; a
+        registry that does not count its subscriptions is read on the driver)."""
+        limit = self.driver_operator_limit
+        n = _count(entry.registry)
+        return limit is not None and n is not None and n + len(state.rows) > limit
 
     def _sync_subscribers(self, entry: GroupEntry, mode: str = "reformulated") -> None:
         """Seed the deliver() side with every subscriber's current result, unless it is in step (and was seeded
         for the variant ``mode`` names for the group's family: CN+'s side keeps a copy of the table, which only
         CN+'s messages keep up to date)."""
         variant = getattr(mode, "variants", {}).get(entry.family.name)
-        if entry.subscribers is not None and entry.subscribers_version == entry.version \
-                and entry.subscribers_variant == variant:
+        if (entry.subscribers is not None or entry.subscribers_seed is not None) \
+                and entry.subscribers_version == entry.version and entry.subscribers_variant == variant:
             return
-        entry.subscribers, entry.subscribers_version = self._subscribers_of(entry), entry.version
-        entry.subscribers_variant = variant
+        entry.subscribers_version, entry.subscribers_variant = entry.version, variant
+        if entry.family.placement == ONE and not entry.family.stateless and self._zoned_view(entry) is None:
+            # Seeded at the first deliver(), from the replica as it stands now -- before this batch; its files
+            # stay until a new base replaces them, and _replica seeds first then (issue 16 item 3: a caller who
+            # never calls deliver() never has every subscriber's result on the driver).
+            replica = self._replica(self._tables[entry.family.tables(entry.physical)[0]], entry)
+            entry.subscribers = None
+            entry.subscribers_seed = lambda: entry.family.subscribers(
+                entry.registry, entry.physical, lambda: self._replica_operator(replica), self._tables)
+            return
+        entry.subscribers, entry.subscribers_seed = self._subscribers_of(entry), None
+
+    def _seeded(self, entry: GroupEntry) -> None:
+        """Build the deliver() side a reformulated publish left pending (``subscribers_seed``), if any."""
+        if entry.subscribers_seed is not None:
+            seed, entry.subscribers_seed = entry.subscribers_seed, None
+            entry.subscribers = seed()
+
+    @staticmethod
+    def _replica_operator(replica: spark_replicas.Replica):
+        group = spark_replicas.materialize(replica)
+        spark_replicas.remember(replica, replica.log_length, group)
+        return group
 
     def _subscribers_of(self, entry: GroupEntry):
         """The group's subscriber side as of now (``family.subscribers``; the operator materialised if needed)."""
         return entry.family.subscribers(entry.registry, entry.physical, lambda: self._operator(entry), self._tables)
 
-    def _operator(self, entry: GroupEntry):
+    def _operator(self, entry: GroupEntry, in_place: bool = False):
         """The group's operator as of now, in this (driver) process (the runtime's cache + log replay): a join's
         partitions by replica id, else the one operator (FILTER: its registry)."""
         for name in entry.family.tables(entry.physical):
             self._follow_streams(self._tables[name])   # result() agrees with what the streams applied
         if entry.family.placement == ROW_PARTITIONS:
             return self._join_partitions_materialized(entry)
-        return self._materialized(self._tables[entry.family.tables(entry.physical)[0]], entry)
+        return self._materialized(self._tables[entry.family.tables(entry.physical)[0]], entry, in_place)
 
     @staticmethod
     def _output_schema(schema: pa.Schema, mode: str, groups, table: TableDef) -> pa.Schema:

@@ -109,7 +109,6 @@ def run_join_stream(spark, streaming_df, table_def, groups: dict, mode: str, sch
     ``reason``); ``groups``: group_id -> :class:`JoinStreamGroup`; ``stream_id``: whose counters
     (``spark_stream.new_stream_id``) count its partitions' cache hits and rebuilds; ``control``: the stream's
     directory, through which the engine changes the groups' subscriptions while the stream runs."""
-    from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
     u = spark_stream.typed_updates(streaming_df, table_def)

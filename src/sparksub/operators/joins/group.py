@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from sparksub.errors import DuplicateSubscription, InvalidSubscription, UnknownSubscription
+from sparksub.errors import DuplicateSubscription, UnknownSubscription
 from sparksub.operators.shared.schemas import EVENT_PREFIX
 from sparksub.operators.joins.band import BJSSI
 from sparksub.operators.shared.schemas import DELETE

@@ -18,6 +18,7 @@ subscription), so they split the same way.
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +26,7 @@ import pyarrow as pa
 from sparksub.operators.range_min.delivery import SubscriptionPoints, match, unicast
 from sparksub.operators.range_min.zones import equal_count_cuts
 
-__all__ = ["SubscriptionShards", "shard_subscriptions"]
+__all__ = ["SubscriptionShards", "shard_subscriptions", "ShardBase", "ShardOperator", "shard_bases"]
 
 SHARDINGS = ("x1", "hash")
 
@@ -106,3 +107,59 @@ def shard_subscriptions(points: SubscriptionPoints, k: int, by: str = "x1") -> S
     shards = SubscriptionShards(k, by, cuts)
     shards.add(points.ids_of(slots), x1, points.x2[slots])
     return shards
+
+
+# ---- one shard as a runtime replica (runtime/zones.py: one Spark task per shard) -------------------------------
+@dataclass
+class ShardBase:
+    """One x1 shard's base (pickled in its replica's base file): its subscriptions and the shards' cut points.
+    Built anew whenever the group's subscriptions change; a batch never changes it (nothing is logged)."""
+
+    index: int
+    cuts: np.ndarray
+    ids: np.ndarray
+    x1: np.ndarray
+    x2: np.ndarray
+
+    def build(self) -> "ShardOperator":
+        return ShardOperator(self)
+
+
+class ShardOperator:
+    """A shard's point index, matching the messages that visit it (its x1 interval meets ``(OUTER_L,
+    INNER_L]``: :meth:`SubscriptionShards.message_shards`' rule)."""
+
+    stateless = True
+
+    def __init__(self, base: ShardBase):
+        self.index, self.cuts = base.index, np.asarray(base.cuts, dtype=np.float64)
+        self.points = SubscriptionPoints()
+        if len(base.ids):
+            self.points.add(base.ids, base.x1, base.x2)
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def visiting(self, messages: pa.Table) -> pa.Table:
+        if not messages.num_rows:
+            return messages
+        lo = np.searchsorted(self.cuts, messages.column("outer_l").to_numpy(), side="right")
+        hi = np.searchsorted(self.cuts, messages.column("inner_l").to_numpy(), side="right")
+        return messages.filter(pa.array((lo <= self.index) & (self.index <= hi)))
+
+    def unicast(self, messages: pa.Table, old_value_of_step0=None) -> pa.Table:
+        """S-UN's rows of this shard's subscriptions (``delivery.unicast``) for one batch's messages (in batch
+        order); the union over the shards is the whole group's rows."""
+        return unicast(self.points, self.visiting(messages), old_value_of_step0)
+
+
+def shard_bases(ids, x1, x2, k: int) -> tuple[np.ndarray, list]:
+    """``(cuts, [ShardBase, …])``: subscriptions cut into (at most) ``k`` shards at equal-count x1 cut points
+    (fewer when x1 values repeat: :func:`equal_count_cuts`)."""
+    ids = np.asarray(ids, dtype=object).reshape(-1)
+    x1 = np.asarray(x1, dtype=np.float64).reshape(-1)
+    x2 = np.asarray(x2, dtype=np.float64).reshape(-1)
+    cuts = equal_count_cuts(x1, k)
+    where = np.searchsorted(cuts, x1, side="right")
+    return cuts, [ShardBase(j, cuts, ids[where == j], x1[where == j].copy(), x2[where == j].copy())
+                  for j in range(len(cuts) + 1)]

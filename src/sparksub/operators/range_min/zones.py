@@ -480,6 +480,19 @@ def apply_round2(round1: Sequence[Round1], zones: Sequence[Zone] | None = None) 
     return out
 
 
+def _checked_batch(batch):
+    """A batch's ``key, x, y, op, seq`` columns and which rows upsert a point (non-null X and Y); ±inf X or Y
+    raises :class:`BadUpdate` naming the row, before any step is made (a null X or Y deletes, as in the group)."""
+    cols = batch_columns(batch)
+    keys, xs, ys, ops, seqs = cols["key"], cols["x"], cols["y"], cols["op"], cols["seq"]
+    upsert = (np.asarray(ops) != DELETE) & ~np.isnan(xs) & ~np.isnan(ys)
+    bad = upsert & ~(np.isfinite(xs) & np.isfinite(ys))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise BadUpdate(f"update seq {int(seqs[i])} (key {keys[i]!r}): non-finite X or Y ({xs[i]!r}, {ys[i]!r})")
+    return keys, xs, ys, ops, seqs, upsert
+
+
 # --------------------------------------------------------------------------------------------------------------
 # the group split into zones
 # --------------------------------------------------------------------------------------------------------------
@@ -563,13 +576,7 @@ class ZonedRangeMin:
         """Split a batch (``key, x, y, op, seq``; see ``RangeMinGroup.apply``) into each zone's steps, in the
         batch's order, updating :attr:`directory`.  A null X or Y deletes the row, as in the group; ±inf X or
         Y is rejected (:class:`BadUpdate` naming the row) before anything changes."""
-        cols = batch_columns(batch)
-        keys, xs, ys, ops, seqs = cols["key"], cols["x"], cols["y"], cols["op"], cols["seq"]
-        upsert = (np.asarray(ops) != DELETE) & ~np.isnan(xs) & ~np.isnan(ys)
-        bad = upsert & ~(np.isfinite(xs) & np.isfinite(ys))
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise BadUpdate(f"update seq {int(seqs[i])} (key {keys[i]!r}): non-finite X or Y ({xs[i]!r}, {ys[i]!r})")
+        keys, xs, ys, ops, seqs, upsert = _checked_batch(batch)
         steps = [[] for _ in self.zones]
         routed = RoutedBatch(steps)
         directory = self.directory
@@ -681,3 +688,252 @@ def messages_table(group_id: str, maximum: bool, steps: Sequence) -> pa.Table:
         "inner_l": pa.array(inner_l, f64), "inner_r": pa.array(inner_r, f64),
         "outer_l": pa.array(outer_l, f64), "outer_r": pa.array(outer_r, f64),
     }, schema=MESSAGE_SCHEMA)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# one zone as a runtime replica: the zone-side router, the base, the log entry (runtime/zones.py runs these)
+# --------------------------------------------------------------------------------------------------------------
+def route_zone(zone: Zone, batch) -> list:
+    """This zone's steps of a whole batch, built in the zone alone (a Spark task that is sent every row).
+
+    The same steps :meth:`ZonedRangeMin.route` gives this zone, with one difference: routing needs each key's
+    current x, and a zone knows it only for the keys it holds.  An upsert of a key this zone does not hold, at
+    an x it owns, is an insert -- of a key that is new to the group (``route``: version ``2i``, step 0) or of
+    an X-move's second half whose delete another zone emits (version ``2i + 1``, step 1); the zone cannot
+    tell which, so it emits ``2i + 1`` / step 1 *tentatively*.  Both versions order it the same way against
+    every other step (no other step has version ``2i`` when the key is new), so the zone's state and its
+    round-1 / round-2 answers are the same; only the ``step`` column of its messages may be wrong, and
+    :func:`fix_steps` corrects it from the X-moves every zone reports (``Round1.old_values``: an X-move's
+    delete half always records its seq).  No key -> x directory is needed anywhere (000 §2.3.2: the owner of
+    (x, x) alone handles an update at x).
+
+    A null X or Y deletes the row, as in the group; ±inf X or Y raises :class:`BadUpdate` naming the row
+    (every zone raises the same error, before any step)."""
+    keys, xs, ys, ops, seqs, upsert = _checked_batch(batch)
+    pos = zone.core.tree._pos          # key -> (x, internal y): the keys this zone holds before the batch
+    moved: dict = {}                   # key -> its x in this zone, or None (left the zone), within the batch
+    lo, hi = zone.lo, zone.hi
+    nan = math.nan
+    steps = []
+    for i, (key, x, y, seq, up) in enumerate(zip(keys, np.asarray(xs).tolist(), np.asarray(ys).tolist(),
+                                                 np.asarray(seqs).tolist(), upsert.tolist())):
+        if key in moved:
+            old = moved[key]
+        else:
+            held = pos.get(key)
+            old = None if held is None else held[0]
+        mine = up and lo <= x < hi
+        if old is not None:                         # this zone holds the key: it knows the whole story
+            if not up:
+                steps.append((2 * i, seq, 0, True, key, old, nan, False))
+                moved[key] = None
+            elif old == x:
+                steps.append((2 * i, seq, 0, False, key, x, y, False))
+            else:                                   # an X-move: its delete here, its insert here or elsewhere
+                steps.append((2 * i, seq, 0, True, key, old, nan, True))
+                if mine:
+                    steps.append((2 * i + 1, seq, 1, False, key, x, y, False))
+                moved[key] = x if mine else None
+        elif mine:                                  # new to this zone: an insert, tentatively step 1
+            steps.append((2 * i + 1, seq, 1, False, key, x, y, False))
+            moved[key] = x
+    return steps
+
+
+def fix_steps(step, seq, moved) -> np.ndarray:
+    """:func:`route_zone`'s tentative steps corrected: a step-1 message whose seq is not an X-move (no zone
+    reported a delete half for it: ``moved``, the union of every zone's ``Round1.old_values``) was an insert
+    of a new key, step 0.
+
+    >>> fix_steps([0, 1, 1], [5, 6, 7], {6}).tolist()
+    [0, 1, 0]
+    """
+    step = np.asarray(step, dtype=np.int8).copy()
+    seq = np.asarray(seq, dtype=np.int64)
+    if step.size:
+        lonely = (step == 1) & ~np.isin(seq, np.fromiter(moved, dtype=np.int64, count=len(moved)))
+        step[lonely] = 0
+    return step
+
+
+#: the columns a zone's messages carry beyond ``MESSAGE_SCHEMA`` until they are merged: the step's version
+#: (the batch order) and the message's index within its source (the core's order within a step)
+ORDER_COLUMNS = ("_v", "_i")
+
+
+def versioned_messages(group_id: str, maximum: bool, steps: Sequence) -> pa.Table:
+    """:func:`messages_table` plus the :data:`ORDER_COLUMNS`, for merging the zones' outputs later."""
+    table = messages_table(group_id, maximum, steps)
+    versions = [v for v, _, _, ms in steps for _ in ms]
+    return table.append_column("_v", pa.array(versions, pa.int64())).append_column(
+        "_i", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+
+
+def merge_messages(tables: Sequence[pa.Table], moved) -> pa.Table:
+    """Round 1's and round 2's messages (:func:`versioned_messages`) as one group's output: steps corrected
+    (:func:`fix_steps`), in batch order -- by version, then the core's order within the step (a step's messages
+    all come from one source: the zone that settled it, or round 2) -- ``MESSAGE_SCHEMA``."""
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return MESSAGE_SCHEMA.empty_table()
+    t = pa.concat_tables(tables)
+    t = t.sort_by([("_v", "ascending"), ("_i", "ascending")])
+    step = fix_steps(t.column("step").to_numpy(), t.column("seq").to_numpy(), moved)
+    t = t.set_column(t.schema.get_field_index("step"), "step", pa.array(step, pa.int8()))
+    return t.select(MESSAGE_SCHEMA.names)
+
+
+def steps_table(batch: pa.Table, steps: Sequence) -> pa.Table:
+    """A zone's steps as its log entry (Arrow): the key column keeps the batch's key type."""
+    if not steps:
+        return pa.table({"version": pa.array([], pa.int64()), "seq": pa.array([], pa.int64()),
+                         "step": pa.array([], pa.int8()), "delete": pa.array([], pa.bool_()),
+                         "key": batch.column("key").slice(0, 0), "x": pa.array([], pa.float64()),
+                         "y": pa.array([], pa.float64()), "x_move": pa.array([], pa.bool_())})
+    version, seq, step, delete, _, x, y, x_move = (list(c) for c in zip(*steps))
+    return pa.table({"version": pa.array(version, pa.int64()), "seq": pa.array(seq, pa.int64()),
+                     "step": pa.array(step, pa.int8()), "delete": pa.array(delete, pa.bool_()),
+                     "key": batch.column("key").take(pa.array([v // 2 for v in version], pa.int64())),
+                     "x": pa.array(x, pa.float64()), "y": pa.array(y, pa.float64()),
+                     "x_move": pa.array(x_move, pa.bool_())})
+
+
+def steps_of(table: pa.Table) -> list:
+    """A log entry (:func:`steps_table`) back as step tuples."""
+    cols = [table.column(c).to_pylist() for c in ZoneStep._fields]
+    return list(zip(*cols))
+
+
+@dataclass
+class ZoneBase:
+    """One zone replica's base (pickled in its base file): the zone's rows (:meth:`Zone.snapshot`)."""
+
+    group_id: str
+    snapshot: ZoneSnapshot
+
+    def build(self) -> "ZoneOperator":
+        return ZoneOperator(self.group_id, Zone.restore(self.snapshot))
+
+
+class ZoneOperator:
+    """A zone as the runtime's worker cache holds it: :meth:`apply` replays a logged entry (its own steps)."""
+
+    stateless = False
+
+    def __init__(self, group_id: str, zone: Zone):
+        self.group_id, self.zone = group_id, zone
+
+    def route(self, batch) -> list:
+        return route_zone(self.zone, batch)
+
+    def round1(self, steps) -> tuple[list, Round1]:
+        return apply_round1(self.zone, steps)
+
+    def apply(self, entry: pa.Table, mode: str = "none") -> pa.Table:
+        """Replay one logged entry (this zone's steps of a batch); messages are not kept."""
+        apply_round1(self.zone, steps_of(entry))
+        return MESSAGE_SCHEMA.empty_table()
+
+
+def zone_bases(group_id: str, keys, xs, ys, n_zones: int, maximum: bool) -> tuple[np.ndarray, list]:
+    """``(cuts, [ZoneBase, …])``: a group's rows cut at :func:`equal_count_cuts` of X into (at most) ``n_zones``
+    zones; rows with a null (NaN) X or Y are in no range and in no zone, as in the group."""
+    keys = np.asarray(keys, dtype=object).reshape(-1)
+    xs = np.asarray(xs, dtype=np.float64).reshape(-1)
+    ys = np.asarray(ys, dtype=np.float64).reshape(-1)
+    ok = ~(np.isnan(xs) | np.isnan(ys))
+    keys, xs, ys = keys[ok], xs[ok], ys[ok]
+    cuts = equal_count_cuts(xs, n_zones)
+    bounds = [_NINF, *cuts.tolist(), _INF]
+    k = len(bounds) - 1
+    where = np.searchsorted(cuts, xs, side="right")
+    out = []
+    for i in range(k):
+        sel = where == i
+        out.append(ZoneBase(group_id, ZoneSnapshot(i, k, bounds[i], bounds[i + 1], maximum, keys[sel],
+                                                   xs[sel].copy(), ys[sel].copy())))
+    return cuts, out
+
+
+class ZonedView:
+    """A zoned group as the driver reads it (``result``, the ``deliver()`` side's seed, EXPLAIN, stats): the
+    zones (materialised by ``zones()`` only when a value is asked for) and the group's subscriptions."""
+
+    def __init__(self, group_id: str, maximum: bool, points: SubscriptionPoints, zones, info: dict):
+        self.group_id, self.maximum, self.points = group_id, maximum, points
+        self._zones, self._loaded = zones, None
+        self.info = info      # cuts, rows per zone, shards, counters (control/zones.py)
+
+    def zones(self) -> list:
+        if self._loaded is None:
+            self._loaded = list(self._zones())
+        return self._loaded
+
+    @property
+    def core(self) -> "ZonedView":
+        return self     # what family.subscribers reads: range_values and rows
+
+    def range_value(self, x1: float, x2: float):
+        v = min((z.core.tree.range_min(x1, x2) for z in self.zones()), default=_INF)
+        return None if v == _INF else (-v if self.maximum else v)
+
+    def range_values(self, x1s, x2s) -> np.ndarray:
+        x1s = np.asarray(x1s, dtype=np.float64)
+        v = np.minimum.reduce([z.core.tree.range_min_many(x1s, x2s) for z in self.zones()]) if self.zones() \
+            else np.full(x1s.shape, _INF)
+        v = np.asarray(v, dtype=np.float64)
+        v[v == _INF] = np.nan
+        return -v if self.maximum else v
+
+    def rows(self) -> tuple[list, np.ndarray, np.ndarray]:
+        parts = [z.core.rows() for z in self.zones()]
+        keys = [k for p in parts for k in p[0]]
+        return keys, np.concatenate([p[1] for p in parts] or [np.empty(0)]), \
+            np.concatenate([p[2] for p in parts] or [np.empty(0)])
+
+    def result(self, sub_id: str):
+        x1, x2 = self.points.bounds(sub_id)
+        return self.range_value(x1, x2)
+
+    def results(self, ids) -> np.ndarray:
+        slots = self.points.slots_of(ids)
+        return self.range_values(self.points.x1[slots], self.points.x2[slots])
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def stats(self) -> dict:
+        i = self.info
+        c = dict(i.get("counters", {}))
+        c["round1_fraction"] = c["updates_round1"] / c["updates"] if c.get("updates") else None
+        core: dict = {}     # the zones' cores' counters as their last tasks reported them (replays included)
+        for z in i["zones"]:
+            for k, v in (z.get("core") or {}).items():
+                core[k] = core.get(k, 0) + v
+        return {"zoned": True, **core, "subscriptions": len(self.points), "tuples": int(sum(i["zone_rows"])),
+                **c, "cuts": list(i["cuts"]), "zones": i["zones"], "shards": i["shards"],
+                "last_publish_s": i.get("timings", {})}
+
+    def explain(self) -> dict:
+        i = self.info
+        agg = "NEW_MAX" if self.maximum else "NEW_MIN"
+        return {
+            "class": "RANGE_MAX" if self.maximum else "RANGE_MIN",
+            "group": self.group_id,
+            "subscriptions": len(self.points),
+            "tuples": int(sum(i["zone_rows"])),
+            "algorithm": "DS-CN (000 §2.3.2): the S-CN server split into X zones; update classification "
+                         "(ignorable/good/bad) + Mar, upper Hull, EMar reformulation (000 §2-3) in each zone",
+            "zones": f"{len(i['zone_rows'])} X zones cut at {_fmt_cuts(i['cuts'])}, rows per zone "
+                     f"{list(i['zone_rows'])}: one Spark task each (round 1: the updates settled inside a zone); "
+                     f"round 2 (walks that cross a zone edge, against the edge staircases) on the driver",
+            "subscription shards": f"{len(i['shard_subscriptions'])} shards by x1 cut at "
+                                   f"{_fmt_cuts(i['shard_cuts'])}, subscriptions per shard "
+                                   f"{list(i['shard_subscriptions'])}: one Spark task each (unicast matching)",
+            "data index": "one A2B-tree per zone on its slice of X, with min-Y fields and two edge staircases",
+            "message format": f"<{agg}, INNER_L, INNER_R, OUTER_L, OUTER_R> (as the whole group's)",
+        }
+
+
+def _fmt_cuts(cuts) -> str:
+    return "[" + ", ".join(f"{c:g}" for c in cuts) + "]"

@@ -1,0 +1,192 @@
+"""RANGE_MIN / RANGE_MAX groups run in X zones in Spark (DS-CN, 000 §2.3.2; issue 16 item 4: ``Engine.range_zones``,
+control/zones.py, runtime/zones.py) against two independent oracles: the whole-group engine (one task, the S-CN
+core) as a twin fed the same operations -- output row for row -- and a brute-force MIN / MAX recomputed from the
+table's rows (``result`` and the unicast / delivered notifications).  Few and small: every publish here is a
+Spark job or three."""
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from sparksub import Engine
+
+pytestmark = [pytest.mark.spark, pytest.mark.catalyst_passthrough]
+
+TABLE = "CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)"
+
+
+def oracle(rows: dict, lo, hi, maximum: bool):
+    ys = [y for x, y in rows.values() if x is not None and y is not None and lo <= x <= hi]
+    return (max(ys) if maximum else min(ys)) if ys else None
+
+
+def workload(seed: int, n_rows=60, n_batches=4, batch=40):
+    """Rows with tied X and Y, then batches of inserts, deletes, NULL X / Y, X-moves (across zone edges: X
+    is drawn afresh) and the same key more than once in a batch; one row with an infinite Y (rejected)."""
+    rnd = random.Random(seed)
+    rows = {f"k{i}": (float(rnd.randint(0, 30)), float(rnd.randint(0, 20))) for i in range(n_rows)}
+    live, nxt, batches = dict(rows), n_rows, []
+    for b in range(n_batches):
+        out = []
+        for _ in range(batch):
+            r = rnd.random()
+            if r < 0.12 and live:
+                k = rnd.choice(sorted(live))
+                out.append({"symbol": k, "risk": None, "per": None, "_op": "delete"})
+                live.pop(k)
+            elif r < 0.25:
+                k = f"k{nxt}"
+                nxt += 1
+                live[k] = (float(rnd.randint(0, 30)), float(rnd.randint(0, 20)))
+                out.append({"symbol": k, "risk": live[k][0], "per": live[k][1], "_op": "upsert"})
+            elif r < 0.32 and live:   # a NULL X or Y: out of every range (the row stays in the table)
+                k = rnd.choice(sorted(live))
+                x, y = live[k]
+                x, y = (None, y) if rnd.random() < 0.5 else (x, None)
+                live[k] = (x, y)
+                out.append({"symbol": k, "risk": x, "per": y, "_op": "upsert"})
+            elif live:
+                k = rnd.choice(sorted(live))
+                x = float(rnd.randint(0, 30)) if r < 0.6 or live[k][0] is None else live[k][0]
+                live[k] = (x, float(rnd.randint(0, 20)))
+                out.append({"symbol": k, "risk": x, "per": live[k][1], "_op": "upsert"})
+        if b == 1:
+            out.insert(3, {"symbol": "bad", "risk": 1.0, "per": float("inf"), "_op": "upsert"})
+        batches.append(out)
+    return rows, batches
+
+
+def engines(spark, rows, subs, maximum, zones=3, path=None):
+    agg = "MAX" if maximum else "MIN"
+    out = []
+    for z in (0, zones):
+        e = Engine(spark, path=path if z else None)
+        e.range_zones = z
+        e.sql(TABLE)
+        e.load("stock", [{"symbol": k, "risk": x, "per": y} for k, (x, y) in rows.items()])
+        e.subscribe_many(f"SELECT {agg}(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
+                         {"id": list(subs), "lo": [a for a, _ in subs.values()], "hi": [b for _, b in subs.values()]})
+        out.append(e)
+    return out
+
+
+def apply_rows(state: dict, batch: list) -> None:
+    for u in batch:
+        if u["per"] == float("inf"):
+            continue
+        if u["_op"] == "delete":
+            state.pop(u["symbol"], None)
+        else:
+            state[u["symbol"]] = (u["risk"], u["per"])
+
+
+def rows_of(df):
+    return df.collect()
+
+
+def test_zoned_equals_whole_group_and_brute_force(spark, maximum=False):
+    rows, batches = workload(11 + maximum)
+    rnd = random.Random(3)
+    subs = {f"s{i}": tuple(sorted((float(rnd.randint(-2, 32)), float(rnd.randint(-2, 32))))) for i in range(50)}
+    whole, zoned = engines(spark, rows, subs, maximum)
+    gid = next(iter(zoned.stats()))
+    state = dict(rows)
+    for n, batch in enumerate(batches):
+        mode = "unicast" if n % 2 else "reformulated"
+        if n == 2:   # a subscription added between publishes: new shard bases, the zones' bases unchanged
+            zs = zoned._zone_states[gid]
+            zone_bases, shard_bases = [r.base_id for r in zs.zones], [r.base_id for r in zs.shards]
+            for e in (whole, zoned):
+                e.subscribe("late", f"SELECT {'MAX' if maximum else 'MIN'}(per) FROM stock WHERE risk BETWEEN 4 AND 17")
+            subs["late"] = (4.0, 17.0)
+        a = whole.publish("stock", batch, mode=mode)
+        b = zoned.publish("stock", batch, mode=mode)
+        got, want = rows_of(b), rows_of(a)
+        before = dict(state)
+        apply_rows(state, batch)
+        if mode == "reformulated":
+            assert got == want                     # message for message, in batch order
+            da, db = rows_of(whole.deliver(a)), rows_of(zoned.deliver(b))
+            assert sorted(db, key=repr) == sorted(da, key=repr)
+            got = db
+        else:
+            assert sorted(got, key=repr) == sorted(want, key=repr)
+        assert any(r.op == "rejected" for r in rows_of(b)) == (n == 1)
+        if n == 2:
+            zs = zoned._zone_states[gid]
+            assert [r.base_id for r in zs.zones] == zone_bases
+            assert [r.base_id for r in zs.shards] != shard_bases or mode != "unicast"
+        # brute force over the whole batch: each subscription's last notified value is its new MIN / MAX
+        notified = {}
+        for r in sorted((r for r in got if r.op not in ("rejected", "error")), key=lambda r: r.seq):
+            notified[r.subscription_id] = r.value
+        for s, (lo, hi) in subs.items():
+            if oracle(state, lo, hi, maximum) != oracle(before, lo, hi, maximum):
+                assert s in notified and notified[s] == oracle(state, lo, hi, maximum)
+        for s, (lo, hi) in subs.items():
+            assert zoned.result(s) == oracle(state, lo, hi, maximum)
+    st = zoned.stats()[gid]
+    assert st["zoned"] and len(st["zones"]) == 3 and sum(z["rows"] for z in st["zones"]) == st["tuples"]
+    assert sorted(z["partition"] for z in st["zones"]) == [0, 1, 2]        # one zone per task
+    assert 0 < st["round1_fraction"] <= 1 and sum(s["subscriptions"] for s in st["shards"]) == len(subs)
+    text = zoned.explain("late")
+    assert "3 X zones cut at" in text and "shards by x1" in text
+
+
+def test_failed_zone_is_an_error_row_then_rebuilt_and_durable_reopen(spark, tmp_path):
+    from sparksub.runtime import replicas as spark_replicas
+    rows, batches = workload(5, n_batches=4)
+    rnd = random.Random(9)
+    subs = {f"s{i}": tuple(sorted((float(rnd.randint(-2, 32)), float(rnd.randint(-2, 32))))) for i in range(30)}
+    whole, zoned = engines(spark, rows, subs, True, zones=2, path=tmp_path / "eng")   # MAX here
+    gid = next(iter(zoned.stats()))
+    a, b = whole.publish("stock", batches[0]), zoned.publish("stock", batches[0])
+    assert sorted(rows_of(b), key=repr) == sorted(rows_of(a), key=repr)
+    # zone 1 loses its base file and no worker holds it: its task fails
+    zs = zoned._zone_states[gid]
+    os.unlink(zs.zones[1].base_path)
+    zs.zones[1] = spark_replicas.cold(zs.zones[1])
+    out = rows_of(zoned.publish("stock", batches[1]))
+    assert [r.group_id for r in out if r.op == "error"] == [gid] and all(r.op in ("error", "rejected") for r in out)
+    whole.publish("stock", batches[1])
+    # rebuilt from the table's rows next time: equal again
+    a, b = whole.publish("stock", batches[2], mode="unicast"), zoned.publish("stock", batches[2], mode="unicast")
+    assert sorted(rows_of(b), key=repr) == sorted(rows_of(a), key=repr)
+    zoned.close()
+    again = Engine(spark, path=tmp_path / "eng")
+    again.range_zones = 2
+    a = whole.publish("stock", batches[3], mode="reformulated")
+    b = again.publish("stock", batches[3], mode="reformulated")
+    assert rows_of(b) == rows_of(a)
+    assert again.stats()[gid]["zoned"]
+    state = dict(rows)
+    for batch in batches:
+        apply_rows(state, batch)
+    for s, (lo, hi) in subs.items():
+        assert again.result(s) == oracle(state, lo, hi, True)
+    again.close()
+
+
+def test_the_zone_setting(monkeypatch):
+    """``range_zones``: None = one task below RANGE_ZONE_ROWS rows, else ``parallelism`` zones; an int >= 2 forces
+    it; 0 / 1 one task; S-MN and CN+ always whole (no Spark job runs here)."""
+    from sparksub.control import zones
+    from sparksub.operators.shared.variants import with_variant
+    e = Engine()
+    e.sql(TABLE)
+    e.load("stock", [{"symbol": f"k{i}", "risk": float(i), "per": 1.0} for i in range(10)])
+    e.subscribe("s", "SELECT MIN(per) FROM stock WHERE risk BETWEEN 1 AND 5")
+    entry = next(iter(e._groups.values()))
+    state = e._table("stock")
+    e.parallelism = 3
+    assert e._zone_count(state, entry, "reformulated") == 0
+    monkeypatch.setattr(zones, "RANGE_ZONE_ROWS", 10)
+    assert e._zone_count(state, entry, "reformulated") == 3 and e._zone_count(state, entry, "unicast") == 3
+    assert e._zone_count(state, entry, with_variant("reformulated", "S-MN")) == 0
+    assert e._zone_count(state, entry, with_variant("reformulated", "CN+")) == 0
+    e.range_zones = 1
+    assert e._zone_count(state, entry, "unicast") == 0
+    e.range_zones = 4
+    assert e._zone_count(state, entry, "unicast") == 4
