@@ -266,34 +266,44 @@ def role_clients(a) -> None:
                 state["closes"][closed.rcvd.code if closed.rcvd is not None else -1] += 1
             state["reconnects"] += 1
 
-    async def main():
-        loop = asyncio.get_running_loop()
-        gate = asyncio.Semaphore(CONNECT_AT_ONCE)
-        t0 = time.monotonic()
-        events = [asyncio.Event() for _ in tokens]
-        tasks = [asyncio.create_task(one(i, tok, gate, ev)) for i, (tok, ev) in enumerate(zip(tokens, events))]
-        for ev in events:
-            await ev.wait()
-        say("connected", state["connected"], state["failed"], f"{time.monotonic() - t0:.2f}", limit)
-        lines: asyncio.Queue = asyncio.Queue()
-        threading.Thread(target=lambda: [loop.call_soon_threadsafe(lines.put_nowait, ln) for ln in sys.stdin],
-                         daemon=True).start()
-        while True:
-            words = (await lines.get()).split()
-            if not words:
-                continue
-            if words[0] == "expect":
-                await wait_for_count(state, int(words[1]), float(words[2]))
-                say("reached", state["notes"], state["reconnects"], state["gaps"])
-            elif words[0] == "dump":
-                dump_ws(got, words[1])
-                say("dumped", len(got), state["reconnects"], state["gaps"], json.dumps(dict(state["closes"])).replace(" ", ""))
-            elif words[0] == "quit":
-                for t in tasks:
-                    t.cancel()
-                os._exit(0)
+    def dumped(path: str) -> None:
+        dump_ws(got, path)
+        say("dumped", len(got), state["reconnects"], state["gaps"], json.dumps(dict(state["closes"])).replace(" ", ""))
 
-    asyncio.run(main())
+    asyncio.run(connect_and_follow(
+        [lambda gate, ev, i=i, tok=tok: one(i, tok, gate, ev) for i, tok in enumerate(tokens)], state, limit,
+        reached=lambda: say("reached", state["notes"], state["reconnects"], state["gaps"]), dumped=dumped))
+
+
+async def connect_and_follow(openers: list, state: dict, limit, reached, dumped) -> None:
+    """A clients child's life: open every client (``opener(gate, opened)`` coroutines, ``CONNECT_AT_ONCE`` at a
+    time), say ``connected``, then follow the orchestra's commands on stdin, one per line: ``expect N IDLE``
+    (wait for N notifications, then ``reached()``), ``dump PATH`` (``dumped(PATH)``), ``quit``."""
+    import asyncio
+    loop = asyncio.get_running_loop()
+    gate = asyncio.Semaphore(CONNECT_AT_ONCE)
+    t0 = time.monotonic()
+    events = [asyncio.Event() for _ in openers]
+    tasks = [asyncio.create_task(opener(gate, ev)) for opener, ev in zip(openers, events)]
+    for ev in events:
+        await ev.wait()
+    say("connected", state["connected"], state["failed"], f"{time.monotonic() - t0:.2f}", limit)
+    lines: asyncio.Queue = asyncio.Queue()
+    threading.Thread(target=lambda: [loop.call_soon_threadsafe(lines.put_nowait, ln) for ln in sys.stdin],
+                     daemon=True).start()
+    while True:
+        words = (await lines.get()).split()
+        if not words:
+            continue
+        if words[0] == "expect":
+            await wait_for_count(state, int(words[1]), float(words[2]))
+            reached()
+        elif words[0] == "dump":
+            dumped(words[1])
+        elif words[0] == "quit":
+            for t in tasks:
+                t.cancel()
+            os._exit(0)
 
 
 async def wait_for_count(state: dict, target: int, idle_s: float) -> None:
@@ -361,34 +371,13 @@ def role_readers(a) -> None:
             state["errors"][f"{type(err).__name__}: {str(err)[:80]}"] += 1
             print(f"reader {k}: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
 
-    async def main():
-        loop = asyncio.get_running_loop()
-        gate = asyncio.Semaphore(CONNECT_AT_ONCE)
-        t0 = time.monotonic()
-        events = [asyncio.Event() for _ in range(a.clients)]
-        tasks = [asyncio.create_task(reader(k, gate, events[k])) for k in range(a.clients)]
-        for ev in events:
-            await ev.wait()
-        say("connected", state["connected"], state["failed"], f"{time.monotonic() - t0:.2f}", limit)
-        lines: asyncio.Queue = asyncio.Queue()
-        threading.Thread(target=lambda: [loop.call_soon_threadsafe(lines.put_nowait, ln) for ln in sys.stdin],
-                         daemon=True).start()
-        while True:
-            words = (await lines.get()).split()
-            if not words:
-                continue
-            if words[0] == "expect":
-                await wait_for_count(state, int(words[1]), float(words[2]))
-                say("reached", state["notes"], 0, 0)
-            elif words[0] == "dump":
-                dump_redis(got, words[1])
-                say("dumped", len(got), json.dumps(dict(state["errors"])).replace(" ", "_"))
-            elif words[0] == "quit":
-                for t in tasks:
-                    t.cancel()
-                os._exit(0)
+    def dumped(path: str) -> None:
+        dump_redis(got, path)
+        say("dumped", len(got), json.dumps(dict(state["errors"])).replace(" ", "_"))
 
-    asyncio.run(main())
+    asyncio.run(connect_and_follow(
+        [lambda gate, ev, k=k: reader(k, gate, ev) for k in range(a.clients)], state, limit,
+        reached=lambda: say("reached", state["notes"], 0, 0), dumped=dumped))
 
 
 def dump_redis(got: list, path: str) -> None:
