@@ -59,8 +59,12 @@ def test_the_keepalive_job_runs_while_idle_stops_after_the_hold_and_changes_noth
 
     e.publish("t", [{"k": "c", "x": 4.0, "y": 0.25}]).collect()
     rows["c"] = (4.0, 0.25)
-    # the keep-alive tasks read and wrote no state, and the publish after them found its group cached
-    assert e.runtime_stats()["runtime"].get("rebuilds", 0) == rebuilds
+    # The keep-alive tasks read and wrote no state: the worker that built the group still holds it, so the
+    # publish rebuilds it only if the executor handed its task to the other idle worker, which never held it
+    # (the factory's queue gives no affinity; bench/runtime.py --zero-only measures that): at most one
+    # rebuild per other worker, where a keep-alive that dropped the caches would cost one on every worker.
+    slots = e.runtime_stats()["runtime"]["keepalive"]["slots"]
+    assert e.runtime_stats()["runtime"].get("rebuilds", 0) <= rebuilds + slots - 1
     assert e.result("q") == _min_over(rows, 1.5, 6)
 
 

@@ -131,10 +131,10 @@ def touch(spark, slots: int, interval: float | None = 30.0, hold: float | None =
 
 def keepalive_stats(spark) -> dict:
     """The session keeper's counters (``engine.stats()['runtime']['keepalive']``): keep-alive jobs run and
-    failed, seconds since an operator task last ran; empty before the first publish."""
+    failed, the tasks per job, seconds since an operator task last ran; empty before the first publish."""
     with _KEEPERS_LOCK:
         keeper = _KEEPERS.get(spark) if spark is not None and _weakrefable(spark) else None
     if keeper is None:
         return {}
-    return {"runs": keeper.runs, "failures": keeper.failures, "running": keeper.alive,
+    return {"runs": keeper.runs, "failures": keeper.failures, "running": keeper.alive, "slots": keeper.slots,
             "idle_s": round(time.monotonic() - keeper.last_use, 1)}
