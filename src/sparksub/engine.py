@@ -22,6 +22,7 @@ from sparksub.deliver_input import checked_messages
 from sparksub.grammar import statements as st
 from sparksub.directory import EngineDirectory
 from sparksub.row_files import rows_table
+from sparksub.row_store import RowStore
 from sparksub.journal import CHECKPOINT_RECORDS, NOTIFICATION_RETENTION_ROWS, DurableSetting, EngineJournal
 from sparksub.runtime.connect import CATALYST_ON_CONNECT, is_connect_session
 # the embedded session (runtime/session.py: only the runtime imports pyspark), public here as before
@@ -250,8 +251,15 @@ class Engine(ZonedGroups, Statements, SubscriptionGroups, EventQueries, Publishi
         stream, whose published rows are events (FILTER subscriptions match them; nothing is kept)."""
         with self._lock:
             self.catalog.add(table)
-            self._tables[table.name.lower()] = TableState(table)
+            self._tables[table.name.lower()] = TableState(table, rows=self._row_store(table))
             self._journal.create_table(table)
+
+    def _row_store(self, table: TableDef, rows=None):
+        """A keyed table's rows, their base a file under the engine's directory (``row_store.py``); None for an
+        event stream (it keeps no rows)."""
+        if table.key is None:
+            return None
+        return RowStore(table, self.directory.area("row_store", table.name.lower()), rows)
 
     def _table(self, name: str) -> TableState:
         self.catalog.get(name)  # the error names the known tables

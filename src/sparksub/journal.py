@@ -927,8 +927,7 @@ class EngineJournal:
             tdef = _create_table(engine, t)
             if t["rows"] is not None:
                 table = pq.read_table(where / t["rows"])
-                columns = [table.column(c).to_pylist() for c in tdef.column_names]
-                engine._tables[tdef.name.lower()].rows = dict(zip(table.column(tdef.key).to_pylist(), zip(*columns)))
+                engine._tables[tdef.name.lower()].rows = engine._row_store(tdef, table)
         engine._next_seq = int(manifest["next_seq"])
         engine._event_clocks = {k: list(v) for k, v in manifest["clocks"].items()}
         for e in pq.read_table(where / "published.parquet").to_pylist():

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from sparksub.operators.shared.row_validation import arrow_type
 from sparksub.operators.shared.schemas import DELETE
+from sparksub.row_store import rows_table
 
 __all__ = ["RowFiles", "rows_table", "COMPACT_AFTER"]
 
@@ -31,13 +32,6 @@ __all__ = ["RowFiles", "rows_table", "COMPACT_AFTER"]
 COMPACT_AFTER = 32
 
 _OP, _V = "_op", "_v"
-
-
-def rows_table(tdef, rows: dict) -> pa.Table:
-    """A keyed table's rows (``TableState.rows``: key -> tuple in column order) as Arrow, typed as validation
-    casts them."""
-    columns = list(zip(*rows.values())) or [[] for _ in tdef.columns]
-    return pa.table({c: pa.array(list(v), arrow_type(t)) for (c, t), v in zip(tdef.columns, columns)})
 
 
 def _quote(name: str) -> str:

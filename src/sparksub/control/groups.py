@@ -18,6 +18,7 @@ from sparksub.operators.contract import SubscriptionFamily
 from sparksub.operators.registry import family_of
 from sparksub.operators.shared.families import grown
 from sparksub.row_files import RowFiles
+from sparksub.row_store import RowStore, rows_table
 from sparksub.runtime import replicas as spark_replicas
 from sparksub.control.inputs import checked_ids, param_columns
 
@@ -32,12 +33,21 @@ DRIVER_OPERATOR_LIMIT = 200_000
 
 @dataclass
 class TableState:
-    """A declared table as the engine keeps it: its definition and its current rows (on the driver: issue 16), and,
-    once Spark has read them, the files it reads them from."""
+    """A declared table as the engine keeps it: its definition and its current rows (a keyed table's: a
+    ``RowStore``, key -> tuple of column values in table column order, whose base is a file under the engine's
+    directory: issue 16 item 3; an event stream keeps none), and, once Spark has read them, the files it reads
+    them from."""
     definition: TableDef
-    rows: dict = field(default_factory=dict)  # key -> tuple of column values (table column order)
+    rows: "RowStore | dict | None" = None
     #: the rows as files Spark reads (row_files.py): made on first use (Engine.table, a view), then kept current
     files: RowFiles | None = None
+
+    def __post_init__(self):
+        # a table the engine does not keep on disk (a stream's stand-in): its store in memory
+        if self.definition.key is None:
+            self.rows = {}
+        elif not isinstance(self.rows, RowStore):
+            self.rows = RowStore(self.definition, rows=None if not self.rows else rows_table(self.definition, self.rows))
 
     def column_index(self, name: str) -> int:
         return self.definition.column_names.index(name)

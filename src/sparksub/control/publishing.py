@@ -292,12 +292,15 @@ class Publishing:
         checked = row_validation.check_rows(to_arrow(data), shape)
         reasons = checked.reasons
         if tdef.key is not None:
-            live, pending = state.rows, {}
-            for i, k in enumerate(checked.columns[tdef.key].to_pylist()):
+            keys = checked.columns[tdef.key].to_pylist()
+            deleted = [keys[i] for i in range(len(keys)) if reasons[i] is None and checked.ops[i] == DELETE]
+            held = dict(zip(deleted, state.rows.contains_many(deleted).tolist())) if deleted else {}
+            pending = {}
+            for i, k in enumerate(keys):
                 if reasons[i] is not None:
                     continue
                 if checked.ops[i] == DELETE:
-                    if not (pending[k] if k in pending else k in live):
+                    if not (pending[k] if k in pending else held[k]):
                         reasons[i] = row_validation.unknown_key_reason(k, tdef.name)
                         continue
                     pending[k] = False
@@ -309,15 +312,7 @@ class Publishing:
     def _apply_rows(self, state: TableState, batch: pa.Table) -> None:
         if state.definition.key is None:
             return  # events are not kept
-        names = state.definition.column_names
-        key_i = names.index(state.definition.key)
-        ops = batch.column("op").to_numpy()
-        rows = zip(*(batch.column(c).to_pylist() for c in names))
-        for op, row in zip(ops, rows):
-            if op == DELETE:
-                state.rows.pop(row[key_i], None)
-            else:
-                state.rows[row[key_i]] = row
+        state.rows.apply(batch)   # row_store.py: one lookup of the batch's keys, then the rows in order
         if state.files is not None and state.files.append(batch):   # the live view's files (row_files.py)
             state.files.reset(rows_table(state.definition, state.rows))
 
@@ -506,9 +501,10 @@ class Publishing:
                 out_parts.append(f"{entry.group_id}#{part}")
 
         pending: dict = {}
+        held = dict(zip((row[ki] for row in cols), state.rows.get_many([row[ki] for row in cols]))) if cols else {}
         for i, row in enumerate(cols):
             key = row[ki]
-            old = pending[key] if key in pending else state.rows.get(key)
+            old = pending[key] if key in pending else held[key]
             if old is not None:
                 emit(old, DELETE, int(seqs[i]))
             if ops[i] == DELETE:

@@ -252,7 +252,7 @@ class Streaming:
                     else _Deferred(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)))
         tdef = state.definition
         parts = self._join_partition_count()
-        initial = stored("join-initial.pickle", dict(state.rows))
+        initial = stored("join-initial.pickle", dict(state.rows.items()))
         specs = {}
         for n, e in enumerate(entries):
             side = e.family.side_of(e.physical, tdef)

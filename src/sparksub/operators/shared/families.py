@@ -27,6 +27,11 @@ from sparksub.planner.classifier import bind_range
 __all__ = ["FamilyBase", "RangeFamily", "RangeClassFamily", "SlotOutputs", "PassThrough", "grown", "key_type"]
 
 
+def _floats(column: pa.ChunkedArray) -> np.ndarray:
+    """A numeric column as float64, null = NaN (an integer past 2**53 rounds, as float() does)."""
+    return column.cast(pa.float64(), safe=False).fill_null(np.nan).to_numpy()
+
+
 def grown(column: np.ndarray, slots: np.ndarray, fill) -> np.ndarray:
     """A per-slot column grown (geometrically, new rows = ``fill``) to hold ``slots``."""
     if not slots.size or slots.max() < column.shape[0]:
@@ -165,16 +170,11 @@ class RangeFamily(FamilyBase):
         """The table's rows as the snapshot holds them: keys, x (float64, NaN = null) and y (float64, NaN =
         null; ``text``: objects, None = null)."""
         state = tables[node.table.lower()]
-        names = state.definition.column_names
-        ix = names.index(node.x)
-        iy = names.index(node.y) if node.y is not None else ix
-        keys = np.empty(len(state.rows), dtype=object)
-        xs = np.empty(len(state.rows))
-        ys = np.empty(len(state.rows), dtype=object if text else np.float64)
-        for i, (k, row) in enumerate(state.rows.items()):
-            keys[i] = k
-            xs[i] = np.nan if row[ix] is None else row[ix]
-            ys[i] = (None if text else np.nan) if row[iy] is None else row[iy]
+        rows = state.rows.table()   # the engine's RowStore (row_store.py): Arrow columns, the rows' order
+        keys = np.array(rows.column(state.definition.key).to_pylist(), dtype=object)
+        xs = _floats(rows.column(node.x))
+        y = rows.column(node.y if node.y is not None else node.x)
+        ys = np.array(y.to_pylist(), dtype=object) if text else _floats(y)
         return keys, xs, ys
 
     @staticmethod
