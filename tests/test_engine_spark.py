@@ -192,7 +192,7 @@ def test_explain_shows_plan_trace_operator_and_spark_plan(spark):
     text = e.sql("EXPLAIN SUBSCRIPTION alice")
     for needle in ("Class: RANGE_MIN", "Template: RangeMinGroupScan[MIN(per) over risk IN [?, ?] of stock]",
                    "close_strict_bounds", "A2B-tree", "NEW_MIN, INNER_L", "OUTER_L < x1 <= INNER_L",
-                   "MapInArrow range_min_group_unicast", "Exchange"):
+                   "MapInArrow range_min_group_unicast", "Range (0, 1, step=1, splits=1)"):
         assert needle in text, needle
     assert "Class: RANGE_MAX" in e.explain("SELECT MAX(per) FROM stock WHERE risk >= 3")
 

@@ -79,3 +79,24 @@ def test_keep_workers_warm_none_is_off(spark, restore_keeper):
     e.publish("u", [{"k": "a", "x": 1.0, "y": 3.0}]).collect()
     assert keeper.last_use == last   # this engine's publishes do not hold the workers
     assert e.result("r") == 3.0
+
+
+def test_keepalive_tasks_of_workers_holding_replicas_end_first():
+    # PythonWorkerFactory enqueues a released worker at the tail of its idle queue and hands out the head: the
+    # keep-alive task of a worker that caches replicas ends first, so that worker is handed out first next time
+    from sparksub.runtime.replicas import _CACHE
+
+    def took(deadline_in: float) -> float:
+        t = time.monotonic()
+        list(keepalive._holding_until(time.time() + deadline_in)(iter([])))
+        return time.monotonic() - t
+    saved = dict(_CACHE)   # this (driver) process may cache replicas of earlier tests' engines
+    _CACHE.clear()
+    try:
+        empty = took(0.1)
+        _CACHE[("u", "g")] = ("b", 0, object())
+        holding = took(0.1)
+    finally:
+        _CACHE.clear()
+        _CACHE.update(saved)
+    assert holding < 0.1 + keepalive.EMPTY_LAST_S / 2 <= empty

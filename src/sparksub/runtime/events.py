@@ -14,18 +14,18 @@ the executor charges it to that query alone, which yields one ``op = 'rejected'`
 (``query``) and the event; every other query of the replica keeps the event, and the batch is logged
 whole (a replay meets the same error and drops it again).
 
-The job: the events, one row per (event, replica it reaches) with the replica id in ``replica``, are
-repartitioned by ``replica``, sorted by (replica, t1, seq) within each partition, and run by
-``mapInArrow(event_query_nfa)`` — the name Spark's EXPLAIN prints.
+The job: the events, one row per (event, replica it reaches) with the replica id in ``replica``, are split by
+``replica`` on the driver, each replica's sorted by (t1, seq), and run by ``mapInArrow(event_query_nfa)`` — the
+name Spark's EXPLAIN prints — over explicit partitions, each task claiming one replica (``groups.placed_frame``).
 """
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sparksub.jvm.bridge import subscription_group
 from sparksub.operators.events.partitions import MatchLayout, feed_events_table, rejected_events_table
-from sparksub.runtime.groups import plan_text
+from sparksub.runtime import keepalive
+from sparksub.runtime.groups import placed_frame, plan_text, remove_folder, split_batch
 from sparksub.runtime.replicas import _CACHE, Replica, materialize, remember  # noqa: F401 (_CACHE: bench probe)
 
 __all__ = ["materialize", "remember", "run_event_queries", "event_plan_string", "OPERATOR_NAME"]
@@ -53,35 +53,27 @@ def _error_table(schema: pa.Schema, rid: str, err: Exception) -> pa.Table:
     return pa.table(row, schema=schema)
 
 
-def _operator(replicas: dict[str, Replica], streams: dict[str, tuple], layout: MatchLayout,
-              schema: pa.Schema):
-    """The task body: per replica in its rows, materialise, feed the batch in (t1, seq) order, flush,
-    emit the matches as rows of ``schema``."""
-    def event_query_nfa(batches):
-        pending: dict[str, list[pa.RecordBatch]] = {}
-        for rb in batches:
-            for rid in pc.unique(rb.column("replica")).to_pylist():
-                pending.setdefault(rid, []).append(rb.filter(pc.equal(rb.column("replica"), rid)))
-        for rid, parts in pending.items():
-            replica = replicas[rid]
-            events = pa.Table.from_batches(parts).drop_columns(["replica"])
-            try:
-                executor, out = _feed(replica, streams[rid], events, layout, schema)
-            except Exception as err:  # noqa: BLE001 - reported as a row; the replica rebuilds next time
-                yield from _error_table(schema, rid, err).to_batches()
-                continue
-            remember(replica, replica.log_length + 1, executor)
-            yield from out.to_batches()
-    event_query_nfa.__name__ = OPERATOR_NAME
-    return event_query_nfa
+def _run_replica(replica: Replica, streams: tuple, events: pa.Table, layout: MatchLayout, schema: pa.Schema):
+    """One replica's events, in (t1, seq) order: materialise, feed, flush, emit the matches as rows of
+    ``schema`` (or one ``error`` row; the replica rebuilds next time)."""
+    try:
+        executor, out = _feed(replica, streams, events, layout, schema)
+    except Exception as err:  # noqa: BLE001 - reported as a row; the replica rebuilds next time
+        yield from _error_table(schema, replica.replica_id, err).to_batches()
+        return
+    remember(replica, replica.log_length + 1, executor)
+    yield from out.to_batches()
 
 
-def _plan(spark, replicas, batch: pa.Table, streams, layout, schema, describe: str | None = None):
-    # One chunk: pyspark 4.3's createDataFrame(pa.Table) drops the chunk that follows an empty one.
-    df = spark.createDataFrame(batch.combine_chunks())
-    n = max(len(set(batch.column("replica").to_pylist())) if batch.num_rows else 1, 1)
-    df = df.repartition(n, "replica").sortWithinPartitions("replica", "t1", "seq")
-    return subscription_group(df.mapInArrow(_operator(replicas, streams, layout, schema), _ddl(schema)), describe)
+def _plan(spark, replicas, batch: pa.Table, streams, layout, schema, describe: str | None = None,
+          stage: bool = True):
+    # One task per replica, the one that claims it (groups.placed_frame: the task whose Python worker caches
+    # the replica, where there is one -- Spark's PythonWorkerFactory gives no worker affinity).
+    tables = split_batch(batch, "replica", ["t1", "seq"], drop=True)
+    df, folder = placed_frame(spark, replicas, tables,
+                              lambda r, t: _run_replica(r, streams[r.replica_id], t, layout, schema), _ddl(schema),
+                              OPERATOR_NAME, keepalive.slots_of(spark) or 1, stage)
+    return subscription_group(df, describe), folder
 
 
 def run_event_queries(spark, replicas: dict[str, Replica], batch: pa.Table, streams: dict[str, tuple],
@@ -92,13 +84,17 @@ def run_event_queries(spark, replicas: dict[str, Replica], batch: pa.Table, stre
     id -> the stream names to feed its events under; ``describe``: the ``SubscriptionGroup`` node's text
     (the Catalyst extension; None: no node)."""
     schema = layout.schema()
-    return _plan(spark, replicas, batch, streams, layout, schema, describe).toArrow().cast(schema)
+    df, folder = _plan(spark, replicas, batch, streams, layout, schema, describe)
+    try:
+        return df.toArrow().cast(schema)
+    finally:
+        remove_folder(folder)
 
 
 def event_plan_string(spark, replicas: dict[str, Replica], batch: pa.Table, streams: dict[str, tuple],
                       layout: MatchLayout, describe: str | None = None) -> str:
     """Spark's physical plan of the job (not executed)."""
-    return plan_text(_plan(spark, replicas, batch, streams, layout, layout.schema(), describe))
+    return plan_text(_plan(spark, replicas, batch, streams, layout, layout.schema(), describe, stage=False)[0])
 
 
 _DDL = {pa.string(): "string", pa.float64(): "double", pa.int64(): "bigint", pa.int32(): "int",

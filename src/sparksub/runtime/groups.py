@@ -8,22 +8,33 @@ tasks, keyed by (engine, group) and checked against (base, log position), so a w
 new batch; a cold one (a new executor, a restarted worker, a recomputed partition) rebuilds from the files.
 Either way the output is the same: the operator is deterministic, so recomputing a partition is safe.
 
-One partition per group (000 §2.3.2: a range-min group's updates are sequential -- each update's
-classification depends on the previous ones; DS-CN, the distributed variant, is in docs/).
+One task per group replica (000 §2.3.2: a range-min group's updates are sequential -- each update's
+classification depends on the previous ones; DS-CN, the distributed variant, is in docs/).  Which task runs
+which replica is decided in the task (:func:`placed_frame`, ``runtime/placement.py``): it claims the replica its
+Python worker already caches, since Spark binds no partition to a worker (PythonWorkerFactory hands idle workers
+out FIFO) and a replica that lands on another worker is rebuilt.
 
 Only DataFrame APIs Spark Connect has: a failed group is read from the checkpointed output (its ``op =
 'error'`` row), not from an accumulator; the plan's text comes from :func:`plan_text`.
 """
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+
 import pyarrow as pa
 
 from sparksub.jvm.bridge import subscription_group
 from sparksub.operators.shared import row_validation
+from sparksub.runtime import keepalive, placement
 from sparksub.runtime.connect import is_connect_session
 from sparksub.runtime.replicas import _CACHE, Replica, materialize, remember  # noqa: F401 (_CACHE: bench probe)
 
-__all__ = ["materialize", "remember", "run_groups", "plan_string", "plan_text", "failed_groups"]
+__all__ = ["materialize", "remember", "run_groups", "plan_string", "plan_text", "failed_groups", "placed_frame",
+           "split_batch"]
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -39,56 +50,165 @@ def _error_batch(schema: pa.Schema, gid: str, seq: int, err: Exception) -> pa.Re
     return pa.RecordBatch.from_pydict(row, schema=schema)
 
 
+def _run_group(replica: Replica, table: pa.Table, mode: str, schema: pa.Schema):
+    """One group's (replica's) rows, sorted by seq, through its operator: its notifications in ``schema``, or
+    one ``op = 'error'`` row naming the failure (the driver reads the failed groups from those rows:
+    :func:`failed_groups`), so that the other groups' notifications still come out (DESIGN §7)."""
+    gid = replica.replica_id
+    if "reason" in table.column_names:   # a stream's rows set aside upstream (stream_groups): emit them
+        bad = pa.compute.is_valid(table.column("reason"))
+        rejected = table.filter(bad)
+        if rejected.num_rows:
+            yield from row_validation.rejected_rows(schema, rejected.column("seq"),
+                                                    rejected.column("reason").to_pylist()).to_batches()
+        table = table.filter(pa.compute.invert(bad)).drop_columns(["reason"])
+        if not table.num_rows:
+            return
+    try:
+        group = materialize(replica)
+        out = group.apply(table, mode)
+    except Exception as err:  # noqa: BLE001 - reported as a row, which the driver reads
+        yield _error_batch(schema, gid, int(table.column("seq")[0].as_py()), err)
+        return
+    # a stateless group (FILTER) logs nothing: it stays at the replica's position and the next task hits
+    remember(replica, replica.log_length + (0 if getattr(group, "stateless", False) else 1), group)
+    yield from _conform(out, schema).to_batches()
+
+
 def _operator(replicas: dict[str, Replica], mode: str, schema: pa.Schema, name: str = "range_min_group"):
-    """The task body. ``schema`` ends with a nullable ``reason``; a group whose operator fails yields
-    one ``op = 'error'`` row naming the failure instead of its notifications (the driver reads the failed
-    groups from those rows: :func:`failed_groups`), so that the other groups' notifications still come out
-    (DESIGN §7)."""
+    """The task body of a hash-partitioned job (``stream_groups``): rows arrive grouped by group_id."""
     def range_min_group_operator(batches):
-        # Rows arrive grouped by group_id (one partition per group) and sorted by seq.
         pending: dict[str, list[pa.RecordBatch]] = {}
         for rb in batches:
             for gid in pa.compute.unique(rb.column("group_id")).to_pylist():
                 part = rb.filter(pa.compute.equal(rb.column("group_id"), gid))
                 pending.setdefault(gid, []).append(part)
         for gid, parts in pending.items():
-            replica = replicas[gid]
-            table = pa.Table.from_batches(parts).sort_by("seq")
-            if "reason" in table.column_names:   # a stream's rows set aside upstream (stream_groups): emit them
-                bad = pa.compute.is_valid(table.column("reason"))
-                rejected = table.filter(bad)
-                if rejected.num_rows:
-                    yield from row_validation.rejected_rows(schema, rejected.column("seq"),
-                                                            rejected.column("reason").to_pylist()).to_batches()
-                table = table.filter(pa.compute.invert(bad)).drop_columns(["reason"])
-                if not table.num_rows:
-                    continue
-            try:
-                group = materialize(replica)
-                out = group.apply(table, mode)
-            except Exception as err:  # noqa: BLE001 - reported as a row, which the driver reads
-                yield _error_batch(schema, gid, int(table.column("seq")[0].as_py()), err)
-                continue
-            # a stateless group (FILTER) logs nothing: it stays at the replica's position and the next task hits
-            remember(replica, replica.log_length + (0 if getattr(group, "stateless", False) else 1), group)
-            for rb in _conform(out, schema).to_batches():
-                yield rb
+            yield from _run_group(replicas[gid], pa.Table.from_batches(parts).sort_by("seq"), mode, schema)
     range_min_group_operator.__name__ = f"{name}_{mode}"  # what Spark's EXPLAIN prints
     return range_min_group_operator
 
 
+# ---- placed jobs: one task claims each replica (runtime/placement.py) ------------------------------------
+
+#: a job's replica batches up to this many bytes in all travel in the task closure; above, one Arrow file per
+#: replica in the job's folder, which only the task that claims the replica reads (every task unpickles the
+#: whole closure: measured here, a 1K-row batch (40 KB) pickles and unpickles in 0.3 ms against 0.5 ms to write
+#: and read its file, a 10K-row one (400 KB) in 1.4 ms against 0.8 ms)
+INLINE_BYTES = 1 << 17
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """What every task of a placed job gets: the replicas (by index), their batches (inline) or the folder's
+    files, the claim board and the number of tasks."""
+
+    replicas: tuple
+    tables: tuple | None
+    folder: str
+    n_tasks: int
+    holders: tuple
+
+
+def placed_frame(spark, replicas: dict[str, Replica], tables: dict[str, pa.Table], body, ddl: str, name: str,
+                 slots: int = 1, stage: bool = True):
+    """``(DataFrame, folder)``: a job of explicit partitions (``spark.range(0, n, 1, n)``) in which each
+    replica of ``tables`` (its batch, sorted as its operator takes it) runs in exactly one task, the one that
+    claims it -- preferably a task whose Python worker already caches it (``placement.claim``).  Spark binds no
+    partition to a worker: PythonWorkerFactory hands the idle workers out FIFO, so with a hash of the replica
+    id (the previous plan) a replica ran on whichever worker came next, and rebuilt when that was not the one
+    that held it.  ``slots`` (the keep-alive's, one per task slot): the job runs ``slots - 1`` tasks more than
+    replicas, so that a single-replica group's job reaches the worker that holds it among the idle ones, and a
+    task that finds only other workers' replicas left can leave them to those workers' next tasks; the tasks
+    left without a replica end empty after the others (``placement.linger``).  ``body(replica, table)``
+    yields the task's record batches.  ``stage`` False: nothing is written and no empty task added (a plan to
+    show, not to run: EXPLAIN shows one partition per replica).  The caller removes ``folder`` once the job
+    ran; ``tempfile`` holds the board of a job without replicas (an empty batch)."""
+    rids = sorted(r for r, t in tables.items() if t.num_rows)
+    reps = tuple(replicas[r] for r in rids)
+    parts = [tables[r] for r in rids]
+    # the job's board and batches: beside the first replica's base (one file system, as the replica files)
+    folder = os.path.join(reps[0].directory if reps else tempfile.gettempdir(), "jobs", uuid.uuid4().hex)
+    inline = not stage or sum(t.nbytes for t in parts) <= INLINE_BYTES
+    if stage:
+        os.makedirs(folder, exist_ok=True)
+        if not inline:
+            for j, t in enumerate(parts):
+                write_table(os.path.join(folder, f"b{j}.arrow"), t)
+    # slots - 1 tasks more than replicas: a task that lands on a worker holding none of the replicas left can
+    # then wait for the one that holds it (placement.claim) instead of having to take it; a plan shown: one
+    # partition per replica
+    n = max(len(reps) + (max(int(slots), 1) - 1 if stage else 0), 1)
+    spec = _Placed(reps, tuple(parts) if inline else None, folder, n,
+                   tuple(placement.holder_path(r) for r in reps))
+
+    def task(batches):
+        for rb in batches:
+            for i in rb.column("id").to_pylist():
+                yield from _placed_task(spec, i, body)
+    task.__name__ = name   # what Spark's EXPLAIN prints
+    return spark.range(0, n, 1, n).mapInArrow(task, ddl), folder
+
+
+def _placed_task(spec: _Placed, i: int, body):
+    os.makedirs(spec.folder, exist_ok=True)
+    j = placement.claim(spec.folder, i, len(spec.replicas), placement.held(spec.replicas), n_tasks=spec.n_tasks,
+                        holders=spec.holders, note=spec.holders)
+    if j is None:
+        placement.linger(spec.folder, len(spec.replicas))
+        return
+    table = spec.tables[j] if spec.tables is not None else read_table(os.path.join(spec.folder, f"b{j}.arrow"))
+    yield from body(spec.replicas[j], table)
+    placement.done(spec.folder, j)
+
+
+def split_batch(batch: pa.Table, column: str, sort_keys: list, drop: bool = False) -> dict[str, pa.Table]:
+    """``batch`` by the replica id in ``column`` (``drop``: without it), each part sorted by ``sort_keys``."""
+    if not batch.num_rows:
+        return {}
+    ids = batch.column(column)
+    out = {}
+    for rid in pa.compute.unique(ids).to_pylist():
+        part = batch.filter(pa.compute.equal(ids, rid))
+        part = part.drop_columns([column]) if drop else part
+        out[rid] = part.sort_by([(k, "ascending") for k in sort_keys]).combine_chunks()
+    return out
+
+
+def write_table(path: str, table: pa.Table) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with pa.OSFile(tmp, "wb") as fh, pa.ipc.new_file(fh, table.schema) as w:
+        w.write_table(table)
+    os.replace(tmp, path)
+
+
+def read_table(path: str) -> pa.Table:
+    with pa.OSFile(path) as fh:
+        return pa.ipc.open_file(fh).read_all()
+
+
+def remove_folder(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def run_groups(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, schema: pa.Schema,
-               name: str = "range_min_group", describe: str | None = None):
+               name: str = "range_min_group", describe: str | None = None, slots: int | None = None):
     """Run ``batch`` (columns group_id, key, x, y, op, seq) through each group's operator in Spark.
 
     Returns ``(DataFrame, failed group ids)``; the DataFrame is checkpointed locally (Spark Connect has
     ``localCheckpoint`` too), so the operator runs exactly once per call, and the failed groups are read
     from its ``error`` rows: that read is the one job, which computes the checkpointed partitions (kept for
-    every later action; a lazy local checkpoint saves a second job). ``schema`` must end with the nullable
-    ``reason`` column.
+    every later action; a lazy local checkpoint saves a second job).  Each replica runs in the task that
+    claims it (:func:`placed_frame`), whose batch the job's folder holds until the job ran.  ``schema`` must
+    end with the nullable ``reason`` column; ``slots``: the least number of tasks (default: the session
+    keep-alive's, ``keepalive.slots_of``).
     """
-    out = _plan(spark, replicas, batch, mode, schema, name, describe).localCheckpoint(eager=False)
-    return out, failed_groups(out)
+    df, folder = _placed(spark, replicas, batch, mode, schema, name, describe, slots, stage=True)
+    try:
+        out = df.localCheckpoint(eager=False)
+        return out, failed_groups(out)
+    finally:
+        remove_folder(folder)
 
 
 def failed_groups(df) -> set:
@@ -100,7 +220,7 @@ def failed_groups(df) -> set:
 def plan_string(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, schema: pa.Schema,
                 name: str = "range_min_group", describe: str | None = None) -> str:
     """Spark's physical plan for running ``batch`` through the groups (not executed)."""
-    return plan_text(_plan(spark, replicas, batch, mode, schema, name, describe))
+    return plan_text(_placed(spark, replicas, batch, mode, schema, name, describe, stage=False)[0])
 
 
 def plan_text(df) -> str:
@@ -113,13 +233,15 @@ def plan_text(df) -> str:
     return df._jdf.queryExecution().executedPlan().treeString()
 
 
-def _plan(spark, replicas, batch: pa.Table, mode: str, schema: pa.Schema, name: str = "range_min_group",
-          describe: str | None = None):
-    # One partition per group, rows in seq order within it. One chunk: pyspark 4.3's
-    # createDataFrame(pa.Table) drops the chunk that follows an empty one.
-    df = spark.createDataFrame(batch.combine_chunks())
-    df = df.repartition(max(len(replicas), 1), "group_id").sortWithinPartitions("group_id", "seq")
-    return subscription_group(df.mapInArrow(_operator(replicas, mode, schema, name), _ddl(schema)), describe)
+def _placed(spark, replicas, batch: pa.Table, mode: str, schema: pa.Schema, name: str = "range_min_group",
+            describe: str | None = None, slots: int | None = None, stage: bool = True):
+    # One task per group replica, its rows in seq order (split on the driver: a task reads only its own).
+    if slots is None:
+        slots = keepalive.slots_of(spark) or 1
+    tables = split_batch(batch, "group_id", ["seq"])
+    df, folder = placed_frame(spark, replicas, tables, lambda r, t: _run_group(r, t, mode, schema), _ddl(schema),
+                              f"{name}_{mode}", slots, stage)
+    return subscription_group(df, describe), folder
 
 
 def stream_groups(events, replicas: dict[str, Replica], mode: str, schema: pa.Schema,

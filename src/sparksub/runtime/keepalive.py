@@ -26,12 +26,14 @@ import weakref
 
 import pyarrow as pa
 
-__all__ = ["WorkerKeepAlive", "touch", "keeper_of", "keepalive_stats", "IDLE_WORKER_TIMEOUT_S"]
+__all__ = ["WorkerKeepAlive", "touch", "keeper_of", "keepalive_stats", "slots_of", "IDLE_WORKER_TIMEOUT_S"]
 
 #: Spark's idle Python worker timeout (PythonWorkerFactory.IDLE_WORKER_TIMEOUT_NS, 1 minute in Spark 4.3)
 IDLE_WORKER_TIMEOUT_S = 60.0
 #: how long past the job's start its tasks hold their workers (more than the scheduler's delay between them)
 HOLD_S = 1.5
+#: how much longer a task whose worker caches no replica holds it: released after the ones that do
+EMPTY_LAST_S = 0.3
 
 _KEEPERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _KEEPERS_LOCK = threading.Lock()
@@ -40,11 +42,16 @@ _KEEPERS_LOCK = threading.Lock()
 def _holding_until(deadline: float):
     """A keep-alive task body: hold the worker until ``deadline`` (wall clock, set by the driver a moment
     ahead), so that the job's tasks overlap whatever the scheduling delay between them, and each takes a
-    different idle worker (a task that finished early would hand its worker to the next one)."""
+    different idle worker (a task that finished early would hand its worker to the next one).  A worker whose
+    cache holds no replica is held ``EMPTY_LAST_S`` longer: PythonWorkerFactory enqueues a released worker at
+    the tail of its idle queue and hands out the head first, so the workers that hold replicas are then the
+    ones the next publish's tasks get, and the empty ones are the ones left idle (to expire)."""
     def keep_worker_alive(batches):
+        from sparksub.runtime.replicas import _CACHE
         for _ in batches:
             pass
-        time.sleep(min(max(0.0, deadline - time.time()), 5.0))
+        extra = 0.0 if _CACHE else EMPTY_LAST_S
+        time.sleep(min(max(0.0, deadline - time.time()), 5.0) + extra)
         yield pa.RecordBatch.from_pydict({"n": pa.array([1], pa.int64())})
     return keep_worker_alive
 
@@ -127,6 +134,14 @@ def touch(spark, slots: int, interval: float | None = 30.0, hold: float | None =
     if interval is None:
         return
     keeper_of(spark, slots, interval, hold).touch()
+
+
+def slots_of(spark) -> int | None:
+    """The session keeper's tasks per job (one per task slot), None before the first publish or when keeping
+    workers warm is off: a placed job runs at least that many tasks (``groups.placed_frame``)."""
+    with _KEEPERS_LOCK:
+        keeper = _KEEPERS.get(spark) if spark is not None and _weakrefable(spark) else None
+    return keeper.slots if keeper is not None and keeper.alive else None
 
 
 def keepalive_stats(spark) -> dict:

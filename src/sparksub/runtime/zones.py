@@ -33,7 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparksub.operators.range_min.zones import merge_messages, steps_table, versioned_messages
-from sparksub.runtime.groups import _conform, _ddl, _error_batch
+from sparksub.runtime import placement
+from sparksub.runtime.groups import _conform, _ddl, _error_batch, read_table, write_table
 from sparksub.runtime.replicas import _CACHE, Replica, materialize, remember
 
 __all__ = ["ZoneTask", "OutputPart", "run_round1", "output_frame", "write_table", "read_table",
@@ -69,18 +70,6 @@ class OutputPart:
     error: str | None = None
 
 
-def write_table(path: str, table: pa.Table) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with pa.OSFile(tmp, "wb") as fh, pa.ipc.new_file(fh, table.schema) as w:
-        w.write_table(table)
-    os.replace(tmp, path)
-
-
-def read_table(path: str) -> pa.Table:
-    with pa.OSFile(path) as fh:
-        return pa.ipc.open_file(fh).read_all()
-
-
 def _keep_one(replica: Replica) -> None:
     """Drop from this worker's cache every other zone (or shard) of the replica's group: a Python worker keeps
     one zone and one shard per group, so that an executor holds its share of the group, not all of it.  Spark
@@ -92,39 +81,6 @@ def _keep_one(replica: Replica) -> None:
     for key in [k for k in _CACHE if k[0] == replica.engine_uid and k[1] != replica.replica_id
                 and k[1].rpartition("#")[0] == group and k[1].startswith(prefix)]:
         _CACHE.pop(key, None)
-
-
-def _claim(folder: str, kind: str, me: int, preferred: list, every: list) -> int:
-    """The zone (shard) this task runs: the first of ``preferred`` then ``every`` that no other task of the job
-    claimed (a file created exclusively in the publish's folder, holding the claimant's index; a retried task
-    finds its own claim).  The n tasks of a group claim its n zones one each, so each zone still runs in exactly
-    one task; a task prefers the zone its Python worker already holds -- Spark gives these partitions no
-    affinity (its scheduler shuffles the offers), and without this a worker that ran zone 0 last time would
-    rebuild zone 1 whenever the two tasks land the other way round."""
-    for j in every:
-        try:
-            with open(os.path.join(folder, f"{kind}{j}.claim")) as fh:
-                if fh.read() == str(me):
-                    return j
-        except OSError:
-            pass
-    for j in list(preferred) + list(every):
-        path = os.path.join(folder, f"{kind}{j}.claim")
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            continue
-        with os.fdopen(fd, "w") as fh:
-            fh.write(str(me))
-        return j
-    raise RuntimeError(f"no {kind} left to claim in {folder}")
-
-
-def _held(engine_uid: str, group: str, kind: str) -> list:
-    """The zones (``kind = 'z'``) or shards (``'s'``) of ``group`` this worker's cache holds."""
-    prefix = f"{group}#{kind}"
-    return [int(k[1][len(prefix):]) for k in _CACHE if k[0] == engine_uid and k[1].startswith(prefix)
-            and k[1][len(prefix):].isdigit()]
 
 
 def _task_place() -> dict:
@@ -144,9 +100,13 @@ def _round1_task(tasks: list):
             for i in rb.column("id").to_pylist():
                 t = tasks[i]
                 try:
+                    # the zone this task's worker holds, else its own, else any left (placement.claim: one
+                    # task per zone; Spark gives these partitions no worker affinity)
                     siblings = {u.zone: u for u in tasks if u.group_id == t.group_id}
-                    t = siblings[_claim(t.folder, "z", i, _held(t.replica.engine_uid, t.group_id, "z") + [t.zone],
-                                        sorted(siblings))]
+                    order = sorted(siblings)
+                    held = placement.held([siblings[z].replica for z in order])
+                    t = siblings[order[placement.claim(t.folder, i, len(order), held + [order.index(t.zone)],
+                                                       kind="z")]]
                     batch = read_table(os.path.join(t.folder, BATCH_FILE))
                     _keep_one(t.replica)
                     op = materialize(t.replica)
@@ -208,10 +168,9 @@ def _output_task(parts: list, mode: str, schema: pa.Schema):
                     else:
                         siblings = {q.shard.replica_id: q for q in parts if q.group_id == p.group_id and q.shard}
                         order = sorted(siblings, key=lambda rid: int(rid.rpartition("#s")[2]))
-                        held = [f"{p.group_id}#s{j}" for j in _held(p.shard.engine_uid, p.group_id, "s")]
-                        index = {rid: n for n, rid in enumerate(order)}
-                        p = siblings[order[_claim(p.folder, "s", i, [index[r] for r in held if r in index]
-                                                  + [index[p.shard.replica_id]], list(range(len(order))))]]
+                        held = placement.held([siblings[rid].shard for rid in order])
+                        p = siblings[order[placement.claim(p.folder, i, len(order),
+                                                           held + [order.index(p.shard.replica_id)], kind="s")]]
                         _keep_one(p.shard)
                         shard = materialize(p.shard)
                         messages, old_values = _messages(p.folder)
