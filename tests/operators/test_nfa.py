@@ -349,6 +349,8 @@ def test_automaton_description_splits_predicates_and_records_renaming():
     assert "renaming: $1.x -> x_1" in s4.describe()
     dot = s4.to_dot()
     assert dot.startswith('digraph "S4" {') and '"n1":s -> "n1":s' in dot and "style=dashed" in dot
+    # a label's lines are joined by DOT's line break, not an escaped backslash that Graphviz would print
+    assert 'label="n1\\nFOLD Stock\\nindex: $2.Name = $1.Name"' in dot and "\\\\" not in dot
     # A sub-query that is PUBLISHed and a non-left-deep right input become their own automata.
     nested = compile_query("q", "SELECT * FROM (FILTER{Price > 1}(Stock) PUBLISH Big) NEXT{} "
                                 "(SELECT * FROM Stock NEXT{} Stock)")

@@ -526,26 +526,28 @@ class Automaton:
 
     def to_dot(self) -> str:
         """Graphviz text: filter edges drawn on top of a node, rebind edges below (004 Fig. 2)."""
-        def q(s: str) -> str:
-            return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        def q(*lines: str) -> str:
+            # each line escaped for a DOT string, then joined by DOT's own line break (an escaped "\\n" would
+            # print as a backslash and an n)
+            return '"' + "\\n".join(s.replace("\\", "\\\\").replace('"', '\\"') for s in lines) + '"'
         out = [f"digraph {q(self.query)} {{", "  rankdir=LR;"]
         for n in self.nodes:
             shape = "doublecircle" if n.kind == "end" else ("point" if n.kind == "start" else "circle")
-            label = f"{n.id}\\n{n.kind} {n.label}"
+            label = [n.id, f"{n.kind} {n.label}"]
             if n.instance_index:
-                label += "\\nindex: " + " AND ".join(n.instance_index)
-            out.append(f"  {q(n.id)} [shape={'box' if shape == 'point' else shape}, label={q(label)}];")
+                label.append("index: " + " AND ".join(n.instance_index))
+            out.append(f"  {q(n.id)} [shape={'box' if shape == 'point' else shape}, label={q(*label)}];")
         for e in self.edges:
-            label = e.predicate_text()
+            label = [e.predicate_text()]
             if e.static or e.dynamic:
-                label += f"\\nstatic: {' AND '.join(e.static) or 'TRUE'}\\ndynamic: {' AND '.join(e.dynamic) or 'TRUE'}"
+                label += [f"static: {' AND '.join(e.static) or 'TRUE'}", f"dynamic: {' AND '.join(e.dynamic) or 'TRUE'}"]
             if e.aggregates:
-                label += "\\n" + ", ".join(e.aggregates)
+                label.append(", ".join(e.aggregates))
             if e.renaming:
-                label += "\\n" + ", ".join(f"{a}->{b}" for a, b in e.renaming)
+                label.append(", ".join(f"{a}->{b}" for a, b in e.renaming))
             port = {"filter": ":n", "rebind": ":s"}.get(e.kind, "")
             style = {"filter": "dashed", "rebind": "dotted"}.get(e.kind, "solid")
-            out.append(f"  {q(e.source)}{port} -> {q(e.target)}{port} [label={q(label)}, style={style}];")
+            out.append(f"  {q(e.source)}{port} -> {q(e.target)}{port} [label={q(*label)}, style={style}];")
         out.append("}")
         return "\n".join(out)
 
