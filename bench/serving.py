@@ -2,7 +2,8 @@
 """Serving benchmark (issue 17): N concurrent WebSocket subscribers of ``sparksub serve`` on loopback, beside the
 same notifications delivered by the Redis Streams sink, in one run.
 
-    python bench/serving.py            # N = 1,000 and 10,000 subscribers, 100K subscriptions (~25-35 min, 2 cores)
+    python bench/serving.py            # N = 1,000 and 10,000 subscribers, 100K subscriptions (~35-50 min, 2 cores)
+    python bench/serving.py --paths ws --merge   # the WebSocket runs only (0 and 4 fan-out processes), Redis kept
     python bench/serving.py --quick    # N = 100 and 1,000, 10K subscriptions, fewer batches (~8 min)
     python bench/serving.py --out DIR  # write serving.md / .png / .json elsewhere (default docs/benchmarks/)
 
@@ -22,13 +23,17 @@ gives subscription ``q<i>`` of client ``c<k>`` (``serve/ownership.py``).  Update
 * the server: a child process (``--role server``) opens ``Engine(path=<temp dir>)`` on its own ``local[2]``
   session, loads the table, registers the subscriptions in-process with ``subscribe_many`` under the clients'
   ids (the server's ``Owners`` reads the ownership from the ids when the app is created), and runs
-  ``create_app`` with the default ``ServeConfig`` under ``serve/background.py``'s uvicorn;
+  ``create_app`` with the default ``ServeConfig`` under ``serve/background.py``'s uvicorn -- once per
+  ``--workers`` entry: 0, the single-process server (the streams on the engine's event loop); K > 0, the
+  multi-process server (``serve/workers.py``: the engine's app on a Unix socket, the streams in K fan-out
+  processes sharing the port, fed by tailing the notification log), the same N, state and updates;
 * tokens: one per client and one publisher token, in ``serve/tokens.json`` in the format of ``sparksub
   token`` (``serve/tokens.py``); the publisher's is issued by ``issue_token``, the N clients' are written in
   one go with the same hash and fields (``issue_token`` rewrites and fsyncs the whole file per token:
   quadratic at 10,000);
-* the clients: one separate process (``--role clients``): asyncio, the ``websockets`` asyncio client, N
-  connections to ``/ws?token=...&after=0`` (opened 200 at a time; permessage-deflate off, no client pings),
+* the clients: ``--client-procs`` separate processes (``--role clients``, default 4, each a contiguous share of
+  the N clients): asyncio, the ``websockets`` asyncio client, N connections to ``/ws?token=...&after=0``
+  (opened 200 at a time per process; permessage-deflate off, no client pings),
   ``RLIMIT_NOFILE`` raised to its hard limit.  Each frame's arrival time (``time.monotonic``, one clock for
   every process of the machine; every notification of a frame arrives with it) and text are kept; only its
   head (``last_seq``, the count) is read live, the rest is parsed after the run.  A closed
@@ -52,20 +57,22 @@ Spark tasks) to one stream per subscription; N reader tasks in one separate proc
   micro-batch*: arrival minus the end of the engine's part of the publish -- for the WebSocket path the
   call's start plus the server's own ``seconds`` for it (Spark job, routing, the log's commit; it starts
   after the request body arrived, so this end is early and the figure conservative), for the broker the
-  end of ``publish`` (+ ``deliver``), the sink's write being delivery.  The server writes the frames of a
-  publish before its HTTP response (both wait on the one event loop), so arrival minus the end of the
-  *call* hides the fan-out and is given apart ("beyond the call").  Target (issue 17): p99 beyond the
-  micro-batch < 2 s at 10,000 subscribers;
+  end of ``publish`` (+ ``deliver``), the sink's write being delivery.  The server answers a publish once
+  its notifications are committed, before their frames (``serve/fanout.py``), so arrival minus the end of
+  the *call* is given apart ("beyond the call": the fan-out after the response).  Target (issue 17): p99
+  beyond the micro-batch < 2 s at 10,000 subscribers;
 * *delivered/s*: notifications of the batch / (last arrival - publish start); *fan-out/s*: / (last arrival -
   first arrival);
 * *lost / extra / misrouted*: every client's notifications (subscription, seq, op, value) against the rows
   the broker child's in-process output (``publish`` or ``deliver``, ``toArrow``) says are that client's, as
   multisets -- counted, not asserted; for WebSocket also holes and repeats in each client's ``client_seq``;
-* *CPU in the fan-out*: the server's and the client process's CPU seconds (sampled every 50 ms) from the
+* *CPU in the fan-out*: the server's (its processes' together) and the client process's CPU seconds
+  (sampled every 50 ms) from the
   end of the micro-batch until the last notification arrived, over that time -- whether either was the
   bottleneck;
-* *memory per connection*: the server process's VmRSS with N idle connections minus with none, / N (the
-  Spark JVM is another process and holds no connection); the same for ``redis-server`` and N readers.
+* *memory per connection*: the server's processes' VmRSS (summed) with N idle connections minus with none,
+  / N (the Spark JVM is another process and holds no connection); the same for ``redis-server`` and N
+  readers.
 """
 from __future__ import annotations
 
@@ -201,8 +208,10 @@ def role_server(a) -> None:
     raise_nofile()
     t0 = time.monotonic()
     spark, engine = open_engine(a.rows, a.subs, a.clients, a.dir)
-    server = BackgroundServer(create_app(engine, ServeConfig())).start()
-    say("ready", server.url, os.getpid(), f"{time.monotonic() - t0:.1f}")
+    # --workers K > 0: the multi-process server (serve/workers.py), the streams in K fan-out processes
+    server = BackgroundServer(create_app(engine, ServeConfig()), workers=int(a.workers)).start()
+    say("ready", server.url, os.getpid(), f"{time.monotonic() - t0:.1f}",
+        ",".join(str(x) for x in server.pids) or "-")
     for line in sys.stdin:
         if line.strip() == "quit":
             break
@@ -267,18 +276,20 @@ def role_clients(a) -> None:
             state["reconnects"] += 1
 
     def dumped(path: str) -> None:
-        dump_ws(got, path)
+        dump_ws(got, path, offset=a.offset)
         say("dumped", len(got), state["reconnects"], state["gaps"], json.dumps(dict(state["closes"])).replace(" ", ""))
 
     asyncio.run(connect_and_follow(
         [lambda gate, ev, i=i, tok=tok: one(i, tok, gate, ev) for i, tok in enumerate(tokens)], state, limit,
-        reached=lambda: say("reached", state["notes"], state["reconnects"], state["gaps"]), dumped=dumped))
+        reached=lambda: say("reached", state["notes"], state["reconnects"], state["gaps"]), dumped=dumped,
+        progress=lambda: say("progress", state["notes"], state["reconnects"], state["gaps"])))
 
 
-async def connect_and_follow(openers: list, state: dict, limit, reached, dumped) -> None:
+async def connect_and_follow(openers: list, state: dict, limit, reached, dumped, progress=None) -> None:
     """A clients child's life: open every client (``opener(gate, opened)`` coroutines, ``CONNECT_AT_ONCE`` at a
     time), say ``connected``, then follow the orchestra's commands on stdin, one per line: ``expect N IDLE``
-    (wait for N notifications, then ``reached()``), ``dump PATH`` (``dumped(PATH)``), ``quit``."""
+    (wait for N notifications, then ``reached()``), ``progress`` (``progress()``: the count so far),
+    ``dump PATH`` (``dumped(PATH)``), ``quit``."""
     import asyncio
     loop = asyncio.get_running_loop()
     gate = asyncio.Semaphore(CONNECT_AT_ONCE)
@@ -298,6 +309,8 @@ async def connect_and_follow(openers: list, state: dict, limit, reached, dumped)
         if words[0] == "expect":
             await wait_for_count(state, int(words[1]), float(words[2]))
             reached()
+        elif words[0] == "progress" and progress is not None:
+            progress()
         elif words[0] == "dump":
             dumped(words[1])
         elif words[0] == "quit":
@@ -317,7 +330,7 @@ async def wait_for_count(state: dict, target: int, idle_s: float) -> None:
             return
 
 
-def dump_ws(got: list, path: str) -> None:
+def dump_ws(got: list, path: str, offset: int = 0) -> None:
     import numpy as np
     notes = [(i, at, note) for i, at, msg in got for note in json.loads(msg)["notifications"]]
     n = len(notes)
@@ -326,7 +339,7 @@ def dump_ws(got: list, path: str) -> None:
     ops = []
     for j, (i, at, m) in enumerate(notes):
         d = m["data"]
-        idx[j], t[j], cseq[j] = i, at, m["client_seq"]
+        idx[j], t[j], cseq[j] = i + offset, at, m["client_seq"]
         sub[j], seq[j] = int(d["subscription_id"][1:]), d["seq"]
         val[j] = np.nan if d.get("value") is None else d["value"]
         ops.append(d.get("op") or "")
@@ -557,47 +570,59 @@ def plan_of(timed: int) -> list[str]:
     return ["unicast"] + ["unicast"] * timed + ["reformulated"] * timed
 
 
-def run_websocket(n: int, a, work: Path, plan: list[str], updates) -> dict:
+def run_websocket(n: int, a, work: Path, plan: list[str], updates, workers: int = 0) -> dict:
     from common import load_avg, log
     from sparksub.client import connect
     from sparksub.serve.tokens import issue_token
     keys, xs, stream = updates
-    engine_dir = work / "engine-ws"
+    engine_dir = work / f"engine-ws-{workers}"
     pub_token = issue_token(engine_dir, "publisher", "publisher")
     t0 = time.monotonic()
     tokens = issue_client_tokens(engine_dir, [client_name(k) for k in range(n)])
     token_s = time.monotonic() - t0
-    (work / "tokens.json").write_text(json.dumps(tokens))
-    log(f"  [ws {n}] server: engine, {a.subs:,} subscriptions, uvicorn ... (load {load_avg()})")
-    server = Child("server", work / "server.log", dir=engine_dir, rows=a.rows, subs=a.subs, clients=n)
-    clients = None
+    # the clients spread over a few processes (as N real subscribers are over their own machines): one asyncio
+    # process reading 10,000 connections needed ~1 CPU s per publish, as much as the server's fan-out
+    procs = max(1, min(a.client_procs, n))
+    share = -(-n // procs)
+    slices = [(k * share, tokens[k * share:(k + 1) * share]) for k in range(procs) if tokens[k * share:(k + 1) * share]]
+    for k, (_, mine) in enumerate(slices):
+        (work / f"tokens-{k}.json").write_text(json.dumps(mine))
+    tag = f"ws {n}" + (f", {workers} fan-out" if workers else "")
+    log(f"  [{tag}] server: engine, {a.subs:,} subscriptions, uvicorn ... (load {load_avg()})")
+    server = Child("server", work / f"server-{workers}.log", dir=engine_dir, rows=a.rows, subs=a.subs, clients=n,
+                   workers=workers)
+    clients: list = []
     try:
-        url, pid, setup_s = server.expect("ready", 1200)
-        pid = int(pid)
+        url, pid, setup_s, fanout = server.expect("ready", 1200)
+        # the server's processes: the engine's, and the fan-out processes (their CPU and memory count too)
+        pids = [int(pid)] + ([int(x) for x in fanout.split(",")] if fanout != "-" else [])
         time.sleep(2)
-        rss0 = rss_kb(pid)
-        log(f"  [ws {n}] server up in {setup_s} s at {url}; RSS {rss0 / 1024:.0f} MB; connecting {n:,} clients ...")
-        clients = Child("clients", work / "clients.log", url=url, tokens=work / "tokens.json")
-        ok, failed, connect_s, nofile = clients.expect("connected", 1800)
+        rss0 = sum(rss_kb(x) for x in pids)
+        log(f"  [{tag}] server up in {setup_s} s at {url}; RSS {rss0 / 1024:.0f} MB; connecting {n:,} clients ...")
+        clients = [Child("clients", work / f"clients-{workers}-{k}.log", url=url, tokens=work / f"tokens-{k}.json",
+                         offset=first) for k, (first, _) in enumerate(slices)]
+        said = [c.expect("connected", 1800) for c in clients]
+        ok, failed = sum(int(x[0]) for x in said), sum(int(x[1]) for x in said)
+        connect_s, nofile = max(float(x[2]) for x in said), min(int(x[3]) for x in said)
         time.sleep(3)
-        rss_n, client_rss = rss_kb(pid), rss_kb(clients.pid)
-        log(f"  [ws {n}] {ok} connected, {failed} failed, in {connect_s} s; server RSS {rss_n / 1024:.0f} MB "
+        rss_n, client_rss = sum(rss_kb(x) for x in pids), sum(rss_kb(c.pid) for c in clients)
+        log(f"  [{tag}] {ok} connected, {failed} failed, in {connect_s} s; server RSS {rss_n / 1024:.0f} MB "
             f"(+{(rss_n - rss0) / max(1, int(ok)):.1f} KB/connection)")
         publisher = connect(url, pub_token, timeout=1800)
-        sampler = CpuSampler([pid, clients.pid])
+        sampler = CpuSampler(pids + [c.pid for c in clients])
         batches, total = [], 0
         for b, mode in enumerate(plan):
             rows = batch_table(keys, xs, stream, b, a.batch)
             t_start = time.monotonic()
-            summary = publisher.publish("stock", rows, mode=mode)
+            summary = publish_once(publisher, rows, mode, f"bench-{b}")
             t_end = time.monotonic()
             total += summary["notifications"]
-            clients.send("expect", total, IDLE_GIVE_UP_S)
-            reached, reconnects, gaps = (int(x) for x in clients.expect("reached", 3600))
+            reached, reconnects, gaps = wait_for_clients(clients, total, IDLE_GIVE_UP_S)
             t_done = time.monotonic()
             time.sleep(2 * sampler.period)
             t_engine = t_start + summary["seconds"]
             cpu = sampler.used(t_engine, t_done)
+            cpu = [sum(cpu[:len(pids)]), sum(cpu[len(pids):])]   # the server's processes, the clients' processes
             batches.append({"batch": b, "mode": mode, "t_start": t_start, "t_end": t_end,
                             "notifications": summary["notifications"], "server_seconds": summary["seconds"],
                             "messages": summary.get("messages", 0), "unowned": summary["unowned"],
@@ -608,25 +633,68 @@ def run_websocket(n: int, a, work: Path, plan: list[str], updates) -> dict:
                             # engine's part until the last notification arrived (the fan-out): how near either
                             # was to a full core
                             "fanout_s": t_done - t_engine, "server_cpu_s": cpu[0], "client_cpu_s": cpu[1]})
-            log(f"  [ws {n}] batch {b} {mode}: {summary['notifications']:,} notifications to {summary['clients']:,} "
+            log(f"  [{tag}] batch {b} {mode}: {summary['notifications']:,} notifications to {summary['clients']:,} "
                 f"clients; publish {t_end - t_start:.2f} s (server {summary['seconds']:.2f}); all received "
                 f"{t_done - t_start:.2f} s after start ({reached:,}/{total:,}; load {load_avg()})")
         sampler.stop()
         stats = publisher.stats()
         publisher.close()
-        clients.send("dump", work / "ws.npz")
-        dumped = clients.expect("dumped", 1200)
-        return {"n": n, "connected": int(ok), "connect_failed": int(failed), "connect_s": float(connect_s),
+        closes: Counter = Counter()
+        parts = []
+        for k, c in enumerate(clients):
+            c.send("dump", work / f"ws-{workers}-{k}.npz")
+            closes.update(json.loads(c.expect("dumped", 1200)[3]))
+            parts.append(work / f"ws-{workers}-{k}.npz")
+        merge_npz(parts, work / f"ws-{workers}.npz")
+        return {"n": n, "workers": workers, "connected": int(ok), "connect_failed": int(failed), "connect_s": float(connect_s),
                 "nofile_limit": int(nofile), "token_issue_s": token_s, "setup_s": float(setup_s),
                 "server_rss0_kb": rss0, "server_rssN_kb": rss_n, "client_rss_kb": client_rss,
                 "batches": batches, "stats": {k: stats.get(k) for k in ("connections", "connected_clients",
                                                                            "dropped_slow", "queue_depth_max",
                                                                            "notifications_total")},
-                "closes": json.loads(dumped[3]), "file": str(work / "ws.npz")}
+                "client_procs": len(clients), "closes": dict(closes), "file": str(work / f"ws-{workers}.npz")}
     finally:
-        if clients is not None:
-            clients.stop(60)
+        for c in clients:
+            c.stop(60)
         server.stop(180)
+
+
+def publish_once(publisher, rows, mode: str, batch_id: str) -> dict:
+    """Publish a batch, once: a keep-alive connection the server closed as the request went out (a reset)
+    is retried under the same ``batch_id``, which the engine applies at most once."""
+    import httpx
+    for attempt in range(3):
+        try:
+            return publisher.publish("stock", rows, mode=mode, batch_id=batch_id)
+        except httpx.TransportError:
+            if attempt == 2:
+                raise
+            time.sleep(0.5)
+
+
+def wait_for_clients(clients: list, total: int, idle_s: float) -> tuple[int, int, int]:
+    """Poll the clients' children until their notifications add up to ``total`` (or none came for ``idle_s``):
+    (received, reconnects, gaps) summed.  The latencies are the arrival times the children recorded, not
+    when this loop saw them."""
+    seen, since = -1, time.monotonic()
+    while True:
+        for c in clients:
+            c.send("progress")
+        counts = [[int(x) for x in c.expect("progress", 600)] for c in clients]
+        got = [sum(x[i] for x in counts) for i in range(3)]
+        if got[0] >= total:
+            return got[0], got[1], got[2]
+        if got[0] != seen:
+            seen, since = got[0], time.monotonic()
+        elif time.monotonic() - since > idle_s:
+            return got[0], got[1], got[2]
+        time.sleep(0.05)
+
+
+def merge_npz(parts: list, out: Path) -> None:
+    import numpy as np
+    loaded = [np.load(x) for x in parts]
+    np.savez(out, **{k: np.concatenate([d[k] for d in loaded]) for k in loaded[0].files})
 
 
 def run_oracle(n: int, a, work: Path, plan: list[str]) -> None:
@@ -797,11 +865,13 @@ STANDING_NOTES = [
     "10,000 bulk requests of 10 rows would each be an `engine.subscribe_many` call on the one group.",
     "Client tokens are written to `serve/tokens.json` in one go in `sparksub token`'s format and hash: "
     "`issue_token` rewrites and fsyncs the whole file per token (quadratic in the number of clients).",
-    "The WebSocket client process (one asyncio process holding all N connections, `websockets`' asyncio "
-    "client) turns permessage-deflate off and sends no pings (`sparksub.client`'s sync client keeps the "
-    "`websockets` defaults: deflate on); it reads only each frame's head while the run goes (its count and "
-    "`last_seq`) and parses the notifications after the run. Its CPU in the fan-out (\"Every batch\") stays "
-    "well under a core: the clients are not what is measured. The server keeps its defaults (`ServeConfig()`: "
+    "The WebSocket clients run in 4 processes (`--client-procs`; each an asyncio process holding a contiguous "
+    "share of the N connections, `websockets`' asyncio client); the earlier runs had one process hold all N, "
+    "which at 10,000 needed about as much CPU per publish as the server's fan-out (\"CPU %\" in \"Every "
+    "batch\" of those runs) and so bounded the latency it measured -- N real subscribers are on their own "
+    "machines. They turn permessage-deflate off and send no pings (`sparksub.client`'s sync client keeps the "
+    "`websockets` defaults: deflate on); they read only each frame's head while the run goes (its count and "
+    "`last_seq`) and parse the notifications after the run. The server keeps its defaults (`ServeConfig()`: "
     "uvicorn pings every 60 s, SSE heartbeats every 15 s, queue limit 10,000 per connection).",
     "The Redis readers use redis-py's asyncio client without `hiredis` (not installed: replies parsed in "
     "pure Python), one connection per reader, `XREAD BLOCK 0` over the streams of its client's subscriptions. "
@@ -812,28 +882,52 @@ STANDING_NOTES = [
     "redis-py 8's asyncio client times every socket read out after 5 s by default (`socket_timeout=5`): under "
     "this load its connection handshakes timed out and were retried (a first 10,000-reader run took 301 s to "
     "connect, then lost its readers); the readers now pass `socket_timeout=None`.",
-    "Where the WebSocket time goes (py-spy on the server during the batches): the server sends one frame per "
-    "connection per publish, holding every notification queued for it (`serve/fanout.py`); each frame is a "
-    "socket write on the one event loop. The fan-out of a publish to 10,000 connections costs the server's "
-    "process ~0.8-1.1 CPU s (fan-out time x its CPU % in \"Every batch\"), but it got 25-33% of a core at load "
-    "12-14 on the 2 cores (the benchmark runs at nice 15 beside other work at nice 10; 40-55% in trial runs at "
-    "load ~6), so the fan-out took 2.5-5 s of wall clock: with a core of its own it would be ~1 s. Before (issue 17's first measurement) it sent one frame per notification (~12x "
-    "the writes), built bodies row by row in Python, stored one log row per notification, sent an application "
-    "heartbeat to every idle WebSocket every 15 s (a timer armed and cancelled at every wake-up) and let uvicorn "
-    "ping every connection every 20 s: at 10,000 connections the pings, pongs and heartbeats were more of the "
-    "event loop's work than the notifications.",
-    "The server writes the frames of a publish before its HTTP response (the response's hand-off waits behind "
-    "the connections' wake-ups on the one event loop), so the publish *call* ends after the fan-out and \"beyond "
-    "the call\" is near 0; the target is judged on \"beyond micro-batch\", from the end of the server's own "
-    "publish time (its `seconds`), which hides nothing.",
+    "Where the single-process server's time goes (py-spy on the server during the batches, last session): the "
+    "server sends one frame per connection per publish, holding every notification queued for it "
+    "(`serve/fanout.py`); each frame is a socket write on the one event loop. The fan-out of a publish to 10,000 "
+    "connections cost its process ~0.8-1.1 CPU s, on one core whatever the machine has. Before (issue 17's first "
+    "measurement) it sent one frame per notification (~12x the writes), built bodies row by row in Python, "
+    "stored one log row per notification, sent an application heartbeat to every idle WebSocket every 15 s and "
+    "let uvicorn ping every connection every 20 s.",
+    "The multi-process server (`serve/workers.py`, `--workers K`): K fan-out processes listen on the port with "
+    "SO_REUSEPORT (the kernel spreads the N connections over them), each tails the notification log after each "
+    "commit (woken by a datagram from the engine's process) and frames and writes for its share; the engine's "
+    "process (Spark driver, routing, the log's commit) serves the rest of the API on a Unix socket behind them. "
+    "Its CPU % in \"Every batch\" is the engine's process and the K fan-out processes together.",
+    "The server answers a publish as soon as its notifications are committed to the log, before any frame "
+    "(`serve/fanout.py`: staged in the engine's order, flushed to the queues just before the response); \"beyond "
+    "the call\" is the fan-out after the response. The target is judged on \"beyond micro-batch\", from the end "
+    "of the server's own publish time (its `seconds`), which hides nothing.",
 ]
+
+
+def path_label(run: dict) -> str:
+    """A WebSocket run's path: the single-process server or the one with K fan-out processes."""
+    k = run.get("workers", 0)
+    return "WebSocket" if not k else f"WebSocket, {k} fan-out processes"
+
+
+def runs_at(res: dict, n: int, redis_name: str = "Redis Streams") -> list[tuple[str, dict]]:
+    """(path label, run) of every path measured at ``n``: the WebSocket runs (by fan-out processes), Redis."""
+    out = [(path_label(r), r) for r in sorted((r for r in res["websocket"] if r["n"] == n),
+                                              key=lambda r: r.get("workers", 0))]
+    out += [(redis_name, r) for r in res["redis"] if r["n"] == n]
+    return out
+
+
+def ws_runs_at(res: dict, n: int) -> list[tuple[str, dict]]:
+    return [(label, r) for label, r in runs_at(res, n) if r in res["websocket"]]
+
+
+def run_kind(res: dict) -> str:
+    return "quick" if res["quick"] else "full" if sorted(res["ns"]) == [1_000, 10_000] and res["subs"] == 100_000 \
+        else "custom"
 
 
 def report(res: dict, out: Path) -> None:
     from common import fmt_num, md_table
-    ws_by_n = {r["n"]: r for r in res["websocket"]}
     rd_by_n = {r["n"]: r for r in res["redis"]}
-    kind = "quick" if res["quick"] else "full" if res["ns"] == [1_000, 10_000] and res["subs"] == 100_000 else "custom"
+    kind = run_kind(res)
     lines = [f"# Serving benchmark: WebSocket subscribers vs the Redis Streams sink ({kind} run)",
              "",
              "`bench/serving.py` (issue 17); the module docstring says what is measured and how. "
@@ -849,15 +943,13 @@ def report(res: dict, out: Path) -> None:
              "latency percentiles over every notification of them). Each batch is delivered completely before "
              "the next is published.", ""]
     targets = []
-    for n in res["ns"]:
-        ws = ws_by_n.get(n)
-        if ws is None:
-            continue
+    for label, ws in (x for n in res["ns"] for x in ws_runs_at(res, n)):
+        n = ws["n"]
         a = ws["analysis"]
         held = ws["connected"] == n and not ws["stats"].get("dropped_slow")
         worst = max(m["p99_beyond_s"] for m in a["modes"].values())
         lost = a["check"]["lost"] + a["check"]["extra"] + a["check"]["misrouted"] + a["check"].get("client_seq_holes", 0)
-        targets.append(f"* {n:,} subscribers: held (all connected, none dropped) **{'PASS' if held else 'FAIL'}**; "
+        targets.append(f"* {label}, {n:,} subscribers: held (all connected, none dropped) **{'PASS' if held else 'FAIL'}**; "
                        f"p99 beyond the micro-batch {worst:.2f} s < {TARGET_P99_BEYOND_S:.0f} s "
                        f"**{'PASS' if worst < TARGET_P99_BEYOND_S else 'FAIL'}**; no lost notification "
                        f"**{'PASS' if lost == 0 else 'FAIL'}** ({a['check']['lost']} lost, {a['check']['extra']} extra)")
@@ -866,10 +958,7 @@ def report(res: dict, out: Path) -> None:
               "p99 beyond micro-batch s", "p99 beyond the call s", "delivered / s", "fan-out / s", "lost", "extra"]
     rows = []
     for n in res["ns"]:
-        for path, by in (("WebSocket", ws_by_n), ("Redis Streams", rd_by_n)):
-            r = by.get(n)
-            if r is None:
-                continue
+        for path, r in runs_at(res, n):
             a = r["analysis"]
             for mode, m in a["modes"].items():
                 call = fmt_s(m["micro_batch_s"])
@@ -882,31 +971,32 @@ def report(res: dict, out: Path) -> None:
     lines += ["## Delivery per batch", "", md_table(header, rows), "",
               "*micro-batch*: the engine's part of the publish (WebSocket: the server's own time for it -- Spark job, "
               "routing, numbering, the notification log's commit; Redis: `publish` (+ `deliver`)). *call*: the whole "
-              "publish call (WebSocket: the HTTP request, whose response the server writes after the fan-out's frames; "
+              "publish call (WebSocket: the HTTP request, answered once the notifications are committed, before their frames; "
               "Redis: + the sink's write job, given apart). *p50/p99*: arrival at the client - publish start. *beyond "
               "micro-batch*: arrival - end of the micro-batch (the target's figure); *beyond the call*: arrival - end of "
               "the call. *delivered/s*: notifications / (last arrival - publish start); *fan-out/s*: "
               "/ (last arrival - first arrival). *lost / extra*: against the broker child's in-process output, per "
               "client, over every batch (warm-up included).", ""]
     ratio_rows = []
-    for n in res["ns"]:
-        ws, rd = ws_by_n.get(n), rd_by_n.get(n)
-        if ws is None or rd is None:
+    for label, ws in (x for n in res["ns"] for x in ws_runs_at(res, n)):
+        rd = rd_by_n.get(ws["n"])
+        if rd is None:
             continue
         for mode in ws["analysis"]["modes"]:
             w, r = ws["analysis"]["modes"][mode], rd["analysis"]["modes"].get(mode)
             if r is None:
                 continue
-            ratio_rows.append([f"{n:,}", mode, fmt_num(w["p99_s"] / r["p99_s"]), fmt_num(w["p99_beyond_s"] / r["p99_beyond_s"])
+            ratio_rows.append([label, f"{ws['n']:,}", mode, fmt_num(w["p99_s"] / r["p99_s"]), fmt_num(w["p99_beyond_s"] / r["p99_beyond_s"])
                                if r["p99_beyond_s"] > 0 else "n/a",
                                fmt_num(w["delivered_per_s"] / r["delivered_per_s"]), fmt_num(w.get("engine_s", w["micro_batch_s"]) / r.get("engine_s", r["micro_batch_s"]))])
     lines += ["### WebSocket / Redis Streams (same updates; the Notes say when a path's run is older)", "",
-              md_table(["N", "mode", "p99 latency", "p99 beyond micro-batch", "delivered/s", "micro-batch"], ratio_rows), ""]
+              md_table(["path", "N", "mode", "p99 latency", "p99 beyond micro-batch", "delivered/s", "micro-batch"],
+                       ratio_rows), ""]
     mem = []
     for n in res["ns"]:
-        ws, rd = ws_by_n.get(n), rd_by_n.get(n)
-        if ws is not None:
-            mem.append([f"{n:,}", "WebSocket server (uvicorn + app)", f"{ws['connected']:,} / {ws['connect_failed']}",
+        rd = rd_by_n.get(n)
+        for label, ws in ws_runs_at(res, n):
+            mem.append([f"{n:,}", f"{label} server (uvicorn + app)", f"{ws['connected']:,} / {ws['connect_failed']}",
                         fmt_num(ws["connect_s"]), fmt_num(ws["server_rss0_kb"] / 1024), fmt_num(ws["server_rssN_kb"] / 1024),
                         fmt_num((ws["server_rssN_kb"] - ws["server_rss0_kb"]) / max(1, ws["connected"])),
                         fmt_num(ws["client_rss_kb"] / 1024)])
@@ -918,19 +1008,18 @@ def report(res: dict, out: Path) -> None:
     lines += ["## Connections and memory", "",
               md_table(["N", "server", "connected / failed", "connect s", "RSS idle MB", "RSS with N MB",
                         "KB / connection", "client process RSS MB"], mem), "",
-              "RSS: VmRSS of the server's Python process (the Spark JVM is a separate process) / of redis-server, "
-              "with no client and 3 s after the N-th connected (idle). Client process: the one asyncio process "
-              "holding all N connections (WebSocket) or readers (Redis), before any notification.", ""]
+              "RSS: VmRSS of the server's Python processes (the engine's and, if any, the fan-out processes; the "
+              "Spark JVM is a separate process) / of redis-server, "
+              "with no client and 3 s after the N-th connected (idle). Client process: the asyncio processes "
+              "holding the N connections, summed (WebSocket; 4 since this session's run, one before) or the one "
+              "holding the N readers (Redis), before any notification.", ""]
     chk = []
     for n in res["ns"]:
-        for path, by in (("WebSocket", ws_by_n), ("Redis Streams", rd_by_n)):
-            r = by.get(n)
-            if r is None:
-                continue
+        for path, r in runs_at(res, n):
             c = r["analysis"]["check"]
             extra = (f"client_seq holes {c['client_seq_holes']}, repeats {c['client_seq_repeats']}; reconnects "
                      f"{r['batches'][-1].get('reconnects', 0)}, dropped as slow {r['stats'].get('dropped_slow')}, "
-                     f"closes {r.get('closes')}" if path == "WebSocket" else "")
+                     f"closes {r.get('closes')}" if path.startswith("WebSocket") else "")
             chk.append([path, f"{n:,}", f"{c['expected']:,}", f"{c['received']:,}", f"{c['lost']:,}", f"{c['extra']:,}",
                         str(c["misrouted"]), extra])
     lines += ["## Delivery check", "",
@@ -940,10 +1029,7 @@ def report(res: dict, out: Path) -> None:
               "(subscription, seq, op, value).", ""]
     pb = []
     for n in res["ns"]:
-        for path, by in (("WebSocket", ws_by_n), ("Redis", rd_by_n)):
-            r = by.get(n)
-            if r is None:
-                continue
+        for path, r in runs_at(res, n, "Redis"):
             for row in r["analysis"]["per_batch"]:
                 pb.append([path, f"{n:,}", str(row["batch"]) + (" (warm-up)" if row["batch"] == 0 else ""), row["mode"],
                            f"{row['notifications']:,}", fmt_s(row.get("engine_s")), fmt_s(row["micro_batch_s"]),
@@ -956,9 +1042,10 @@ def report(res: dict, out: Path) -> None:
               md_table(["path", "N", "batch", "mode", "notifications", "micro-batch s", "call s", "first arrival s",
                         "last arrival s", "p50 s", "p99 s", "p99 beyond s", "p99 beyond the call s",
                         "CPU % server / clients in the fan-out"], pb), "",
-              "*CPU %*: CPU time of the server's Python process (event loop, worker thread) and of the client "
-              "process, from the end of the micro-batch until the batch's last notification arrived (sampled every "
-              "50 ms), over that time (100: one core busy).", ""]
+              "*CPU %*: CPU time of the server's Python processes (the engine's: event loop, worker thread; and "
+              "the fan-out processes, if any) and of the client processes, each side summed, from the end of the "
+              "micro-batch until the batch's last notification arrived (sampled every 50 ms), over that time (100: "
+              "one core busy).", ""]
     notes = list(res.get("notes") or []) + STANDING_NOTES
     lines += ["## Notes", "", *[f"* {x}" for x in notes], ""]
     lines += ["![serving](serving.png)", ""]
@@ -969,15 +1056,14 @@ def plot(res: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(13, 9))
     labels, p50, p99, beyond, rate = [], [], [], [], []
     for n in res["ns"]:
-        for path_name, runs in (("WS", res["websocket"]), ("Redis", res["redis"])):
-            r = next((x for x in runs if x["n"] == n), None)
-            if r is None:
-                continue
+        for path_name, r in runs_at(res, n, "Redis"):
+            short = path_name.replace("WebSocket, ", "WS\n").replace(" fan-out processes", " fan-out").replace(
+                "WebSocket", "WS\n1 process")
             for mode, m in r["analysis"]["modes"].items():
-                labels.append(f"{path_name}\n{n:,}\n{'uni' if mode == 'unicast' else 'ref'}")
+                labels.append(f"{short}\n{n:,}\n{'uni' if mode == 'unicast' else 'ref'}")
                 p50.append(m["p50_s"])
                 p99.append(m["p99_s"])
                 beyond.append(m["p99_beyond_s"])
@@ -987,16 +1073,16 @@ def plot(res: dict, path: Path) -> None:
     ax1.bar(list(x), p99, 0.27, label="p99 from publish start")
     ax1.bar([i + 0.27 for i in x], beyond, 0.27, label="p99 beyond the micro-batch")
     ax1.axhline(TARGET_P99_BEYOND_S, color="red", lw=0.8, ls="--", label="target: 2 s beyond")
-    ax1.set_xticks(list(x), labels, fontsize=7)
+    ax1.set_xticks(list(x), labels, fontsize=6.5)
     ax1.set_ylabel("seconds")
     ax1.set_title("notification latency (path, N subscribers, mode)")
     ax1.legend(fontsize=7)
     ax2.bar(list(x), rate, 0.6, color="tab:green")
-    ax2.set_xticks(list(x), labels, fontsize=7)
+    ax2.set_xticks(list(x), labels, fontsize=6.5)
     ax2.set_ylabel("notifications / s")
     ax2.set_title("delivered per second (batch / (last arrival - publish start))")
     fig.suptitle(f"{res['subs']:,} range-MIN subscriptions, {res['rows']:,} rows, batches of {res['batch']:,} updates "
-                 f"({'quick' if res['quick'] else 'full'}; load {res['load_start']} -> {res['load_end']})", fontsize=9)
+                 f"({run_kind(res)}; load {res['load_start']} -> {res['load_end']})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -1008,19 +1094,22 @@ def merged(saved: dict, new: dict, paths: list[str]) -> dict:
         if path not in paths:
             continue
         for run in new[key]:
-            saved[key] = [r for r in saved[key] if r["n"] != run["n"]] + [run]
-            saved[key].sort(key=lambda r: r["n"])
-            saved.setdefault("notes", []).append(f"The {key} part at N = {run['n']:,} is from a separate run of "
+            same = (lambda r: r["n"] == run["n"] and r.get("workers", 0) == run.get("workers", 0))
+            saved[key] = [r for r in saved[key] if not same(r)] + [run]
+            saved[key].sort(key=lambda r: (r["n"], r.get("workers", 0)))
+            what = path_label(run) if key == "websocket" else key
+            saved.setdefault("notes", []).append(f"The {what} part at N = {run['n']:,} is from a separate run of "
                                                  f"that part alone ({when}).")
     saved["notes"] += new["notes"]
     if "ws" in paths and "redis" not in paths:
         # the header's machine, date and load are the new run's; the kept Redis part says its own
         kept = f"{saved['machine']['date']}, load {saved['load_start']} -> {saved['load_end']}"
-        saved["notes"] = [x for x in saved["notes"] if not x.startswith("The websocket part at")]
-        saved["notes"].append(f"The Redis Streams part is from an earlier run ({kept}), kept: that path did not "
-                              "change since. Its figures were taken before the micro-batch was split from the "
-                              "call: its \"micro-batch\" is `publish` (+ `deliver`) + the sink's write job, and "
-                              "\"beyond\" is from the end of that.")
+        saved["notes"] = [x for x in saved["notes"] if not x.startswith("The WebSocket")]
+        if not any(x.startswith("The Redis Streams part is from an earlier run") for x in saved["notes"]):
+            saved["notes"].append(f"The Redis Streams part is from an earlier run ({kept}), kept: that path did "
+                                  "not change since. Its figures were taken before the micro-batch was split from "
+                                  "the call: its \"micro-batch\" is `publish` (+ `deliver`) + the sink's write "
+                                  "job, and \"beyond\" is from the end of that.")
         for key in ("machine", "load_start", "load_end", "quick", "timed", "plan"):
             saved[key] = new[key]
     return saved
@@ -1034,6 +1123,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=OUT_DIR)
     p.add_argument("--ns", type=str, default=None, help="comma-separated subscriber counts (default 1000,10000)")
     p.add_argument("--paths", type=str, default="ws,redis")
+    p.add_argument("--workers", type=str, default="0,4",
+                   help="the WebSocket server's fan-out processes, one run each (0: the single-process server; "
+                        "default 0,4: both, the same N and updates)")
     p.add_argument("--rows", type=int, default=100_000)
     p.add_argument("--subs", type=int, default=None)
     p.add_argument("--batch", type=int, default=1_000)
@@ -1047,6 +1139,9 @@ def main(argv=None) -> int:
     p.add_argument("--clients", type=int)
     p.add_argument("--url")
     p.add_argument("--tokens")
+    p.add_argument("--offset", type=int, default=0, help="(clients child) the global index of its first client")
+    p.add_argument("--client-procs", type=int, default=4,
+                   help="processes the N WebSocket clients are spread over (each an asyncio process)")
     p.add_argument("--redis")
     p.add_argument("--prefix")
     p.add_argument("--n-batches", type=int)
@@ -1078,31 +1173,33 @@ def main(argv=None) -> int:
             raise SystemExit(f"{a.subs} subscriptions do not split evenly over {n} clients")
         work = Path(tempfile.mkdtemp(prefix=f"sparksub-serving-{n}-", dir=a.tmp))
         t_n = time.monotonic()
-        ws = rd = None
+        wss, rd = [], None
         try:
             if "ws" in paths:
-                ws = run_websocket(n, a, work, plan, (keys, xs, stream))
+                for k in (int(x) for x in a.workers.split(",")):
+                    wss.append(run_websocket(n, a, work, plan, (keys, xs, stream), workers=k))
             if "redis" in paths:
                 rd = run_broker(n, a, work, plan)
-            elif ws is not None:
+            elif wss:
                 run_oracle(n, a, work, plan)
         except Exception as err:   # noqa: BLE001 -- what was reached is reported
             log(f"  N = {n}: FAILED: {type(err).__name__}: {err}")
             res["notes"].append(f"N = {n:,}: the run failed after {time.monotonic() - t_n:.0f} s: "
                                 f"{type(err).__name__}: {str(err).splitlines()[0]}")
         oracle = work / "oracle.npz"
-        if ws is not None and oracle.exists():
-            ws["analysis"] = analyse(ws["file"], str(oracle), ws, a.batch, a.subs, n, True)
-            res["websocket"].append(ws)
+        for ws in wss:
+            if oracle.exists():
+                ws["analysis"] = analyse(ws["file"], str(oracle), ws, a.batch, a.subs, n, True)
+                res["websocket"].append(ws)
         if rd is not None:
             rd["analysis"] = analyse(rd["file"], rd["oracle"], rd, a.batch, a.subs, n, False)
             rd["stats"] = {}
             res["redis"].append(rd)
         log(f"  N = {n:,} done in {time.monotonic() - t_n:.0f} s (load {load_avg()})")
-        for r in (ws, rd):
+        for r in wss + [rd]:
             if r is not None and "analysis" in r:
                 for mode, m in r["analysis"]["modes"].items():
-                    log(f"    {'ws' if r is ws else 'redis'} {mode}: micro-batch {m['engine_s']:.2f} s (the call "
+                    log(f"    {path_label(r) if r is not rd else 'redis'} {mode}: micro-batch {m['engine_s']:.2f} s (the call "
                         f"{m['micro_batch_s']:.2f} s), p50 "
                         f"{m['p50_s']:.2f} s, p99 {m['p99_s']:.2f} s, p99 beyond {m['p99_beyond_s']:.2f} s (the call "
                         f"{m['p99_beyond_call_s']:.2f} s), "

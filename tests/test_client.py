@@ -157,7 +157,24 @@ def test_notification_log_numbers_keeps_and_prunes(tmp_path):
     assert log.append({"a": [("s1", '{"v":4}')]})["a"] == [(3, "s1", '{"v":4}')]
     assert [r[0] for r in log.read("a", 0)] == [1, 2, 3] and [r[0] for r in log.read("a", 1, limit=1)] == [2]
     assert [r[0] for r in log.read("a", 0, subscriptions={"s1"})] == [1, 3]
-    assert log.prune(now=time.time() + 7200) == 4 and log.first_kept("a") is None and log.last_seq("a") == 3
+    # commits are numbered: a tailer in another process (a reader) reads whole commits after its cursor
+    reader = NotificationLog(file, retention_seconds=3600, reader=True)
+    told = []
+    log.listeners.append(told.append)
+    assert reader.committed() == 2 and reader.last_seq("a") == 3
+    log.append({"b": [("s1", '{"v":5}'), ("s2", '{"v":6}')], "a": [("s2", '{"v":7}')]})
+    assert told == [3] and reader.committed() == 3 and reader.last_seq("b") == 3
+    cursor, chunks = reader.commits_after(1)
+    assert cursor == 3 and {c: NotificationLog.expand(v) for c, v in chunks.items()} == {
+        "a": [(3, "s1", '{"v":4}'), (4, "s2", '{"v":7}')], "b": [(2, "s1", '{"v":5}'), (3, "s2", '{"v":6}')]}
+    assert reader.commits_after(3) == (3, {})
+    assert reader.commits_after(1, upto=2, clients=["a"]) == (2, {"a": [(3, 3, "s1", '{"v":4}')]})
+    assert reader.commits_after(0, upto=3, clients=[]) == (3, {})
+    with pytest.raises(RuntimeError):
+        reader.append({"a": [("s1", "{}")]})
+    reader.close()
+    assert log.prune(now=time.time() + 7200) == 7 and log.first_kept("a") is None and log.last_seq("a") == 4
+    assert log.committed() == 3   # pruning keeps the commit number
     log.close()
     # a connection past its queue limit is marked dropped (its stream closes; the client reconnects)
     conn = Connection("a", None, limit=2, kind="ws")
@@ -251,3 +268,24 @@ def test_websocket_frames_hold_every_notification_once_in_order():
     events = [e for e in sse_events(notes[:3]).split("\n\n") if e]
     assert [e.splitlines()[0] for e in events] == ["id: 1", "id: 2", "id: 3"]
     assert [json.loads(e.splitlines()[2][len("data: "):])["client_seq"] for e in events] == [1, 2, 3]
+
+
+def test_hub_hands_staged_publishes_out_in_order_at_the_flush():
+    """No Spark: a publish's notes are staged in the engine's order (from its worker thread, inside the gate)
+    and reach the connections' queues only at the flush -- which the publish handler calls just before its
+    response, so no sender runs before the response is written (``serve/fanout.py``)."""
+    import asyncio
+    from sparksub.serve.fanout import Connection, Hub
+
+    async def run():
+        hub = Hub()
+        conn = Connection("a", None, limit=100, kind="ws")
+        hub.add(conn)
+        hub.stage({"a": [(1, "s", "{}")], "b": [(1, "s", "{}")]})
+        hub.stage({"a": [(2, "s", "{}"), (3, "s", "{}")]})
+        assert not conn.queue and not conn.ready.is_set()
+        hub.flush()
+        assert conn.ready.is_set() and [n[0] for n in conn.take()] == [1, 2, 3]
+        hub.flush()   # nothing staged: nothing more
+        assert conn.take() == [] and hub.counts()["connections"] == 1
+    asyncio.run(run())

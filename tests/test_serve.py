@@ -347,3 +347,76 @@ def test_publish_is_idempotent_by_batch_id(world, published):
     notes = list(alice.notifications(after=last, idle_timeout=2.0))
     assert notes and {n["seq"] for n in notes} == {notes[0]["seq"]}
     assert all(n["value"] == 0.05 for n in notes if n["subscription_id"] == "m1")
+
+
+def test_multi_process_server_gives_each_client_its_notifications_across_processes(spark, tmp_path):
+    """A server with two fan-out processes (``BackgroundServer(workers=2)``: the engine's app on a Unix socket,
+    the streams in two processes sharing the port by SO_REUSEPORT, fed by tailing the notification log).
+    Four clients open six WebSocket streams each -- 24 connections, which the kernel spreads over both
+    processes (checked) -- and the publisher publishes through a fan-out process (passed on to the engine's).
+    Every stream must carry exactly its client's notifications (the twin engine's rows for its
+    subscriptions), numbered 1, 2, 3... with no hole or repeat, although the queue limit (3) drops streams
+    mid-publish and they reconnect with their last number -- to whichever process the kernel picks.  SSE
+    with Last-Event-ID resumes through a fan-out process too, and /health counts the processes' streams."""
+    path = tmp_path / "multi"
+    names = [f"k{i}" for i in range(4)]
+    tokens = {"ops": issue_token(path, "ops", "admin"), "pub": issue_token(path, "pub", "publisher"),
+              **{c: issue_token(path, c) for c in names}}
+    engine = Engine(spark, catalyst=False, path=path)
+    twin = Engine(spark, catalyst=False)
+    config = ServeConfig(queue_limit=3, heartbeat_seconds=1.0)
+    with BackgroundServer(create_app(engine, config), workers=2) as server:
+        connect(server.url, tokens["ops"]).sql(TABLES[0])
+        twin.sql(TABLES[0])
+        for e in (engine, twin):
+            e.load("stock", STOCK)
+        clients = {c: connect(server.url, tokens[c]) for c in names}
+        for i, c in enumerate(names):   # overlapping ranges: an update may concern several clients
+            sql = f"SELECT MIN(per) FROM stock WHERE risk BETWEEN {10 * i} AND {10 * i + 50}"
+            clients[c].sql(f"CREATE SUBSCRIPTION m AS {sql}")
+            twin.subscribe(f"{c}.m", sql)
+        streams = [(c, clients[c].notifications(after=0)) for c in names for _ in range(6)]
+        got: list[list] = [[] for _ in streams]
+        readers = [threading.Thread(target=lambda j=j, s=s: got[j].extend(s), daemon=True)
+                   for j, (_, s) in enumerate(streams)]
+        for r in readers:
+            r.start()
+        for _, s in streams:
+            assert s.connected.wait(30)
+        deadline = time.monotonic() + 5
+        while sum(p["connections"] for p in server.pool.per_process()) < 24 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        per_process = [p["connections"] for p in server.pool.per_process()]
+        assert sum(per_process) == 24 and min(per_process) > 0, per_process   # both processes hold streams
+        assert httpx.get(f"{server.url}/health").json()["connections"] == 24
+        publisher = connect(server.url, tokens["pub"])
+        expected: dict[str, list[str]] = {c: [] for c in names}
+        batches = [[{"symbol": f"N{j}", "risk": 5.0 + 4 * j, "per": 50.0 - 5 * j} for j in range(8)],   # 8 new minima
+                   [{"symbol": "S3", "risk": 30.0, "per": 0.5}, {"symbol": "N2", "_op": "delete"},
+                    {"symbol": "S5", "risk": 52.0, "per": 0.2}]]
+        for rows in batches:
+            summary = publisher.publish("stock", rows)
+            assert summary["notifications"] > 0
+            for row in twin.publish("stock", rows).toArrow().to_pylist():
+                owned = _owner(row)
+                if owned is not None and row.get("op") not in ("rejected", "error"):
+                    expected[owned[0]].append(normal(row, owned[1]))
+        assert max(len(v) for v in expected.values()) > config.queue_limit   # some stream is dropped
+        deadline = time.monotonic() + 60
+        while any(len(g) < len(expected[c]) for g, (c, _) in zip(got, streams)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)   # nothing more may come
+        for _, s in streams:
+            s.close()
+        for r in readers:
+            r.join(30)
+        for g, (c, _) in zip(got, streams):
+            assert [normal(n) for n in g] == expected[c], c   # in the engine's order, nothing lost or repeated
+            assert [n["client_seq"] for n in g] == list(range(1, len(expected[c]) + 1))
+        assert sum(s.reconnects for _, s in streams) > 0
+        assert sum(p["dropped_slow"] for p in server.pool.per_process()) > 0
+        # SSE resuming after number 2, through a fan-out process: the rest of k0's stream
+        events = _sse_events(server.url, tokens["k0"], headers={"Last-Event-ID": "2"})
+        notes = [json.loads(data) for kind, data, _ in events if kind == "notification"]
+        assert [dict(n["data"], client_seq=n["client_seq"]) for n in notes] == got[0][2:]
+    engine.close()

@@ -6,6 +6,7 @@ a live tail (Server-Sent Events) of its notifications as they are published.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import httpx
@@ -37,6 +38,8 @@ def served(spark, tmp_path_factory):
     erin.sql("CREATE SUBSCRIPTION low AS SELECT MIN(per) FROM stock WHERE risk BETWEEN 10 AND 50")
     erin.sql("CREATE SUBSCRIPTION top AS SELECT symbol, per FROM stock WHERE risk BETWEEN 0 AND 70 "
              "ORDER BY per LIMIT 2")
+    ops.sql("CREATE TABLE ticks (Name STRING, Price DOUBLE)")
+    erin.sql("CREATE EVENT QUERY jump AS SELECT * FROM ticks NEXT{$1.Name = $2.Name} ticks")
     yield {"server": server, "tokens": tokens, "ops": ops}
     server.stop()
     engine.close()
@@ -57,12 +60,13 @@ def test_page_shows_groups_rate_explain_and_a_live_tail(served, tmp_path):
             # subscriptions by class and group: hers, one row per group
             page.wait_for_selector("#groups tbody tr")
             rows = page.eval_on_selector_all("#groups tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))")
-            assert sorted((r[0], r[3]) for r in rows) == [("RANGE_MIN", "1"), ("RANGE_TOPK", "1")]
+            assert sorted((r[0], r[3]) for r in rows) == [("EVENT", "1"), ("RANGE_MIN", "1"), ("RANGE_TOPK", "1")]
             # EXPLAIN of a chosen subscription, and its live tail
             page.select_option("#subscription-select", "low")
             page.wait_for_function("document.getElementById('explain').textContent.includes('RANGE_MIN')",
                                    timeout=30_000)
             assert "== Subscription: low ==" in page.text_content("#explain")
+            assert page.is_hidden("#explain-graph")   # a drawing is for event queries only
             page.wait_for_function("document.getElementById('tail-state').textContent === '(live)'", timeout=30_000)
             summary = served["ops"].publish("stock", [{"symbol": "S2", "risk": 20.0, "per": 3.5},
                                                       {"symbol": "S6", "risk": 60.0, "per": 0.5}])
@@ -73,6 +77,15 @@ def test_page_shows_groups_rate_explain_and_a_live_tail(served, tmp_path):
             # the live rate: the page polls /stats each second
             page.wait_for_function("Number(document.getElementById('total').textContent) >= 2", timeout=15_000)
             page.wait_for_function("Number(document.getElementById('connections').textContent) >= 1")
+            # an event query: its EXPLAIN text and its automata drawn (format=svg, laid out by Graphviz)
+            page.select_option("#subscription-select", "jump")
+            page.wait_for_function("document.getElementById('explain').textContent.includes('jump')", timeout=30_000)
+            if shutil.which("dot"):   # the server is this process: it has dot when the test does
+                page.wait_for_function("!document.getElementById('explain-graph').hidden && "
+                                       "document.getElementById('explain-svg').naturalWidth > 0", timeout=30_000)
+            else:
+                page.wait_for_function("document.getElementById('explain-graph-note').textContent.includes('501')",
+                                       timeout=30_000)
             page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
             if os.environ.get("SPARKSUB_KEEP_SCREENSHOT"):
                 Path(os.environ["SPARKSUB_KEEP_SCREENSHOT"]).write_bytes((tmp_path / "page.png").read_bytes())

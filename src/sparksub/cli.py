@@ -13,6 +13,7 @@
     sparksub calibrate-router [--sizes 20000x2000,...] [--events N] [--out PATH]
         fit the select-join router's cost coefficients on this machine (003 §4.6.7, Table 4.2) and store them
     sparksub serve PATH [--host H] [--port P] [--max-body-bytes N] [--max-subscriptions N] [--retention-seconds S]
+        [--stream TABLE=DIR ...] [--stream-format json|csv|parquet] [--fanout-workers N]
         serve the engine directory PATH to remote clients (HTTP, WebSocket, SSE; sparksub.serve)
     sparksub token PATH --client NAME [--publisher | --admin]
         issue a token for a client of the server over PATH (its hash is kept in PATH/serve/tokens.json)
@@ -371,15 +372,32 @@ def build_jvm(args) -> int:
 
 def serve_command(args) -> int:
     from sparksub.serve.config import ServeConfig
+    from sparksub.serve.engine_streams import StreamSource
     from sparksub.serve.server import serve
     config = ServeConfig()
-    for option in ("max_body_bytes", "max_subscriptions_per_client", "retention_seconds", "queue_limit"):
+    for option in ("max_body_bytes", "max_subscriptions_per_client", "retention_seconds", "queue_limit",
+                   "fanout_workers"):
         value = getattr(args, option)
         if value is not None:
             setattr(config, option, value)
+    if config.fanout_workers < 0:
+        print(f"sparksub serve: --fanout-workers {config.fanout_workers}: give 0 (one process) or more",
+              file=sys.stderr)
+        return 2
+    try:
+        streams = [StreamSource.parse(text, args.stream_format) for text in args.stream or ()]
+    except ValueError as err:
+        print(f"sparksub serve: {err}", file=sys.stderr)
+        return 2
     print(f"sparksub serve: {args.path} on http://{args.host}:{args.port} (tokens: sparksub token {args.path} "
-          f"--client NAME)", flush=True)
-    serve(args.path, host=args.host, port=args.port, config=config, log_level=args.log_level)
+          f"--client NAME)" + "".join(f"; stream {s.table} <- {s.directory} ({s.format})" for s in streams),
+          flush=True)
+    try:
+        serve(args.path, host=args.host, port=args.port, config=config, log_level=args.log_level, streams=streams,
+              stream_trigger_seconds=args.stream_trigger_seconds)
+    except ValueError as err:   # a --stream naming an unknown table or a missing directory
+        print(f"sparksub serve: {err}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -476,6 +494,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="how long notifications are kept for reconnecting clients")
     sv.add_argument("--queue-limit", dest="queue_limit", type=int,
                     help="notifications queued per connection before it is dropped as too slow")
+    sv.add_argument("--stream", action="append", metavar="TABLE=DIR",
+                    help="keep a stream of TABLE running from the files added to DIR (repeatable; Structured "
+                         "Streaming's file source, checkpointed in PATH); its notifications go to the subscribers")
+    sv.add_argument("--stream-format", dest="stream_format", choices=("json", "csv", "parquet"), default="json",
+                    help="the --stream files' format: JSON lines (default), CSV with a header, Parquet")
+    sv.add_argument("--stream-trigger-seconds", dest="stream_trigger_seconds", type=float, default=1.0,
+                    help="how often a --stream looks for new files (default: 1)")
+    sv.add_argument("--fanout-workers", dest="fanout_workers", type=int,
+                    help="serve the WebSocket/SSE streams from N processes sharing the port (SO_REUSEPORT), the "
+                         "engine in this one (default 0: one process; more helps only with idle cores: "
+                         "docs/benchmarks/serving.md)")
     sv.add_argument("--log-level", default="info")
     sv.set_defaults(fn=serve_command)
     tk = sub.add_parser("token", help="issue a token for a client of 'sparksub serve PATH'")

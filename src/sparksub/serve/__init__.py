@@ -17,7 +17,10 @@ statements under their names, publishing and routing), ``bodies`` (notification 
 column), ``tokens`` (the admin-issued tokens), ``ownership``
 (ids ``<client>.<name>``), ``notification_log`` (per-client numbers on disk), ``fanout`` (per-connection
 queues, frames), ``batches`` (request bodies as rows), ``metrics``, ``openapi``, ``background`` (a server in a thread
-for tests and benchmarks).  The engine is used through its public API only; no module here imports pyspark.
+for tests and benchmarks), ``engine_streams`` (the engine's streams the server keeps running: ``--stream``),
+``streams`` (a connection's WebSocket/SSE stream: catch-up, then live), ``workers`` and ``fanout_worker`` (the
+multi-process server, ``--fanout-workers N``: the engine in one process, the connections in N sharing the port).
+The engine is used through its public API only; no module here imports pyspark.
 
 ``create_app`` and ``serve`` are imported lazily, so ``sparksub token`` needs none of the server's packages.
 """

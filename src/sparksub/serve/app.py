@@ -2,9 +2,19 @@
 
 Concurrency: the Engine is synchronous and not thread-safe across calls, so every engine call runs in a
 worker thread (``anyio.to_thread``) behind one capacity limiter of 1 -- the "one lock" -- and the event loop
-stays free for sockets.  A publish numbers and commits its notifications (``notification_log.py``) and hands
-them to the fan-out (``fanout.py``) from inside that worker, through ``anyio.from_thread``, before the next
+stays free for sockets.  A publish numbers and commits its notifications (``notification_log.py``) and stages
+them for the fan-out (``fanout.py``) from inside that worker, through ``anyio.from_thread``, before the next
 engine call may start: the order in which clients are sent notifications is the order the engine produced them.
+The handler flushes them to the connections' queues and writes its response before any sender runs.  The
+streams themselves are ``streams.py``'s; a multi-process server (``workers.py``) runs them in fan-out
+processes instead, which check each stream through ``app.state.stream_check``.
+
+The engine's own streams (``sparksub serve --stream TABLE=DIR``) are ``engine_streams.py``'s: Spark runs each
+micro-batch's ``foreachBatch`` in a thread of its own, which hands the output to this loop
+(``route_stream_batch``) to be numbered and fanned out in the gate as a publish is.  They start in the
+background at startup (or with their table's first subscription), restart after a subscription change that
+asks for it (``changing``), and stop at shutdown, before the log closes.  EXPLAIN's ``svg`` is laid out by
+Graphviz in a thread outside the gate (``rendered``).
 
 Every refusal is a JSON ``{"error": ..., "where": ...}`` with a 4xx status and happens before anything
 changes: authentication (401), role (403), size (413), content type (415), the request's own fields (400),
@@ -25,28 +35,27 @@ import anyio.to_thread
 import pyarrow as pa
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from sparksub.errors import (AnalysisError, BadUpdate, DuplicateSubscription, ParseError, SparksubError,
                              UnknownSubscription)
 from sparksub.serve.batches import BodyError, media_type, read_rows
 from sparksub.serve.config import ServeConfig
-from sparksub.serve.fanout import Connection, Hub, frames, sse_events, wire_batch
+from sparksub.serve.engine_streams import EngineStreams, StreamSource
+from sparksub.serve.fanout import Hub
 from sparksub.serve.metrics import CONTENT_TYPE, metrics_text, new_registry
 from sparksub.serve.notification_log import NotificationLog
 from sparksub.serve.openapi import openapi_document
-from sparksub.serve.service import RequestError, SubscriptionService
+from sparksub.serve.service import EXPLAIN_FORMATS, RequestError, SubscriptionService, svg_answer
+from sparksub.serve.streams import StreamRefused, sse_response, websocket_stream
 from sparksub.serve.tokens import Principal, TokenStore
 
 __all__ = ["create_app", "STATIC"]
 
 STATIC = Path(__file__).parent / "static"
-#: WebSocket close codes (4000-4999: the application's own)
-CLOSE_CODES = {400: 4400, 401: 4401, 403: 4403, 404: 4404, 409: 4409, 413: 4413, 415: 4415}
-CLOSE_SLOW = 4008
 
 
 class EngineGate:
@@ -97,17 +106,36 @@ def endpoint(where: str):
     return wrap
 
 
-def create_app(engine, config: ServeConfig | None = None) -> Starlette:
+def create_app(engine, config: ServeConfig | None = None, streams=(), *,
+               stream_trigger_seconds: float = 1.0) -> Starlette:
     """The server over ``engine`` (a durable one: ``Engine(path=...)``; its directory keeps the tokens,
-    ``serve/tokens.json``, and the notification log, ``serve/notifications.sqlite``)."""
+    ``serve/tokens.json``, and the notification log, ``serve/notifications.sqlite``).  ``streams``: the
+    engine's streams to keep running, ``StreamSource``s or ``"TABLE=DIR"`` texts (``engine_streams.py``:
+    started with the server, or with their table's first subscription; their notifications routed as a
+    publish's; stopped on shutdown)."""
     from sparksub import __version__
     config = config or ServeConfig()
     root = engine.directory.root
     tokens = TokenStore(root)
+    sources = [s if isinstance(s, StreamSource) else StreamSource.parse(s) for s in streams or ()]
+    gate = EngineGate()
+    running: dict = {}   # "loop": the server's event loop, once it runs (the streams' micro-batches reach it)
+
+    def route_stream_batch(table: str, output: pa.Table, batch_id: int) -> dict:
+        """A served stream's micro-batch output, from Spark's foreachBatch thread: routed on the server's loop,
+        in the engine's gate, as a publish's; returns once its notifications are committed and handed over."""
+        loop = running.get("loop")
+        if loop is None:
+            raise RuntimeError("the server's event loop is not running")
+        return asyncio.run_coroutine_threadsafe(routed(service.stream_batch, table, output, batch_id), loop).result()
+
+    engine_streams = EngineStreams(engine, sources, route_stream_batch, trigger_seconds=stream_trigger_seconds) \
+        if sources else None
+    if engine_streams is not None:
+        engine_streams.check()   # a bad --stream fails here, before anything listens
     log = NotificationLog(root / "serve" / "notifications.sqlite", config.retention_seconds)
     service = SubscriptionService(engine, log, config)
     hub = Hub()
-    gate = EngineGate()
     registry, collector = new_registry(None)
     started = time.time()
 
@@ -181,14 +209,53 @@ def create_app(engine, config: ServeConfig | None = None) -> Starlette:
                 out["runtime"] = service.runtime_stats().get("runtime", {})
             return out
         out = await gate.run(numbers)
+        if engine_streams is not None:
+            out["streams"] = await anyio.to_thread.run_sync(engine_streams.status)
         out.update(connections=hub.connections(), connected_clients=hub.clients(), queue_depth_max=hub.queue_depth(),
                    dropped_slow=hub.dropped_slow, uptime_seconds=round(time.time() - started, 1))
         return out
 
+    async def routed(produce, *args) -> dict:
+        """``produce(*args)`` -- a PublishResult: a publish, a served stream's micro-batch -- in the gate, its
+        notifications staged in the engine's order there, then flushed to the connections; its summary."""
+        def work():
+            result = produce(*args)
+            if result.numbered:   # still inside the gate: staged in the engine's order
+                anyio.from_thread.run_sync(hub.stage, result.numbered)
+            return result.summary
+        summary = await gate.run(work)
+        hub.flush()   # schedules the senders; the caller's response is written before any of them runs (fanout.py)
+        return summary
+
+    async def changing(fn, *args):
+        """A subscription change in the gate; the served streams it asks to start or restart (a table's first
+        subscription, a group the running stream cannot host: ``engine_streams.py``) are, after it."""
+        if engine_streams is None:
+            return await gate.run(fn, *args)
+        answer = await gate.run(engine_streams.watching, fn, *args)
+        await follow_streams()
+        return answer
+
+    async def follow_streams():
+        if engine_streams is not None and engine_streams.restart_pending():
+            await anyio.to_thread.run_sync(engine_streams.stop_for_restart)   # outside the gate: see EngineStreams
+            await gate.run(engine_streams.start_ready)
+
+    async def rendered(answer: dict) -> dict:
+        """An EXPLAIN answered in format 'svg' (the DOT) laid out by Graphviz in a worker thread of its own --
+        not the engine's gate: a slow layout holds up no engine call."""
+        if isinstance(answer, dict) and answer.get("format") == "svg" and "explain" in answer:
+            return await anyio.to_thread.run_sync(svg_answer, answer)
+        return answer
+
     # ---- plain endpoints --------------------------------------------------------------------------------
     async def health(request: Request):
-        return JSONResponse({"status": "ok", "uptime_seconds": round(time.time() - started, 1),
-                             "connections": hub.connections()})
+        out = {"status": "ok", "uptime_seconds": round(time.time() - started, 1), "connections": hub.connections()}
+        if engine_streams is not None:   # (asks Spark whether each query is active: not on the loop)
+            out["streams"] = await anyio.to_thread.run_sync(engine_streams.status)
+            if any(s["state"] == "failed" for s in out["streams"]):
+                out["status"] = "degraded"
+        return JSONResponse(out)
 
     @endpoint("metrics")
     async def metrics(request: Request):
@@ -227,7 +294,7 @@ def create_app(engine, config: ServeConfig | None = None) -> Starlette:
         else:
             raise RequestError(415, f"unsupported content type {kind or '(none)'!r}: send application/json "
                                     f"({{\"sql\": ...}}) or text/plain", "header Content-Type")
-        return JSONResponse(await gate.run(service.statement, who, sql, fmt))
+        return JSONResponse(await rendered(await changing(service.statement, who, sql, fmt)))
 
     @endpoint("sql")
     async def subscriptions(request: Request):
@@ -235,7 +302,7 @@ def create_app(engine, config: ServeConfig | None = None) -> Starlette:
         if request.method == "GET":
             return JSONResponse({"rows": await gate.run(service.subscriptions, who)})
         data = await json_body(request)
-        return JSONResponse(await gate.run(service.create_subscription, who, data.get("id"), data.get("sql")))
+        return JSONResponse(await changing(service.create_subscription, who, data.get("id"), data.get("sql")))
 
     @endpoint("body")
     async def bulk(request: Request):
@@ -243,7 +310,7 @@ def create_app(engine, config: ServeConfig | None = None) -> Starlette:
         template = request.query_params.get("template")
         body = await read_body(request)
         rows = read_rows(body, request.headers.get("content-type"), {"id": pa.string()})
-        return JSONResponse(await gate.run(service.subscribe_many, who, template, rows))
+        return JSONResponse(await changing(service.subscribe_many, who, template, rows))
 
     @endpoint("subscription name")
     async def drop(request: Request):
@@ -253,8 +320,8 @@ def create_app(engine, config: ServeConfig | None = None) -> Starlette:
     @endpoint("subscription name")
     async def explain(request: Request):
         who = authenticate(request, allow_query_token=True)
-        fmt = query_choice(request, "format", ("text", "dot"), "text")
-        return JSONResponse(await gate.run(service.explain, who, request.path_params["name"], fmt))
+        fmt = query_choice(request, "format", EXPLAIN_FORMATS, "text")
+        return JSONResponse(await rendered(await gate.run(service.explain, who, request.path_params["name"], fmt)))
 
     @endpoint("groups")
     async def groups(request: Request):
@@ -280,14 +347,13 @@ def create_app(engine, config: ServeConfig | None = None) -> Starlette:
         if variant is not None and mode != "reformulated":
             raise RequestError(400, "a variant goes with mode=reformulated", "query parameter 'variant'")
         types = await gate.run(service.column_types, table)   # 404 for an unknown table, before the body
+        if engine_streams is not None and table.lower() in engine_streams.streams:
+            source = engine_streams.streams[table.lower()].source
+            raise RequestError(409, f"table {table!r} is fed by the server's stream from {source.directory} "
+                                    f"(--stream): add a file there (a publish would change the engine's rows, "
+                                    f"not the stream's)", "path table")
         rows = read_rows(await read_body(request), request.headers.get("content-type"), types)
-
-        def work():
-            result = service.publish(who, table, rows, mode, batch_id, variant)
-            if result.numbered:   # still inside the gate: dispatch in the engine's order
-                anyio.from_thread.run_sync(hub.dispatch, result.numbered)
-            return result.summary
-        return JSONResponse(await gate.run(work))
+        return JSONResponse(await routed(service.publish, who, table, rows, mode, batch_id, variant))
 
     # ---- live streams ---------------------------------------------------------------------------------------
     async def stream_request(conn, sse: bool) -> tuple[Principal, int, set | None]:
@@ -314,124 +380,33 @@ def create_app(engine, config: ServeConfig | None = None) -> Starlette:
             subs = set(names)
         return who, after, subs
 
-    async def follow(conn: Connection, after: int, heartbeat: float | None):
-        """The stream of one connection: ("gap", info), ("notes", [(seq, subscription, body), ...]) -- what
-        there is to send at once, in order --, ("heartbeat",) after ``heartbeat`` idle seconds (None: never),
-        ("dropped", reason).  ``conn.last_sent`` is the last number yielded (the caller sends a "notes" item
-        before it asks for the next)."""
-        conn.last_sent = after
-        last = log.last_seq(conn.client)
-        if after < last:
-            first = await anyio.to_thread.run_sync(log.first_kept, conn.client)
-            if first is None or first > after + 1:
-                lost_to = last if first is None else first - 1
-                yield ("gap", {"type": "gap", "from": after + 1, "to": lost_to,
-                               "reason": "older than the retention window"})
-                conn.last_sent = lost_to
-        while True:   # the backlog from disk, page by page
-            rows = await anyio.to_thread.run_sync(log.read, conn.client, conn.last_sent, conn.subscriptions,
-                                                  config.backlog_page_rows)
-            if rows:
-                conn.last_sent = rows[-1][0]
-                yield ("notes", rows)
-            if len(rows) < config.backlog_page_rows:
-                break
-        while True:   # then live, from the queue (numbers already sent are skipped: Connection.take)
-            if conn.dropped is not None:
-                yield ("dropped", conn.dropped)
-                return
-            if heartbeat is None:
-                await conn.ready.wait()
-            else:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(conn.ready.wait(), heartbeat)
-            if conn.dropped is not None:
-                continue
-            notes = conn.take()
-            if not notes:
-                if heartbeat is not None:
-                    yield ("heartbeat",)
-                continue
-            conn.last_sent = notes[-1][0]
-            yield ("notes", notes)
+    async def checked(conn, sse: bool):
+        try:
+            who, after, subs = await stream_request(conn, sse)
+        except RequestError as err:
+            raise StreamRefused(err.status, str(err), err.where) from None
+        return who.client, after, subs
 
     async def events(request: Request):
-        try:
-            who, after, subs = await stream_request(request, True)
-        except RequestError as err:
-            return _error_response(err)
-
-        async def stream():
-            conn = Connection(who.client, subs, config.queue_limit, "sse")
-            hub.add(conn)
-            try:
-                yield _sse("hello", json.dumps({"type": "hello", "client": who.client, "after": after,
-                                                "last_seq": log.last_seq(who.client)}))
-                # SSE has no ping of its own: a comment line keeps proxies from closing an idle stream
-                async for item in follow(conn, after, config.heartbeat_seconds):
-                    if item[0] == "notes":
-                        yield sse_events(item[1])
-                    elif item[0] == "gap":
-                        yield _sse("gap", json.dumps(item[1]))
-                    elif item[0] == "heartbeat":
-                        yield ": heartbeat\n\n"
-                    else:
-                        yield _sse("dropped", json.dumps({"type": "dropped", "reason": item[1],
-                                                          "last_sent": conn.last_sent}))
-                        return
-            finally:
-                hub.remove(conn)
-        return StreamingResponse(stream(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return await sse_response(request, hub, log, config, lambda r: checked(r, True))
 
     async def websocket(ws: WebSocket):
-        await ws.accept()
-        try:
-            who, after, subs = await stream_request(ws, False)
-        except RequestError as err:
-            await ws.send_text(json.dumps({"type": "error", "status": err.status, "error": str(err),
-                                           "where": err.where}))
-            await ws.close(code=CLOSE_CODES.get(err.status, 4400), reason=str(err)[:120])
-            return
-        conn = Connection(who.client, subs, config.queue_limit, "ws")
-        hub.add(conn)
-
-        async def receive():   # the client sends nothing we need; this notices it leaving
-            with contextlib.suppress(WebSocketDisconnect, RuntimeError):
-                while True:
-                    await ws.receive_text()
-            conn.closed_by_client = True
-            conn.dropped = conn.dropped or "closed by the client"
-            conn.ready.set()
-
-        listener = asyncio.create_task(receive())
-        try:
-            await ws.send_text(json.dumps({"type": "hello", "client": who.client, "after": after,
-                                           "last_seq": log.last_seq(who.client)}))
-            # no heartbeat frames: uvicorn's WebSocket pings (every ws_ping_seconds, closed without a pong) keep the
-            # connection alive and find dead peers, and the receive task wakes the stream when the client
-            # leaves.  A heartbeat per idle connection every 15 s (its timer armed and cancelled at every
-            # wake-up) was most of the event loop's work with 10,000 connections (bench/serving.py's profile)
-            async for item in follow(conn, after, None):
-                if item[0] == "notes":
-                    for run in frames(item[1], config.ws_frame_bytes):
-                        await ws.send_text(wire_batch(run))
-                elif item[0] == "gap":
-                    await ws.send_text(json.dumps(item[1]))
-                elif item[0] == "dropped":
-                    if not conn.closed_by_client:
-                        await ws.close(code=CLOSE_SLOW, reason=f"slow consumer; reconnect with after={conn.last_sent}")
-                    return
-        except (WebSocketDisconnect, RuntimeError):
-            pass
-        finally:
-            hub.remove(conn)
-            listener.cancel()
+        await websocket_stream(ws, hub, log, config, lambda w: checked(w, False))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        yield
-        log.close()
+        running["loop"] = asyncio.get_running_loop()
+        starting = None
+        if engine_streams is not None:   # in the background: the server listens meanwhile (/health shows them)
+            starting = asyncio.create_task(gate.run(engine_streams.start_ready))
+        try:
+            yield
+        finally:
+            if starting is not None:
+                with contextlib.suppress(Exception):
+                    await starting
+                await anyio.to_thread.run_sync(engine_streams.stop)   # a running micro-batch is routed first
+            log.close()
 
     routes = [
         Route("/", page), Route("/ui", page),
@@ -453,9 +428,8 @@ def create_app(engine, config: ServeConfig | None = None) -> Starlette:
     app.state.hub = hub
     app.state.log = log
     app.state.config = config
+    app.state.engine_streams = engine_streams
+    #: the stream check, for the fan-out processes of a multi-process server (``workers.py``)
+    app.state.stream_check = checked
     return app
 
-
-def _sse(event: str, data: str, event_id: int | None = None) -> str:
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {event}\ndata: {data}\n\n"

@@ -35,3 +35,12 @@ class ServeConfig:
     #: the most notification bodies (bytes) one WebSocket frame holds (fanout.py: one frame per wake-up, under
     #: the 1 MiB frames WebSocket clients accept by default)
     ws_frame_bytes: int = 256 * 1024
+    #: how long an idle HTTP keep-alive connection is kept open (seconds; uvicorn's default is 5).  A publisher
+    #: that publishes every few seconds would otherwise race the server's close with its next request (a reset)
+    keep_alive_seconds: float = 30.0
+    #: fan-out processes holding the live streams (0: the streams are served by the engine's process).  The
+    #: engine stays in one process; each fan-out process listens on the same port (SO_REUSEPORT) and frames and
+    #: writes for its share of the connections, fed from the notification log (``workers.py``).  One event
+    #: loop spent 0.8-1.1 CPU-seconds per publish on 10,000 connections (bench/serving.py).  On a 2-core machine
+    #: shared with other work it measured slower than one process (no idle core to use): for larger machines
+    fanout_workers: int = 0

@@ -18,6 +18,16 @@ notifications per client per publish that is ~12x fewer writes; the cap keeps a 
 ``max_size`` that WebSocket clients (``websockets``' default) accept.  SSE keeps one event per notification --
 EventSource resumes by event id (``Last-Event-ID``), so an event must be one numbered notification -- but the
 events of one wake-up are written in one chunk (``sse_events``), one write for the lot.
+
+The publish response goes before the fan-out: the engine's worker thread *stages* a publish's notes
+(``Hub.stage``, on the event loop, inside the engine gate: in the engine's order) and the publish handler
+*flushes* them (``Hub.flush``) just before it returns its response.  Handing notes to the queues only
+schedules the connections' senders; the handler writes its response before the event loop runs any of them.
+(Dispatching from the worker thread, as before, queued the handler's resumption behind 10,000 senders.)
+
+A multi-process server (``workers.py``) holds its connections in fan-out processes, one Hub each, fed by
+tailing the notification log; the engine's process then has no connection, and its Hub reports theirs
+(``Hub.remote``: the processes' shared counters) in /health, /stats and /metrics.
 """
 from __future__ import annotations
 
@@ -26,6 +36,10 @@ import collections
 import itertools
 
 __all__ = ["Connection", "Hub", "wire_message", "wire_batch", "sse_events", "frames"]
+
+#: seconds after a stage when the Hub flushes anyway (the publish handler flushes at once; this is for a
+#: handler that never resumed, so that no staged note waits for the next publish)
+FLUSH_LATEST_S = 0.5
 
 
 def wire_message(client_seq: int, body: str) -> str:
@@ -119,8 +133,26 @@ class Hub:
 
     def __init__(self):
         self._by_client: dict[str, dict[int, Connection]] = {}
-        #: connections dropped as too slow, ever
-        self.dropped_slow = 0
+        #: connections dropped as too slow, ever (this process's)
+        self.dropped_here = 0
+        self._staged: list[dict] = []
+        #: the fan-out processes' counters (``workers.FanoutPool``), added to this Hub's own; None: one process
+        self.remote = None
+
+    @property
+    def dropped_slow(self) -> int:
+        return self.counts()["dropped_slow"]
+
+    def stage(self, numbered: dict[str, list[tuple[int, str, str]]]) -> None:
+        """Keep a publish's numbered notes for the next ``flush`` (on the event loop, in the engine's order)."""
+        self._staged.append(numbered)
+        asyncio.get_running_loop().call_later(FLUSH_LATEST_S, self.flush)
+
+    def flush(self) -> None:
+        """Hand every staged publish's notes to the connections, in the order staged."""
+        staged, self._staged = self._staged, []
+        for numbered in staged:
+            self.dispatch(numbered)
 
     def add(self, conn: Connection) -> None:
         self._by_client.setdefault(conn.client, {})[conn.id] = conn
@@ -132,6 +164,10 @@ class Hub:
             if not mine:
                 del self._by_client[conn.client]
 
+    def client_names(self) -> list[str]:
+        """The clients with a live stream in this process now."""
+        return list(self._by_client)
+
     def dispatch(self, numbered: dict[str, list[tuple[int, str, str]]]) -> None:
         """Hand every client's newly numbered notes to its connections."""
         for client, notes in numbered.items():
@@ -139,14 +175,30 @@ class Hub:
                 was = conn.dropped
                 conn.offer(notes)
                 if was is None and conn.dropped is not None:
-                    self.dropped_slow += 1
+                    self.dropped_here += 1
+
+    def local_counts(self) -> dict:
+        """This process's own counters (what a fan-out process publishes to the engine's)."""
+        return {"connections": sum(len(c) for c in self._by_client.values()), "clients": len(self._by_client),
+                "queue_depth": max((len(c.queue) for conns in self._by_client.values() for c in conns.values()),
+                                   default=0),
+                "dropped_slow": self.dropped_here}
+
+    def counts(self) -> dict:
+        """This process's counters with the fan-out processes' (summed; the queue depth: the largest)."""
+        out = self.local_counts()
+        if self.remote is not None:
+            other = self.remote.totals()
+            out = {k: max(v, other[k]) if k == "queue_depth" else v + other[k] for k, v in out.items()}
+        return out
 
     def connections(self) -> int:
-        return sum(len(c) for c in self._by_client.values())
+        return self.counts()["connections"]
 
     def clients(self) -> int:
-        return len(self._by_client)
+        """Clients with a live stream (over several processes: summed, a client on two counted twice)."""
+        return self.counts()["clients"]
 
     def queue_depth(self) -> int:
         """The longest queue of any connection now (a lag measure)."""
-        return max((len(c.queue) for conns in self._by_client.values() for c in conns.values()), default=0)
+        return self.counts()["queue_depth"]

@@ -47,11 +47,37 @@ class _ServerCollector:
                                 value=s.get("connections", 0))
         yield CounterMetricFamily("sparksub_slow_consumers_dropped", "Streams dropped for a full queue",
                                   value=s.get("dropped_slow", 0))
+        yield from _stream_metrics(s.get("streams") or [])
         runtime = s.get("runtime", {})
         for key, help_text in (("rebuilds", "Operator rebuilds from the base and log files (engine.stats runtime)"),
                                ("catch_ups", "Log entries replayed into a cached operator (engine.stats runtime)"),
                                ("hits", "Worker cache hits (engine.stats runtime)")):
             yield CounterMetricFamily(f"sparksub_runtime_{key}", help_text, value=runtime.get(key, 0))
+
+
+def _stream_metrics(streams: list[dict]):
+    """The served streams' numbers (``engine_streams.py``: ``sparksub serve --stream``), per table."""
+    if not streams:
+        return
+    up = GaugeMetricFamily("sparksub_stream_up", "A served stream's query is running (1) or not (0)",
+                           labels=["table", "state"])
+    batches = CounterMetricFamily("sparksub_stream_micro_batches", "Micro-batches routed, per served stream",
+                                  labels=["table"])
+    notes = CounterMetricFamily("sparksub_stream_notifications", "Notifications routed from a served stream",
+                                labels=["table"])
+    rejected = CounterMetricFamily("sparksub_stream_rejected_rows", "Rows a served stream rejected (malformed)",
+                                   labels=["table"])
+    age = GaugeMetricFamily("sparksub_stream_last_batch_age_seconds",
+                            "Seconds since a served stream's last micro-batch was routed", labels=["table"])
+    for st in streams:
+        t = st["table"]
+        up.add_metric([t, st["state"]], 1 if st["active"] else 0)
+        batches.add_metric([t], st["micro_batches"])
+        notes.add_metric([t], st["notifications"])
+        rejected.add_metric([t], st["rejected"])
+        if st.get("last_batch_seconds_ago") is not None:
+            age.add_metric([t], st["last_batch_seconds_ago"])
+    yield from (up, batches, notes, rejected, age)
 
 
 def new_registry(snapshot) -> tuple[CollectorRegistry, _ServerCollector]:

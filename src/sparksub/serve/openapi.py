@@ -27,6 +27,13 @@ def _op(summary: str, *, body=None, params=(), ok=None, auth=True) -> dict:
     return out
 
 
+def _svg_errors(op: dict) -> dict:
+    """format=svg's own refusals: the server has no Graphviz (501), Graphviz failed or took too long (500)."""
+    op["responses"]["501"] = {**_ERROR, "description": "format=svg: the server has no Graphviz 'dot'"}
+    op["responses"]["500"] = {**_ERROR, "description": "format=svg: Graphviz failed or took too long"}
+    return op
+
+
 def _q(name: str, description: str, schema=None, required=False, where="query") -> dict:
     return {"name": name, "in": where, "required": required, "description": description,
             "schema": schema or {"type": "string"}}
@@ -75,7 +82,9 @@ def openapi_document(version: str) -> dict:
             }},
         "security": [{"bearer": []}],
         "paths": {
-            "/health": {"get": _op("liveness: the engine answers", auth=False)},
+            "/health": {"get": _op("liveness: the engine answers; with `--stream`, each served stream's state, "
+                                   "micro-batches, notifications and rejected rows (status 'degraded' when one "
+                                   "failed)", auth=False)},
             "/metrics": {"get": _op("Prometheus text: subscriptions per class, notifications/s, lag, rebuilds, "
                                     "connected clients", ok={"description": "OK", "content": {"text/plain": {}}})},
             "/stats": {"get": _op("the same numbers as JSON (the web page polls it)")},
@@ -85,9 +94,9 @@ def openapi_document(version: str) -> dict:
             "/me": {"get": _op("who the token is: client, role, last client_seq, subscriptions held")},
             "/statements": {"post": _op(
                 "run one statement: CREATE/DROP SUBSCRIPTION, CREATE/DROP EVENT QUERY, SHOW SUBSCRIPTIONS [GROUPS], "
-                "EXPLAIN SUBSCRIPTION (format text, or dot for event queries); CREATE TABLE with an admin token",
+                "EXPLAIN SUBSCRIPTION (format text, or dot / svg for event queries); CREATE TABLE with an admin token",
                 body={"application/json": {"schema": {"type": "object", "required": ["sql"], "properties": {
-                    "sql": {"type": "string"}, "format": {"enum": ["text", "dot"]}}}},
+                    "sql": {"type": "string"}, "format": {"enum": ["text", "dot", "svg"]}}}},
                     "text/plain": {"schema": {"type": "string"}}})},
             "/subscriptions": {
                 "get": _op("SHOW SUBSCRIPTIONS: yours"),
@@ -99,12 +108,15 @@ def openapi_document(version: str) -> dict:
                 ":parameter of the template)", body=_BATCH_TYPES,
                 params=[_q("template", "the SELECT with :parameters", required=True)])},
             "/subscriptions/{name}": {"delete": _op("DROP SUBSCRIPTION / DROP EVENT QUERY", params=[_NAME])},
-            "/subscriptions/{name}/explain": {"get": _op("EXPLAIN SUBSCRIPTION", params=[
-                _NAME, _q("format", "text, or dot for an event query's automata", {"enum": ["text", "dot"]})])},
+            "/subscriptions/{name}/explain": {"get": _svg_errors(_op(
+                "EXPLAIN SUBSCRIPTION: {name, format, explain} -- the text, the DOT or the SVG document",
+                params=[_NAME, _q("format", "text; for an event query's automata dot (Graphviz DOT) or svg (laid "
+                                            "out by Graphviz's dot on the server)", {"enum": ["text", "dot", "svg"]})]))},
             "/groups": {"get": _op("SHOW SUBSCRIPTION GROUPS (a client: its own subscriptions per group)")},
             "/tables": {"get": _op("the declared tables and their columns")},
             "/tables/{name}/publish": {"post": _op(
-                "publish a batch (publisher or admin token); the notifications go to their owners' streams",
+                "publish a batch (publisher or admin token); the notifications go to their owners' streams "
+                "(409 for a table a served stream feeds: `--stream`)",
                 body=_BATCH_TYPES, params=[
                     _q("name", "the table", required=True, where="path"),
                     _q("mode", "unicast, or reformulated (messages matched to subscribers at the edge)",

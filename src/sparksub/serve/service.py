@@ -19,6 +19,8 @@ the owner of the query.  Rejected and error rows go back to the publisher in the
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import threading
 import time
 from collections import Counter, deque
@@ -41,7 +43,7 @@ from sparksub.serve.bodies import bodies, json_value
 from sparksub.serve.ownership import SEPARATOR, SUBSCRIPTION_NAME, Owners, engine_id
 from sparksub.serve.tokens import Principal
 
-__all__ = ["RequestError", "SubscriptionService"]
+__all__ = ["RequestError", "SubscriptionService", "EXPLAIN_FORMATS", "dot_to_svg", "svg_answer"]
 
 #: the columns every notification carries, null or not (``value`` null: a range became empty)
 CORE_COLUMNS = tuple(UNICAST_SCHEMA.names)
@@ -51,6 +53,10 @@ PUBLISHER_OPS = ("rejected", "error")
 _ENGINE_ID = f"(?s)^(?P<client>[^{re.escape(SEPARATOR)}]+){re.escape(SEPARATOR)}(?P<name>.+)$"
 #: rejected / error rows returned in one publish response at most
 MAX_REPORTED_ROWS = 100
+#: EXPLAIN's formats: the plan as text; an event query's automata as Graphviz DOT, or rendered to SVG
+EXPLAIN_FORMATS = ("text", "dot", "svg")
+#: how long Graphviz may take to lay out one EXPLAIN graph (seconds)
+DOT_TIMEOUT_SECONDS = 15.0
 
 
 class RequestError(Exception):
@@ -114,9 +120,9 @@ class SubscriptionService:
 
     # ---- statements --------------------------------------------------------------------------------
     def statement(self, who: Principal, text: str, format: str = "text") -> dict:
-        """Run one statement of ours for ``who`` (see the module docstring)."""
-        if format not in ("text", "dot"):
-            raise RequestError(400, f"unknown EXPLAIN format {format!r}; expected 'text' or 'dot'", "format")
+        """Run one statement of ours for ``who`` (see the module docstring).  ``format='svg'``: an EXPLAIN's
+        DOT (the app renders it with ``svg_answer`` outside the engine's gate)."""
+        _check_format(format)
         with self._lock:
             script = parse_script(text)   # a ParseError names line and column
             if len(script) != 1:
@@ -139,7 +145,7 @@ class SubscriptionService:
                 if isinstance(target, str):
                     return self.explain(who, target, format)
                 if format != "text":
-                    raise RequestError(400, "format 'dot' is for event queries (their automata)", "format")
+                    raise RequestError(400, f"format {format!r} is for event queries (their automata)", "format")
                 return {"statement": "EXPLAIN SUBSCRIPTION", "explain": self.engine.explain(target.sql(dialect="spark"))}
             if isinstance(stmt, (EventQueryStatement, st.CreateEventQuery)):
                 if isinstance(stmt, EventQueryStatement):
@@ -229,13 +235,14 @@ class SubscriptionService:
             return {"statement": statement, "name": name, "dropped": True}
 
     def explain(self, who: Principal, name: str, format: str = "text") -> dict:
-        if format not in ("text", "dot"):
-            raise RequestError(400, f"unknown EXPLAIN format {format!r}; expected 'text' or 'dot'", "format")
+        """EXPLAIN of ``who``'s ``name``; ``format='svg'`` answers the DOT with format ``'svg'``: the caller
+        renders it (``svg_answer``), away from the engine."""
+        _check_format(format)
         with self._lock:
             eid = self.owned(who, name, "subscription name")
-            if format == "dot" and self.owners.kind(who.client, name) != "event query":
-                raise RequestError(400, "format 'dot' is for event queries (their automata)", "format")
-            text = self.engine.explain(eid, format=format)
+            if format != "text" and self.owners.kind(who.client, name) != "event query":
+                raise RequestError(400, f"format {format!r} is for event queries (their automata)", "format")
+            text = self.engine.explain(eid, format="text" if format == "text" else "dot")
             # the client knows its subscription by its own name
             return {"statement": "EXPLAIN SUBSCRIPTION", "name": name, "format": format,
                     "explain": text.replace(eid, name)}
@@ -300,18 +307,7 @@ class SubscriptionService:
                                       "notifications": 0}, {})
             n_rows = rows.num_rows if isinstance(rows, pa.Table) else len(rows)
             output = self.engine.publish(table, rows, mode=mode, batch_id=batch_id, variant=variant).toArrow()
-            messages = 0
-            if mode == "reformulated":
-                direct, message_rows = _split_messages(output)
-                messages = message_rows.num_rows
-                delivered = self.engine.deliver(message_rows).toArrow() if message_rows.num_rows else None
-                routable = [t for t in (direct, delivered) if t is not None and t.num_rows]
-            else:
-                routable = [output]
-            by_client, unowned, reported = {}, 0, []
-            for part in routable:
-                unowned += self._route(part, by_client, reported)
-            numbered = self.log.append(by_client)
+            numbered, messages, unowned, reported = self._routed(output, mode)
             routed = sum(len(v) for v in numbered.values())
             elapsed = time.perf_counter() - started
             self._count(routed, messages, n_rows, elapsed)
@@ -322,6 +318,39 @@ class SubscriptionService:
             if mode == "reformulated":
                 summary["messages"] = messages
             return PublishResult(summary, numbered)
+
+    def stream_batch(self, table: str, output: pa.Table, batch_id: int) -> PublishResult:
+        """One micro-batch's output of a stream the server runs (``engine_streams.py``: ``engine.stream`` in
+        unicast mode) routed as a publish's is -- numbered per owning client, committed to the notification
+        log before this returns.  Its rejected rows have no publisher to go back to: the summary counts them
+        and keeps the first few (the stream's status shows them)."""
+        started = time.perf_counter()
+        with self._lock:
+            numbered, _, unowned, reported = self._routed(output, "unicast")
+            routed = sum(len(v) for v in numbered.values())
+            self.notifications_total += routed
+            self._recent.append((time.time(), routed))
+            return PublishResult({"table": table, "batch_id": batch_id, "rows": output.num_rows,
+                                  "notifications": routed, "clients": len(numbered), "unowned": unowned,
+                                  "rejected": reported[:MAX_REPORTED_ROWS], "rejected_count": len(reported),
+                                  "seconds": round(time.perf_counter() - started, 4)}, numbered)
+
+    def _routed(self, output: pa.Table, mode: str) -> tuple[dict, int, int, list]:
+        """An engine output routed and committed: (``client -> [(client_seq, name, body)]``, reformulated
+        messages matched, rows no remote client owns, the rejected and error rows).  In reformulated mode the
+        messages go through the engine's subscriber index (``deliver``) first."""
+        messages = 0
+        if mode == "reformulated":
+            direct, message_rows = _split_messages(output)
+            messages = message_rows.num_rows
+            delivered = self.engine.deliver(message_rows).toArrow() if message_rows.num_rows else None
+            routable = [t for t in (direct, delivered) if t is not None and t.num_rows]
+        else:
+            routable = [output]
+        by_client, unowned, reported = {}, 0, []
+        for part in routable:
+            unowned += self._route(part, by_client, reported)
+        return self.log.append(by_client), messages, unowned, reported
 
     def _route(self, table: pa.Table, by_client: dict, reported: list) -> int:
         """Add ``table``'s notification rows to ``by_client`` (``client -> [(name, body JSON)]``), its rejected
@@ -412,6 +441,40 @@ class SubscriptionService:
                     stats = {}
             self._stats_cache = (now, {"runtime": stats.get("runtime", {}), "engine": stats.get("engine", {})})
         return self._stats_cache[1]
+
+
+def _check_format(format) -> None:
+    if format not in EXPLAIN_FORMATS:
+        raise RequestError(400, f"unknown EXPLAIN format {format!r}; expected one of {', '.join(EXPLAIN_FORMATS)}",
+                           "format")
+
+
+def dot_to_svg(dot: str, timeout: float = DOT_TIMEOUT_SECONDS, program: str | None = None) -> str:
+    """Graphviz DOT text laid out as an SVG document by Graphviz's own ``dot`` program (Debian's ``graphviz``):
+    run without a shell, the DOT on its standard input, killed after ``timeout`` seconds.  501 when the server
+    has no ``dot``; 500 when it fails or takes too long (with what it said)."""
+    exe = program or shutil.which("dot")
+    if exe is None:
+        raise RequestError(501, "format 'svg' needs Graphviz's 'dot' program on the server, which has none "
+                                "(Debian: apt-get install graphviz); format 'dot' answers the graph to lay out "
+                                "elsewhere", "format")
+    try:
+        done = subprocess.run([exe, "-Tsvg"], input=dot.encode("utf-8"), capture_output=True, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise RequestError(500, f"Graphviz's dot took more than {timeout:g} s to lay out the graph; format 'dot' "
+                                f"answers the graph itself", "format") from None
+    except OSError as err:
+        raise RequestError(501, f"cannot run Graphviz's dot ({exe}): {err}", "format") from None
+    if done.returncode != 0 or not done.stdout:
+        said = done.stderr.decode("utf-8", errors="replace").strip()[:500]
+        raise RequestError(500, f"Graphviz's dot failed (exit {done.returncode}): {said}", "format")
+    return done.stdout.decode("utf-8")
+
+
+def svg_answer(answer: dict, timeout: float = DOT_TIMEOUT_SECONDS) -> dict:
+    """An EXPLAIN answer in format ``'svg'`` (its ``explain`` the DOT) with the DOT rendered to SVG."""
+    return {**answer, "format": "svg", "explain": dot_to_svg(answer["explain"], timeout)}
 
 
 def _rows_table(rows) -> pa.Table:

@@ -1,9 +1,9 @@
 // The server's web page: plain JS against the server's JSON API, no build step.
 // Groups (GET /groups), the live rate (GET /stats each second), EXPLAIN of a chosen subscription
-// (GET /subscriptions/{name}/explain) and a live tail of its notifications (SSE: /events?subscription=...).
+// (GET /subscriptions/{name}/explain; an event query's automata also as SVG, format=svg) and a live tail of its notifications (SSE: /events?subscription=...).
 "use strict";
 
-const state = { token: "", source: null, history: [], timers: [] };
+const state = { token: "", source: null, history: [], timers: [], classes: new Map(), svgUrl: null };
 const $ = (id) => document.getElementById(id);
 
 function showError(text) { $("error").textContent = text || ""; }
@@ -39,6 +39,7 @@ async function loadSubscriptions() {
   const select = $("subscription-select");
   const chosen = select.value;
   select.replaceChildren(new Option("(choose)", ""));
+  state.classes = new Map(rows.map((s) => [s.name, s.class]));
   for (const s of rows) select.appendChild(new Option(`${s.name} (${s.class})`, s.name));
   if (rows.some((s) => s.name === chosen)) select.value = chosen;
 }
@@ -98,9 +99,30 @@ function follow(name) {
   source.onerror = () => { $("tail-state").textContent = "(reconnecting)"; };
 }
 
+// An event query's automata as an image: the SVG goes into an <img> (through a blob URL), where a browser
+// draws it without running anything it might hold.
+async function showGraph(name) {
+  const figure = $("explain-graph");
+  if (state.svgUrl) { URL.revokeObjectURL(state.svgUrl); state.svgUrl = null; }
+  $("explain-svg").removeAttribute("src");
+  figure.hidden = true;
+  if (state.classes.get(name) !== "EVENT") return;
+  try {
+    const answer = await api(`/subscriptions/${encodeURIComponent(name)}/explain?format=svg`);
+    if ($("subscription-select").value !== name) return;   // another was chosen meanwhile
+    state.svgUrl = URL.createObjectURL(new Blob([answer.explain], { type: "image/svg+xml" }));
+    $("explain-svg").src = state.svgUrl;
+    $("explain-graph-note").textContent = "the automata, laid out by Graphviz on the server";
+  } catch (err) {   // e.g. 501: the server has no Graphviz -- the text above still explains
+    $("explain-graph-note").textContent = `no drawing: ${err.message || err}`;
+  }
+  figure.hidden = false;
+}
+
 async function choose() {
   const name = $("subscription-select").value;
   follow(name);
+  showGraph(name);
   if (!name) { $("explain").textContent = "choose a subscription"; return; }
   try {
     const answer = await api(`/subscriptions/${encodeURIComponent(name)}/explain`);
