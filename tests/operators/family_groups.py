@@ -15,6 +15,7 @@ from sparksub.operators.registry import family_of
 from sparksub.operators.shared.row_validation import arrow_type
 from sparksub.planner.catalog import Catalog, TableDef
 from sparksub.planner.classifier import plan_subscription
+from sparksub.row_store import RowStore, rows_table
 
 #: the table every variant test runs on: a key, a range attribute x, a value y
 T = TableDef("t", (("k", "bigint"), ("x", "double"), ("y", "double")), "k")
@@ -37,7 +38,8 @@ class FamilyGroup:
         values = {p: np.array([s[1 + i] for s in subs]) for i, p in enumerate(params)}
         self.family.register(self.registry, self.node, ids, self.family.bind(self.node, values, ids, CATALOG),
                              self.family.output_columns(planned, CATALOG))
-        self.tables = {"t": SimpleNamespace(definition=T, rows=dict(rows))}
+        # the engine's TableState holds a RowStore (row_store.py), which snapshots read as Arrow
+        self.tables = {"t": SimpleNamespace(definition=T, rows=RowStore(T, rows=rows_table(T, dict(rows))))}
         self.operator = self.family.snapshot(self.registry, self.node, gid, self.tables).build()
         self.subscribers = self.reseed()
 

@@ -6,13 +6,13 @@ batches; unregistering subscriptions and registering them again leaves the regis
 as they were.  Pure (no Spark)."""
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from sparksub.control.groups import TableState
 from sparksub.grammar.statements import parse_select
 from sparksub.operators import contract
 from sparksub.operators.agg.group import AggSnapshot
@@ -128,7 +128,8 @@ def join_case(draw):
 
 
 def _tables(**rows) -> dict:
-    return {name: SimpleNamespace(definition=CATALOG.get(name), rows=dict(r)) for name, r in rows.items()}
+    # the engine's own TableState: its rows a RowStore (row_store.py), as the families read them
+    return {name: TableState(CATALOG.get(name), rows=dict(r)) for name, r in rows.items()}
 
 
 def _update_batch(tdef: TableDef, ops) -> tuple[pa.Table, np.ndarray]:

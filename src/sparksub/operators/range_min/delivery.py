@@ -46,6 +46,7 @@ import pyarrow as pa
 from sparksub.errors import DuplicateSubscription, InvalidSubscription, SparksubError, UnknownSubscription
 from sparksub.operators.range_min.cn_plus import CnPlusNetwork
 from sparksub.operators.shared.arrays import id_list
+from sparksub.operators.shared.id_column import IdColumn
 from sparksub.operators.shared.id_index import IdIndex
 from sparksub.operators.shared.point_index import PointIndex2D
 
@@ -170,7 +171,7 @@ class SubscriptionPoints:
         self._index: PointIndex2D | None = None   # built on first use: the driver's registry never queries it
         self._ids = IdIndex()                     # id -> slot (no dict: issue 16, the driver's memory)
         self._cap = 0
-        self._id_of = np.empty(0, dtype=object)
+        self._id_of = IdColumn()                  # slot -> id, packed UTF-8 (not a Python string per slot)
         self.x1 = np.empty(0, dtype=np.float64)
         self.x2 = np.empty(0, dtype=np.float64)
         self._next = 0           # slots [0, _next) have been handed out at least once
@@ -201,6 +202,12 @@ class SubscriptionPoints:
         state["_index"] = None
         return state
 
+    def __setstate__(self, state):
+        # a base file written before the packed column held the ids as an object array
+        if isinstance(state.get("_id_of"), np.ndarray):
+            state["_id_of"] = IdColumn.from_objects(state["_id_of"])
+        self.__dict__.update(state)
+
     @property
     def index(self) -> PointIndex2D:
         """The point index over the live subscriptions (``(x1, x2)`` points: 000 §3.3), built on first use."""
@@ -221,13 +228,12 @@ class SubscriptionPoints:
         if need <= self._cap:
             return
         cap = max(need, 2 * self._cap, 16)
-        ids = np.empty(cap, dtype=object)
-        ids[: self._cap] = self._id_of
+        self._id_of.grow(cap)
         x1 = np.full(cap, np.nan)
         x1[: self._cap] = self.x1
         x2 = np.full(cap, np.nan)
         x2[: self._cap] = self.x2
-        self._id_of, self.x1, self.x2, self._cap = ids, x1, x2, cap
+        self.x1, self.x2, self._cap = x1, x2, cap
 
     def add(self, ids, x1, x2) -> np.ndarray:
         """Register subscriptions ``[x1[i], x2[i]]`` under ``ids[i]``; returns their slots.
@@ -275,7 +281,7 @@ class SubscriptionPoints:
         self._next += n - k
         self.x1[slots] = x1
         self.x2[slots] = x2
-        self._id_of[slots] = id_arr
+        self._id_of.set(slots, id_arr)
         self._ids.add(id_arr, slots, self._id_of)
         return slots
 
@@ -299,7 +305,7 @@ class SubscriptionPoints:
         if self._index is not None:
             self._index.remove_many(slots)
         self._ids.remove(slots, self._id_of)
-        self._id_of[slots] = None
+        self._id_of.remove(slots)
         self.x1[slots] = np.nan
         self.x2[slots] = np.nan
         self._free.extend(slots.tolist())
@@ -325,6 +331,14 @@ class SubscriptionPoints:
     def ids_of(self, slots) -> np.ndarray:
         """Ids (object array of str) of the given slots."""
         return self._id_of[np.asarray(slots, dtype=np.int64)]
+
+    def id_array(self, slots) -> pa.Array:
+        """Ids of the given slots as an Arrow string array, read from the packed column without a Python string
+        per id (notification rows)."""
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        if self._id_of.plain:
+            return self._id_of.take(slots).cast(pa.string())
+        return pa.array(self.ids_of(slots).tolist(), type=pa.string())   # raises on an id with no UTF-8 form
 
     def live_slots(self) -> np.ndarray:
         """Slots of every registered subscription, ascending."""
@@ -464,7 +478,7 @@ def _old_values(old_value_of_step0, seqs: np.ndarray) -> np.ndarray:
 
 def _rows(points: SubscriptionPoints, messages, seq, slots, value, msg) -> pa.Table:
     cols = {
-        "subscription_id": pa.array(points.ids_of(slots).tolist(), type=pa.string()),
+        "subscription_id": points.id_array(slots),
         "op": pa.array(["update"] * int(slots.size), type=pa.string()),
         "value": pa.array(value.astype(np.float64), type=pa.float64(), mask=np.isnan(value)),
         "seq": pa.array(seq.astype(np.int64), type=pa.int64()),

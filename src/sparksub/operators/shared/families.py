@@ -188,7 +188,7 @@ class RangeFamily(FamilyBase):
         slots = registry.live_slots()
         fields = [(node.x, json_text.pair(registry.x1[slots], registry.x2[slots]))]
         fields += self._more_parameters(registry, node, slots)
-        return slots, registry.ids_of(slots), json_text.object_text(fields)
+        return slots, registry.id_array(slots), json_text.object_text(fields)   # Arrow: no str per id
 
     def _more_parameters(self, registry, node, slots) -> list:
         """SHOW SUBSCRIPTIONS' fields beyond the range on ``x``: ``(name, JSON text part)`` pairs."""

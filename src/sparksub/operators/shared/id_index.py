@@ -3,19 +3,24 @@
 A dict of a million string keys costs about 60 MB beside the strings themselves (issue 16: the driver's
 memory must not grow with subscriptions).  This index keeps the ids' 64-bit hashes sorted, with their slots,
 in two numpy arrays, and looks a batch of ids up with one ``searchsorted``; the caller's slot -> id column
-(``id_of``) confirms each candidate, so a hash collision costs a scan of the equal-hash run, never a wrong
-answer.  Single inserts go to a small dict first (merged into the arrays when it grows past an eighth of
-them, so n single inserts cost O(n log n) in all); removals mark their entry (slot -1) and the marked
-entries are dropped at the next merge.
+(``id_of``: an :class:`~sparksub.operators.shared.id_column.IdColumn`, whose packed bytes compare a batch of
+candidates in one vectorised pass, or an object array) confirms each candidate, so a hash collision costs a
+scan of the equal-hash run, never a wrong answer.  Single inserts go to a small dict first (merged into the
+arrays when it grows past an eighth of them, so n single inserts cost O(n log n) in all); removals mark their
+entry (slot -1) and the marked entries are dropped at the next merge.
 
->>> import numpy as np
->>> id_of = np.array(["a", "b", "c", None], dtype=object)
+>>> from sparksub.operators.shared.id_column import IdColumn
+>>> id_of = IdColumn.from_objects(np.array(["a", "b", "c", None], dtype=object))
 >>> ix = IdIndex()
 >>> ix.add(np.array(["a", "b", "c"], dtype=object), np.array([0, 1, 2]), id_of)
 >>> ix.lookup(np.array(["c", "x", "a"], dtype=object), id_of).tolist()
 [2, -1, 0]
 >>> ix.remove(np.array([1]), id_of); len(ix), ix.lookup(np.array(["b"], dtype=object), id_of).tolist()
 (2, [-1])
+>>> objects = np.array(["a", "b", "c", None], dtype=object)   # a plain object column works the same
+>>> ox = IdIndex(); ox.add(objects[:3], np.array([0, 1, 2]), objects)
+>>> ox.lookup(np.array(["c", "d"], dtype=object), objects).tolist()
+[2, -1]
 """
 from __future__ import annotations
 
@@ -30,8 +35,15 @@ def id_hashes(ids: np.ndarray) -> np.ndarray:
     return pd.util.hash_array(np.asarray(ids, dtype=object), categorize=False)
 
 
+def _same(id_of, slots: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``id_of[slots] == ids`` elementwise: an ``IdColumn`` compares its bytes without a string per slot."""
+    equals = getattr(id_of, "equals", None)
+    return equals(slots, ids) if equals is not None else id_of[slots] == ids
+
+
 class IdIndex:
-    """Id -> slot for one registry whose ``id_of`` column (slot -> id, object) is passed to each call."""
+    """Id -> slot for one registry whose ``id_of`` column (slot -> id: an ``IdColumn`` or an object array) is
+    passed to each call."""
 
     def __init__(self):
         self._hashes = np.empty(0, dtype=np.uint64)   # sorted
@@ -79,7 +91,7 @@ class IdIndex:
             at = np.where(inside, pos, 0)
             cand = np.where(inside & (self._hashes[at] == h), self._slots[at], -1)
             ok = cand >= 0
-            ok[ok] = id_of[cand[ok]] == ids[ok]
+            ok[ok] = _same(id_of, cand[ok], ids[ok])
             out[ok] = cand[ok]
             # an equal-hash run longer than one (a collision, or an id removed and added again): scan it
             run = ~ok & inside & (self._hashes[at] == h)
