@@ -157,9 +157,11 @@ def _placed_task(spec: _Placed, i: int, body):
     if j is None:
         placement.linger(spec.folder, len(spec.replicas))
         return
-    table = spec.tables[j] if spec.tables is not None else read_table(os.path.join(spec.folder, f"b{j}.arrow"))
-    yield from body(spec.replicas[j], table)
-    placement.done(spec.folder, j)
+    try:
+        table = spec.tables[j] if spec.tables is not None else read_table(os.path.join(spec.folder, f"b{j}.arrow"))
+        yield from body(spec.replicas[j], table)
+    finally:   # even when the task fails: the job's empty tasks linger until every claimed replica is done
+        placement.done(spec.folder, j)
 
 
 def split_batch(batch: pa.Table, column: str, sort_keys: list, drop: bool = False) -> dict[str, pa.Table]:
