@@ -501,7 +501,8 @@ class Publishing:
                 out_parts.append(f"{entry.group_id}#{part}")
 
         pending: dict = {}
-        held = dict(zip((row[ki] for row in cols), state.rows.get_many([row[ki] for row in cols]))) if cols else {}
+        keys = [row[ki] for row in cols]
+        held = dict(zip(keys, state.rows.get_many(keys))) if cols else {}
         for i, row in enumerate(cols):
             key = row[ki]
             old = pending[key] if key in pending else held[key]
