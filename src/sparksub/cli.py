@@ -306,7 +306,14 @@ def run(args) -> int:
             notes = notes[notes["query"].isna()]
             notes = notes.dropna(axis=1, how="all") if len(notes) else notes
         if len(notes):
-            notes = notes.sort_values("seq", kind="stable")  # groups come out one after another
+            # groups' outputs arrive in whichever order their tasks finish: print a batch's notifications
+            # by seq, then in the order the subscriptions were registered, so a run's output is repeatable
+            rank = {sid: i for i, sid in enumerate(engine._records)}
+            if "subscription_id" in notes.columns:
+                notes = notes.assign(_rank=notes["subscription_id"].map(lambda s: rank.get(s, len(rank))))
+                notes = notes.sort_values(["seq", "_rank"], kind="stable").drop(columns="_rank")
+            else:
+                notes = notes.sort_values("seq", kind="stable")
             print(notes.to_string(index=False))
         n_matches += len(found)
         for _, _, q, m in sorted(found, key=lambda x: x[:2]):
