@@ -146,7 +146,7 @@ def test_explain_snapshots_batch_and_streaming(on, tmp_path, explain_snapshot):
     explain_snapshot("range_min_group", e.explain("m2"))
     notes = e.publish("stock", [{"symbol": "c", "risk": 17.0, "per": 2.0}])
     batch_plan = on._jvm.PythonSQLUtils.explainString(notes._jdf.queryExecution(), "formatted")
-    assert "SubscriptionGroupExec" in batch_plan and "publish to stock (ran once, checkpointed)" in batch_plan
+    assert "SubscriptionGroupExec" in batch_plan and "publish to stock (ran once, kept)" in batch_plan
     assert sorted((r.subscription_id, r.value) for r in notes.collect()) == [("m1", 2.0), ("m2", 2.0)]
     schema = StructType([StructField("symbol", StringType()), StructField("risk", DoubleType()),
                          StructField("per", DoubleType())])

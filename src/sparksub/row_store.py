@@ -151,8 +151,8 @@ class RowStore(MutableMapping):
         keys = batch.column(self.tdef.key).to_pylist()
         positions = self._base_positions(keys)
         deletes = batch.column("op").to_numpy(zero_copy_only=False) == DELETE
-        if self._merges_whole(batch, keys):
-            self._merge(batch, positions, deletes)
+        if self._merges_whole(batch):
+            self._merge(batch, keys, positions, deletes)
             return
         positions, deletes = positions.tolist(), deletes.tolist()
         rows = zip(*(batch.column(c).to_pylist() for c in names))
@@ -164,23 +164,41 @@ class RowStore(MutableMapping):
         if len(self._replaced) + len(self._added) + int(self._dead.sum()) > max(COMPACT_MIN, self._base.num_rows >> 2):
             self._compact()
 
-    def _merges_whole(self, batch: pa.Table, keys: list) -> bool:
+    def _merges_whole(self, batch: pa.Table) -> bool:
         """Whether to apply ``batch`` as one Arrow merge into a new base rather than row by row: a batch big
-        enough to compact the store anyway, on an empty overlay (the base is the current rows), whose keys are
-        distinct (then the dict's order needs no replay: a held key keeps its place, a new one goes last)."""
+        enough to compact the store anyway, on an empty overlay (the base is the current rows)."""
         return (batch.num_rows > max(COMPACT_MIN, self._base.num_rows >> 2)
-                and not (self._replaced or self._added or self._dead.any())
-                and pd.Index(keys).is_unique)
+                and not (self._replaced or self._added or self._dead.any()))
 
-    def _merge(self, batch: pa.Table, positions: np.ndarray, deletes: np.ndarray) -> None:
-        n = self._base.num_rows
-        held = positions >= 0
+    def _merge(self, batch: pa.Table, keys: list, positions: np.ndarray, deletes: np.ndarray) -> None:
+        """The batch's net effect per key, in a dict's order, as one ``take`` (a key may come several times: a
+        100K-row publish over 20K keys took 0.55 s row by row, 0.1 s here).  Per key: its last row decides
+        whether it stays; a base key never deleted in the batch keeps its place with its last row; any other
+        kept key goes last, in the order of the upsert that (re-)inserted it -- the first after its last
+        delete -- as ``del d[k]; d[k] = v`` does."""
+        n, m = self._base.num_rows, batch.num_rows
+        codes = pd.factorize(np.asarray(keys, dtype=object))[0]
+        k = int(codes.max()) + 1
+        at = np.arange(m, dtype=np.int64)
+        first, last = np.full(k, m, np.int64), np.full(k, -1, np.int64)
+        np.minimum.at(first, codes, at)
+        np.maximum.at(last, codes, at)
+        last_delete = np.full(k, -1, np.int64)
+        np.maximum.at(last_delete, codes[deletes], at[deletes])
+        reinsert = ~deletes & (at > last_delete[codes])
+        inserted = np.full(k, m, np.int64)
+        np.minimum.at(inserted, codes[reinsert], at[reinsert])
+        kept = ~deletes[last]
+        base_at = positions[first]
+        held = base_at >= 0
+        in_place = held & kept & (last_delete < 0)
         index = np.arange(n, dtype=np.int64)
-        upserted = held & ~deletes
-        index[positions[upserted]] = n + np.flatnonzero(upserted)   # a held key: the new row, in its place
-        keep = np.ones(n, dtype=bool)
-        keep[positions[held & deletes]] = False
-        index = np.concatenate([index[keep], n + np.flatnonzero(~held & ~deletes)])   # new keys, in batch order
+        index[base_at[in_place]] = n + last[in_place]   # a held key: its last row, in its place
+        stays = np.ones(n, dtype=bool)
+        stays[base_at[held & ~in_place]] = False
+        moved = np.flatnonzero(kept & ~in_place)
+        moved = moved[np.argsort(inserted[moved], kind="stable")]
+        index = np.concatenate([index[stays], n + last[moved]])
         self._set_base(pa.concat_tables([self._base, self._conform(batch)]).take(pa.array(index)))
 
     def get_many(self, keys) -> list:

@@ -171,7 +171,7 @@ class Publishing:
             group_batches = {e.group_id: e.family.group_batch(e.physical, state.definition, batch, seqs)
                              for e in groups if e.family.placement != ROW_PARTITIONS}
             zoned = self._zones_select(state, groups, mode)   # range groups split into X zones (control/zones.py)
-            replicas, parts, owner = {}, [], {}
+            replicas, parts, owner, job_folders = {}, [], {}, []
             for e in groups:
                 if e.group_id in zoned:   # its zones as of before this batch (the deliver() seed reads them)
                     self._zone_replicas(e, zoned[e.group_id])
@@ -199,10 +199,12 @@ class Publishing:
                 whole = [e for e in groups if e.group_id not in zoned]
                 if whole:
                     combined = pa.concat_tables(parts, promote_options="default")
-                    df, failed_parts = spark_groups.run_groups(self.spark, replicas, combined, mode, schema,
-                                                               _operator_name(e.physical for e in whole),
-                                                               self._describe([(e.physical, e) for e in whole], mode))
-                    failed = {owner[rid] for rid in failed_parts}
+                    # not run here: the job that keeps the output runs it (below), once, and reads the failed
+                    # groups off its 'error' rows (runtime/output.py)
+                    df, job_folder = spark_groups.lazy_groups(self.spark, replicas, combined, mode, schema,
+                                                              _operator_name(e.physical for e in whole),
+                                                              self._describe([(e.physical, e) for e in whole], mode))
+                    job_folders.append(job_folder)
                     if self._net_join_rows:
                         df = spark_frames.net_join_notifications(df)
                 if zoned:
@@ -221,9 +223,18 @@ class Publishing:
                                     allowMissingColumns=True)
             # Only now, with the notifications computed -- and kept, with the rows the batch applies
             # (journal.py) -- does the batch become part of the state.
-            kept = self._journal.publish_begin(
-                state.definition, self._next_seq, n_rows, batch, batch_id,
-                lambda path: spark_output.write_notifications(df, path, self._journal.durable))
+            # (the job that writes them is the one that runs the whole groups: output.py)
+            failed_replicas = set()
+            try:
+                kept = self._journal.publish_begin(
+                    state.definition, self._next_seq, n_rows, batch, batch_id,
+                    lambda path: spark_output.write_notifications(df, path, self._journal.durable, failed_replicas))
+            finally:
+                for folder in job_folders:
+                    spark_groups.remove_folder(folder)
+            failed |= {owner[rid] for rid in failed_replicas if rid in owner}
+            # the caller reads the kept files: the operators never run again for this output
+            df = spark_output.read_written(self.spark, self._journal.notification_path(kept), df.schema)
             self._apply_rows(state, batch)
             self._next_seq += n_rows
             if event_commit is not None:
@@ -258,12 +269,12 @@ class Publishing:
             self._journal.publish_commit(kept, state.definition)   # the commit point (journal.py)
             self._zones_done(e for e in groups if e.group_id in zoned)
             if self.catalyst and df is not None:
-                # The operators ran once, above, and their output was checkpointed (lineage cut): the node
-                # on top keeps saying in df.explain() which groups produced these rows.
+                # The operators ran once, above, and their output was kept (what df reads): the node on top
+                # keeps saying in df.explain() which groups produced these rows.
                 events = self._event_classes_on(state.definition) if times is not None else []
                 what = [d for d in (self._describe([(e.physical, e) for e in groups], mode),
                                     self._describe_events(events, "batch")) if d]
-                df = subscription_group(df, f"publish to {state.definition.name} (ran once, checkpointed): "
+                df = subscription_group(df, f"publish to {state.definition.name} (ran once, kept): "
                                             + ("; ".join(what) or "no groups"))
             if groups or times is not None:   # the workers now cache these groups: keep them alive (keepalive.py)
                 keepalive.touch(self.spark, self._parallelism(), self.keep_workers_warm, self.keep_workers_warm_for)

@@ -33,7 +33,7 @@ from sparksub.runtime import keepalive, placement
 from sparksub.runtime.connect import is_connect_session
 from sparksub.runtime.replicas import _CACHE, Replica, materialize, remember  # noqa: F401 (_CACHE: bench probe)
 
-__all__ = ["materialize", "remember", "run_groups", "plan_string", "plan_text", "failed_groups", "placed_frame",
+__all__ = ["materialize", "remember", "run_groups", "lazy_groups", "plan_string", "plan_text", "failed_groups", "placed_frame",
            "split_batch"]
 
 
@@ -203,7 +203,7 @@ def run_groups(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, 
     every later action; a lazy local checkpoint saves a second job).  Each replica runs in the task that
     claims it (:func:`placed_frame`), whose batch the job's folder holds until the job ran.  ``schema`` must
     end with the nullable ``reason`` column; ``slots``: the least number of tasks (default: the session
-    keep-alive's, ``keepalive.slots_of``).
+    keep-alive's, ``keepalive.slots_of``).  ``publish`` uses :func:`lazy_groups` instead.
     """
     df, folder = _placed(spark, replicas, batch, mode, schema, name, describe, slots, stage=True)
     try:
@@ -211,6 +211,15 @@ def run_groups(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, 
         return out, failed_groups(out)
     finally:
         remove_folder(folder)
+
+
+def lazy_groups(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, schema: pa.Schema,
+                name: str = "range_min_group", describe: str | None = None, slots: int | None = None):
+    """``(DataFrame, folder)``: :func:`run_groups`'s job, not run: the one action on it must be the one that
+    keeps the output (``output.write_notifications``, which also reads the failed groups off its ``error``
+    rows), so that the operators run once and their output goes straight from their tasks to the kept files.
+    The caller removes ``folder`` (the job's board and batches) once that action ran."""
+    return _placed(spark, replicas, batch, mode, schema, name, describe, slots, stage=True)
 
 
 def failed_groups(df) -> set:

@@ -1,11 +1,13 @@
 """The publish output the engine keeps in its directory (``journal.py``): a notifications DataFrame written by
 the Spark tasks that hold it, and kept files read back as a DataFrame.
 
-``publish`` hands its output here once it is computed (the runtime checkpointed it: writing it does not run
-the operators again).  Each task writes its partition as one Parquet file (temporary name, then rename) into
-a directory that is renamed into place when every task is done; the driver receives one row count per
-partition, never the rows (issue 16 item 3: at 1M unicast subscriptions collecting the output on the driver
-ran its JVM out of heap).  Spark's own writer would cost a commit protocol per call (about 5x the time for a
+``publish`` hands its output here lazily: the job that writes it is the one that runs the group operators
+(``runtime/groups.py``), so a publish computes its notifications once and never holds them anywhere but in
+these files (a checkpoint of the output then a second job to write it cost 0.5-0.8 s of a 4.5 s publish of
+100K rows, measured here).  Each task writes its partition as one Parquet file (temporary name, then rename)
+into a directory that is renamed into place when every task is done; the driver receives one row count per
+partition and the groups whose operator failed (their ``op = 'error'`` rows), never the rows (issue 16 item 3:
+at 1M unicast subscriptions collecting the output on the driver ran its JVM out of heap).  Spark's own writer would cost a commit protocol per call (about 5x the time for a
 publish-sized output, measured here); a retried or speculative task rewrites the same file with the same
 rows, so the directory is the same whichever attempt wins.
 """
@@ -17,35 +19,46 @@ import uuid
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sparksub.journal import fsync_dir, read_kept, write_parquet_atomic
 
-__all__ = ["write_notifications", "read_notifications"]
+__all__ = ["write_notifications", "read_written", "read_notifications"]
 
 #: the file a publish without rows keeps: its schema, so that the directory reads as a table
 EMPTY_PART = "part-empty.parquet"
 
 
+#: what each writing task returns: its rows, and the ``group_id`` of its ``op = 'error'`` rows
+_WRITTEN = pa.schema([("rows", pa.int64()), ("failed", pa.list_(pa.string()))])
+
+
 def _partition_writer(folder: str, names: list[str], sync: bool):
     """The task body: this partition's rows, under their ``names``, into ``folder/part-<partition>.parquet``;
-    yields its row count."""
+    yields its row count and the groups of its ``error`` rows."""
     def write_partition(batches):
         from pyspark import TaskContext
         batches = [b for b in batches if b.num_rows]
+        failed = []
         if batches:
             part = TaskContext.get().partitionId()
             table = pa.Table.from_batches(batches).rename_columns(names)
+            if "op" in names and "group_id" in names:
+                errors = table.filter(pc.equal(table.column("op"), "error"))
+                failed = sorted(set(errors.column("group_id").drop_null().to_pylist()))
             write_parquet_atomic(Path(folder) / f"part-{part:05d}.parquet", table, sync)
-        yield pa.RecordBatch.from_pydict({"rows": [sum(b.num_rows for b in batches)]},
-                                         schema=pa.schema([("rows", pa.int64())]))
+        yield pa.RecordBatch.from_pydict({"rows": [sum(b.num_rows for b in batches)], "failed": [failed]},
+                                         schema=_WRITTEN)
     return write_partition
 
 
-def write_notifications(df, path, sync: bool = True) -> int:
+def write_notifications(df, path, sync: bool = True, failed: set | None = None) -> int:
     """Write the notifications DataFrame ``df`` from its tasks into the directory ``path`` (one Parquet file
     per non-empty partition; ``EMPTY_PART`` when there is no row); returns its rows.  ``sync``: fsync the
-    files and the directories (a durable engine).  A directory left at ``path`` by a publish that never
-    committed (a kill) is replaced: committed names are never reused (``journal.publish_begin``)."""
+    files and the directories (a durable engine).  ``failed``: a set to which the ``group_id`` of every
+    ``op = 'error'`` row is added (a group whose operator failed in this job).  A directory left at ``path``
+    by a publish that never committed (a kill) is replaced: committed names are never reused
+    (``journal.publish_begin``)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,8 +69,11 @@ def write_notifications(df, path, sync: bool = True) -> int:
         # columns are qualified (``stock.symbol``), which it would read as a struct field
         names = df.columns
         positional = df.toDF(*[f"_{i}" for i in range(len(names))])
-        counts = positional.mapInArrow(_partition_writer(str(tmp), names, sync), "rows bigint").collect()
+        counts = positional.mapInArrow(_partition_writer(str(tmp), names, sync),
+                                       "rows bigint, failed array<string>").collect()
         rows = sum(r[0] for r in counts)
+        if failed is not None:
+            failed.update(g for r in counts for g in (r[1] or ()))
         if not rows:
             write_parquet_atomic(tmp / EMPTY_PART, to_arrow_schema(df.schema).empty_table(), sync)
         if sync:
@@ -71,6 +87,12 @@ def write_notifications(df, path, sync: bool = True) -> int:
     if sync:
         fsync_dir(path.parent)
     return rows
+
+
+def read_written(spark, path, schema):
+    """The output :func:`write_notifications` just kept at ``path``, as a DataFrame of the Spark ``schema`` it
+    was written with (given, so that reading it infers nothing: no footer is read before an action)."""
+    return spark.read.schema(schema).parquet(str(path))
 
 
 def read_notifications(spark, files: list[str], since_seq: int | None, empty: pa.Schema):
