@@ -157,6 +157,9 @@ QUICK = Sizes(objects=20_000, range_subs=5_000, topk_subs=1_000, filter_subs=20_
               stream_batch=5_000, stream_batches=3, rss_subs=[10_000, 1_000_000], rss_rows=100_000,
               # issue 16's e2e target is at batches of 100K for this class
               extra_batches={"RANGE_MIN reformulated": [(100_000, 1)]})
+#: the full run's tables and subscriptions with its batches of 10K and 100K only (--large): the figures issue 16's
+#: "no class slower than today at batches of 10K or more" compares with the previous runtime's full run
+LARGE = Sizes(**{**FULL.__dict__, "batches": [(10_000, 2), (100_000, 1)], "fixed_reps": 3})
 #: for developing the script only (--tiny): every part on toy sizes
 TINY = Sizes(objects=5_000, range_subs=1_000, topk_subs=500, filter_subs=2_000, join_rows=3_000, sj_subs=300,
              bj_subs=200,
@@ -946,8 +949,9 @@ def worker_code_path(spark) -> list:
 
 
 # ============================================================================================ report
-def run_label(master: str, quick: bool, connect: bool = False, smoke: bool = False) -> str:
-    return f"{'Connect ' if connect else ''}{master} {'smoke' if smoke else 'quick' if quick else 'full'}"
+def run_label(master: str, quick: bool, connect: bool = False, smoke: bool = False, large: bool = False) -> str:
+    size = 'smoke' if smoke else 'quick' if quick else 'large (full sizes, batches >= 10K)' if large else 'full'
+    return f"{'Connect ' if connect else ''}{master} {size}"
 
 
 def _prev_run(baseline: dict | None, label: str, master: str) -> dict | None:
@@ -1695,6 +1699,8 @@ def _plot_zones(z: dict, path: Path) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller tables, batches 1K / 10K, few reps")
+    ap.add_argument("--large", action="store_true",
+                    help="the full run's sizes, batches of 10K and 100K only (the previous runtime comparison)")
     ap.add_argument("--connect", action="store_true",
                     help="on a Spark Connect session (SparkSession.builder.remote(MASTER): a local Connect server)")
     ap.add_argument("--master", default="local[2]", help=f"Spark master (default local[2]; or '{CLUSTER}')")
@@ -1727,7 +1733,7 @@ def main(argv=None) -> int:
     if args.rss_child:
         print("RSS " + json.dumps(rss_child(args.master, args.rss_child, args.rss_rows, args.connect)), flush=True)
         return 0
-    sizes = TINY if args.tiny else QUICK if args.quick else FULL
+    sizes = TINY if args.tiny else QUICK if args.quick else LARGE if args.large else FULL
     pause = args.pause if args.pause is not None else (0.0 if args.quick else 90.0)
     if args.render_only:
         write_report(json.loads(args.json.read_text()), args.out / "runtime.md", args.out / "runtime.png")
@@ -1736,7 +1742,7 @@ def main(argv=None) -> int:
         return zero_only(args, sizes, pause)
     started = time.perf_counter()
     info = machine()
-    label = run_label(args.master, args.quick, args.connect, args.tiny)
+    label = run_label(args.master, args.quick, args.connect, args.tiny, args.large)
     code = code_under_test()
     run = {"label": label, "master": args.master, "quick": args.quick, "connect": args.connect, "machine": info,
            "code": code,

@@ -135,6 +135,29 @@ def test_zoned_equals_whole_group_and_brute_force(spark, maximum=False):
     assert "3 X zones cut at" in text and "shards by x1" in text
 
 
+def test_a_large_zoned_group_is_read_where_its_zones_live(spark):
+    """Past ``driver_operator_limit`` a zoned group's ``result()`` and deliver()'s seed run one task per zone
+    (``runtime/remote.py``'s ``call_on_each``): the answers equal the rows' and the whole-group twin's, and the
+    driver builds no zone (its rebuild counter stays 0, where reading on the driver builds every zone)."""
+    rows, batches = workload(21, n_batches=3)
+    rnd = random.Random(5)
+    subs = {f"s{i}": tuple(sorted((float(rnd.randint(-2, 32)), float(rnd.randint(-2, 32))))) for i in range(30)}
+    whole, zoned = engines(spark, rows, subs, maximum=False)
+    zoned.driver_operator_limit = 0
+    state = dict(rows)
+    for n, batch in enumerate(batches):
+        mode = "reformulated" if n == 2 else "unicast"
+        a, b = whole.publish("stock", batch, mode=mode), zoned.publish("stock", batch, mode=mode)
+        apply_rows(state, batch)
+        for s, (lo, hi) in subs.items():
+            assert zoned.result(s) == oracle(state, lo, hi, False) == whole.result(s), (n, s)
+    # the deliver() side seeded from the zones where they live (every subscription's value, the rows for CN+)
+    da, db = rows_of(whole.deliver(a)), rows_of(zoned.deliver(b))
+    assert sorted(db, key=repr) == sorted(da, key=repr) and db
+    driver = zoned.runtime_stats()["runtime"].get("driver", {})
+    assert driver.get("rebuilds", 0) == 0 and driver.get("catch_ups", 0) == 0, driver
+
+
 def test_failed_zone_is_an_error_row_then_rebuilt_and_durable_reopen(spark, tmp_path):
     from sparksub.runtime import replicas as spark_replicas
     rows, batches = workload(5, n_batches=4)

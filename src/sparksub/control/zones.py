@@ -34,6 +34,7 @@ from sparksub.operators.range_min.group import group_mode
 from sparksub.operators.range_min.subscription_shards import shard_bases
 from sparksub.operators.range_min.zones import ZonedView, apply_round2, versioned_messages, zone_bases
 from sparksub.runtime import groups as spark_groups
+from sparksub.runtime import remote as spark_remote
 from sparksub.runtime import replicas as spark_replicas
 from sparksub.runtime import zones as spark_zones
 
@@ -293,4 +294,10 @@ class ZonedGroups:
                               [-math.inf, *zs.cuts], [*zs.cuts, math.inf], zs.zone_rows, zs.zones, zs.zone_info,
                               zs.zone_steps))],
                 "shards": [{"shard": j, "subscriptions": n} for j, n in enumerate(zs.shard_subscriptions)]}
-        return ZonedView(entry.group_id, zs.maximum, entry.registry, zones, info)
+        each = None
+        if self._read_in_place(self._tables[entry.family.tables(entry.physical)[0]], entry):
+            # past driver_operator_limit: each read runs where the zones live, one task per zone (runtime/remote.py);
+            # the driver holds the answers, never the zones (issue 16 item 3)
+            each = lambda path, args: spark_remote.call_on_each(   # noqa: E731
+                self.spark, zs.zones, ("zone",) + tuple(path), args)
+        return ZonedView(entry.group_id, zs.maximum, entry.registry, zones, info, each)

@@ -91,8 +91,14 @@ def write_notifications(df, path, sync: bool = True, failed: set | None = None) 
 
 def read_written(spark, path, schema):
     """The output :func:`write_notifications` just kept at ``path``, as a DataFrame of the Spark ``schema`` it
-    was written with (given, so that reading it infers nothing: no footer is read before an action)."""
-    return spark.read.schema(schema).parquet(str(path))
+    was written with (given, so that reading it infers nothing: no footer is read before an action), its rows
+    in the order the writing job's partitions held them: one read per file, in partition order, unioned --
+    Spark's file scan would pack the files largest first, and a reformulated output is in batch order
+    (``deliver()`` and the callers read a seq's messages in the core's order)."""
+    from functools import reduce
+    files = sorted(p.name for p in Path(path).iterdir() if p.name.startswith("part-"))
+    reads = [spark.read.schema(schema).parquet(str(Path(path) / f)) for f in files]
+    return reduce(lambda a, b: a.union(b), reads)
 
 
 def read_notifications(spark, files: list[str], since_seq: int | None, empty: pa.Schema):

@@ -14,6 +14,11 @@ of deliver() (``range_values`` over every subscription's bounds) ships its array
 
 Only DataFrame APIs (``range`` + ``mapInArrow`` + ``collect``): Spark Connect too.  A call that raises in
 the task raises here, as :class:`RemoteCallError` with the task's exception text.
+
+A group split into parts (a range group's X zones, ``control/zones.py``) is read with :func:`call_on_each`:
+one job, one task per part, each placed by claim (``runtime/placement.py``) on the worker that caches its part,
+as the publishes' tasks are -- a read that ran on the other worker would rebuild the part there and evict
+what that worker caches for the next publish.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ import pyarrow as pa
 from sparksub.errors import SparksubError
 from sparksub.runtime.replicas import Replica, materialize, remember
 
-__all__ = ["RemoteOperator", "RemoteCallError", "call_on_replica"]
+__all__ = ["RemoteOperator", "RemoteCallError", "call_on_replica", "call_on_each"]
 
 
 class RemoteCallError(SparksubError):
@@ -81,3 +86,42 @@ class RemoteOperator:
 
     def __repr__(self) -> str:
         return f"RemoteOperator({self._replica.replica_id!r}{'.' if self._path else ''}{'.'.join(self._path)})"
+
+
+def call_on_each(spark, replicas: list, path: tuple, args: tuple = (), kwargs: dict | None = None,
+                 name: str = "group_operator_call") -> list:
+    """``materialize(r).<path>(*args, **kwargs)`` for every replica ``r``, computed in one Spark job with one task
+    per replica (each claimed by the worker that caches it, ``groups.placed_frame``); the values in the order
+    of ``replicas``."""
+    from sparksub.runtime import groups, keepalive
+
+    path, args, kwargs = tuple(path), tuple(args), dict(kwargs or {})
+    by_id = {r.replica_id: r for r in replicas}
+    trigger = {rid: pa.table({"seq": pa.array([0], pa.int64())}) for rid in by_id}
+
+    def body(replica: Replica, _table):
+        try:
+            target = materialize(replica)
+            remember(replica, replica.log_length, target)   # a read: the position does not move
+            for attr in path:
+                target = getattr(target, attr)
+            value, error = target(*args, **kwargs), None
+        except Exception as err:  # noqa: BLE001 - sent back and raised on the driver
+            value, error = None, f"{type(err).__name__}: {err}"
+        yield pa.RecordBatch.from_pydict({"replica": [replica.replica_id],
+                                          "value": pa.array([pickle.dumps((value, error), protocol=5)], pa.binary())})
+
+    df, folder = groups.placed_frame(spark, by_id, trigger, body, "replica string, value binary",
+                                     f"{name}_{'_'.join(path)}", keepalive.slots_of(spark) or 1)
+    try:
+        got = {rid: pickle.loads(blob) for rid, blob in df.collect()}
+    finally:
+        groups.remove_folder(folder)
+    out = []
+    for r in replicas:
+        value, error = got[r.replica_id]
+        if error is not None:
+            raise RemoteCallError(f"{'.'.join(path)}() on group replica {r.replica_id!r} failed in its Spark "
+                                  f"task: {error}")
+        out.append(value)
+    return out

@@ -142,7 +142,10 @@ class _Notifications:
             cols: dict = {}
             for i, (sub, lv, rv) in enumerate(zip(self.subs, self.lvals, self.rvals)):
                 for name, v in g.project(sub, lv, rv).items():
-                    cols.setdefault(name, [None] * n)[i] = v
+                    column = cols.get(name)
+                    if column is None:   # (not setdefault: its default, n Nones, would be built for every row)
+                        column = cols[name] = [None] * n
+                    column[i] = v
             for name, vals in cols.items():
                 out[EVENT_PREFIX + name] = _arrow_column(vals, g.output_types.get(name))
         return pa.table(out)
@@ -823,7 +826,10 @@ class JoinSubscribers:
         selected: dict = {}
         for i, row in enumerate(rows):
             for name, v in row:
-                selected.setdefault(name, [None] * len(rows))[i] = v
+                column = selected.get(name)
+                if column is None:   # (not setdefault: its default would be built for every row)
+                    column = selected[name] = [None] * len(rows)
+                column[i] = v
         for name, vals in selected.items():
             # a selected column named as one of ours comes out as ``event_<name>``, as in publish's output
             table[name if name not in table else f"event_{name}"] = _arrow_column(vals, self.output_types.get(name))

@@ -859,10 +859,22 @@ class ZonedView:
     """A zoned group as the driver reads it (``result``, the ``deliver()`` side's seed, EXPLAIN, stats): the
     zones (materialised by ``zones()`` only when a value is asked for) and the group's subscriptions."""
 
-    def __init__(self, group_id: str, maximum: bool, points: SubscriptionPoints, zones, info: dict):
+    def __init__(self, group_id: str, maximum: bool, points: SubscriptionPoints, zones, info: dict, each=None):
         self.group_id, self.maximum, self.points = group_id, maximum, points
         self._zones, self._loaded = zones, None
         self.info = info      # cuts, rows per zone, shards, counters (control/zones.py)
+        # ``each(path, args)``: the values of ``zone.<path>(*args)`` over the zones -- computed where the zones
+        # live (runtime/remote.py) for a group too large to build on the driver; by default, on the zones here
+        self._each = each if each is not None else self._each_here
+
+    def _each_here(self, path: tuple, args: tuple) -> list:
+        out = []
+        for z in self.zones():
+            target = z
+            for attr in path:
+                target = getattr(target, attr)
+            out.append(target(*args))
+        return out
 
     def zones(self) -> list:
         if self._loaded is None:
@@ -874,19 +886,20 @@ class ZonedView:
         return self     # what family.subscribers reads: range_values and rows
 
     def range_value(self, x1: float, x2: float):
-        v = min((z.core.tree.range_min(x1, x2) for z in self.zones()), default=_INF)
+        # DS-CN (000 §2.3.2): the zones split X, so a range's minimum is the least of the zones' minima over it
+        v = min(self._each(("core", "tree", "range_min"), (x1, x2)), default=_INF)
         return None if v == _INF else (-v if self.maximum else v)
 
     def range_values(self, x1s, x2s) -> np.ndarray:
         x1s = np.asarray(x1s, dtype=np.float64)
-        v = np.minimum.reduce([z.core.tree.range_min_many(x1s, x2s) for z in self.zones()]) if self.zones() \
-            else np.full(x1s.shape, _INF)
+        parts = self._each(("core", "tree", "range_min_many"), (x1s, np.asarray(x2s, dtype=np.float64)))
+        v = np.minimum.reduce(parts) if parts else np.full(x1s.shape, _INF)
         v = np.asarray(v, dtype=np.float64)
         v[v == _INF] = np.nan
         return -v if self.maximum else v
 
     def rows(self) -> tuple[list, np.ndarray, np.ndarray]:
-        parts = [z.core.rows() for z in self.zones()]
+        parts = self._each(("core", "rows"), ())
         keys = [k for p in parts for k in p[0]]
         return keys, np.concatenate([p[1] for p in parts] or [np.empty(0)]), \
             np.concatenate([p[2] for p in parts] or [np.empty(0)])
