@@ -83,7 +83,7 @@ import pyarrow as pa
 from sparksub.errors import AnalysisError
 from sparksub.operators.events import partitions as evp
 from sparksub.operators.shared import row_validation
-from sparksub.runtime import stream as spark_stream
+from sparksub.runtime import stateful
 from sparksub.operators.events.nfa import resolve_query
 from sparksub.runtime.join_stream import _plain
 from sparksub.runtime.replicas import write_value
@@ -97,7 +97,8 @@ MATCH = "match"
 OPERATOR_NAME = "event_query_nfa_stream"
 #: Class executors cached per Python worker (each holds its class's queries, compiled).
 CACHE_ENTRIES = 4
-_CACHE: dict = {}  # fingerprint -> _Cached
+_CACHE: dict = {}  # fingerprint -> _Cached (``stateful.StreamCache.shared``: one executor per class, for any run)
+_WORKER = stateful.StreamCache(CACHE_ENTRIES, lambda: _CACHE)
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 
 
@@ -256,8 +257,8 @@ def run_event_stream(events, spec: EventStreamSpec, *, order: str | None = None,
                                + ([] if order else [StructField("ev_ord", LongType(), False)])
                                + [StructField("ev_part", StringType(), False)])
     routed = rows.mapInArrow(_route_function(spec, name, order is None), routed_schema)
-    return spark_stream._transform_with_state(routed.groupBy("ev_part"), _processor_class()(spec, order is not None),
-                                              from_arrow_schema(spec.schema), name)
+    return stateful.run(routed.groupBy("ev_part"), EventQueryLogic(order is not None), spec,
+                        from_arrow_schema(spec.schema), name)
 
 
 def _route_function(spec: EventStreamSpec, name: str, arrival: bool):
@@ -269,7 +270,7 @@ def _route_function(spec: EventStreamSpec, name: str, arrival: bool):
         from pyspark import TaskContext
         if spec.control is not None:   # the engine's event queries changed since: refuse to run the old plan
             spec.control.check_stale()
-            spec.control.note_query(spark_stream._query_identity()[0])
+            spec.control.note_query(stateful.query_run()[0])
         tc = TaskContext.get()
         pos = (tc.partitionId() if tc is not None else 0) << 33
         for rb in batches:
@@ -285,28 +286,26 @@ def _route_function(spec: EventStreamSpec, name: str, arrival: bool):
     return route
 
 
+@dataclass(frozen=True)
+class EventQueryLogic(stateful.StreamLogic):
+    """An event class's replica on the one stream runtime (``stateful``): one ValueState ``nfa`` (module
+    docstring); ``ordered``: the stream has an ``order`` column (``apply_event_micro_batch``)."""
+    ordered: bool = False
+
+    def state_variables(self, spec: EventStreamSpec) -> dict:
+        return {"nfa": stateful.value_state("fingerprint string, applied long, tick long, snapshot binary")}
+
+    def state(self, handles):
+        return handles["nfa"]
+
+    def apply(self, spec: EventStreamSpec, key, pdf: pd.DataFrame, state) -> pd.DataFrame:
+        return apply_event_micro_batch(spec, key, pdf, state, self.ordered)
+
+
 def _processor_class():
-    from pyspark.sql.streaming import StatefulProcessor
-
-    class EventQueryStream(StatefulProcessor):
-        """One replica's events of one micro-batch -> its matches; the executor's state in the state store."""
-
-        def __init__(self, spec: EventStreamSpec, ordered: bool = False):
-            self.spec, self.ordered = spec, ordered
-
-        def init(self, handle) -> None:
-            self.nfa = handle.getValueState("nfa", "fingerprint string, applied long, tick long, snapshot binary")
-
-        def handleInputRows(self, key, rows, timerValues):
-            frames = [pdf for pdf in rows if len(pdf)]
-            if frames:
-                pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-                yield apply_event_micro_batch(self.spec, key[0], pdf, self.nfa, self.ordered)
-
-        def close(self) -> None:
-            pass
-
-    return EventQueryStream
+    """The event queries' processor, constructed as ``(spec, ordered=False)`` (tests drive it with ``TwsTester``)."""
+    processor = stateful.processor_class()
+    return lambda spec, ordered=False: processor(EventQueryLogic(ordered), spec)
 
 
 class _Cached:
@@ -318,13 +317,7 @@ class _Cached:
 
 def _executor_for(c: StreamClass) -> _Cached:
     """The worker's executor for the class's queries (compiled once per worker)."""
-    got = _CACHE.pop(c.fingerprint, None)
-    if got is None:
-        got = _Cached(c.base.build())
-    _CACHE[c.fingerprint] = got
-    while len(_CACHE) > CACHE_ENTRIES:
-        _CACHE.pop(next(iter(_CACHE)))
-    return got
+    return _WORKER.shared(c.fingerprint, lambda: _Cached(c.base.build()))
 
 
 def apply_event_micro_batch(spec: EventStreamSpec, rid: str, pdf: pd.DataFrame, state, ordered: bool = False):
@@ -341,7 +334,7 @@ def apply_event_micro_batch(spec: EventStreamSpec, rid: str, pdf: pd.DataFrame, 
             f"restart with the same queries or on a new checkpoint")
     applied = int(stored[1]) if stored is not None else 0
     tick = None if stored is None or stored[2] is None or stored[2] != stored[2] else int(stored[2])
-    query_id, run_id = spark_stream._query_identity()
+    query_id, run_id = stateful.query_run()
     cached = _executor_for(c)
     executor = cached.executor
     how = "cache_hits"

@@ -39,6 +39,7 @@ the new one, netted per result tuple (``join_groups``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pickle
 import uuid
 import zlib
@@ -48,18 +49,20 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from sparksub.runtime import stateful, stream_control
 from sparksub.runtime import stream as spark_stream
-from sparksub.runtime import stream_control
 from sparksub.operators.shared.schemas import EVENT_PREFIX
 from sparksub.operators.joins.group import QueryChange, key_text, side_columns
 from sparksub.operators.shared.schemas import DELETE, UPSERT
-from sparksub.runtime.stream import REJECTED, _loaded
+from sparksub.runtime.stream import _loaded
 
 __all__ = ["JoinStreamGroup", "run_join_stream", "key_partition"]
 
 #: join partitions cached per Python worker
 CACHE_ENTRIES = 16
-_CACHE: dict = {}  # (engine uid, stream id, partition id) -> (query id, run id, applied, group, change version)
+#: (engine uid, stream id, partition id) -> (query id, run id, applied, (group, change version)): stateful.StreamCache
+_CACHE: dict = {}
+_WORKER = stateful.StreamCache(CACHE_ENTRIES, lambda: _CACHE)
 
 
 def key_partition(key, partitions: int) -> int:
@@ -120,9 +123,7 @@ def run_join_stream(spark, streaming_df, table_def, groups: dict, mode: str, sch
                           spark_stream._STATS.get(stream_id) if stream_id is not None else None, control)
     routed_schema = StructType(list(rows.schema.fields) + [StructField("group_id", StringType(), False)])
     routed = rows.mapInArrow(_route_function(spec, name), routed_schema)
-    processor = _processor_class()(spec)
-    out_ddl = ", ".join(f"`{f.name}` {spark_stream._SPARK_DDL[f.type]}" for f in schema)
-    return spark_stream._transform_with_state(routed.groupBy("group_id"), processor, out_ddl, name)
+    return stateful.run(routed.groupBy("group_id"), JOIN_PARTITIONS, spec, stateful.output_ddl(schema), name)
 
 
 def _route_function(spec: JoinStreamSpec, name: str):
@@ -139,33 +140,6 @@ def _route_function(spec: JoinStreamSpec, name: str):
     return route
 
 
-def _processor_class():
-    from pyspark.sql.streaming import StatefulProcessor
-
-    class JoinGroupStream(StatefulProcessor):
-        """One join partition's updates of one micro-batch -> its notifications, rows in the state store."""
-
-        def __init__(self, spec: JoinStreamSpec):
-            self.spec = spec
-
-        def init(self, handle) -> None:
-            self.state = JoinStreamState(
-                rows=handle.getMapState("rows", f"key {self.spec.key_type}", "row binary"),
-                meta=handle.getValueState("meta", "applied long, rebuilds long"),
-                subs=handle.getValueState("subs", "stream string, version long"))
-
-        def handleInputRows(self, key, rows, timerValues):
-            frames = [pdf for pdf in rows if len(pdf)]
-            if frames:
-                pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-                yield apply_join_micro_batch(self.spec, key[0], pdf, self.state)
-
-        def close(self) -> None:
-            pass
-
-    return JoinGroupStream
-
-
 @dataclass
 class JoinStreamState:
     """A partition's state variables (the state store's handles; in tests, any look-alike)."""
@@ -174,17 +148,27 @@ class JoinStreamState:
     subs: object = None  # ValueState (stream id, change version): the subscriptions the last micro-batch applied
 
 
+def _state_variables(spec: JoinStreamSpec) -> dict:
+    """A partition's state on the one stream runtime (``stateful``): its rows, counters and subscriptions."""
+    return {"rows": stateful.map_state(f"key {spec.key_type}", "row binary"), "meta": stateful.META,
+            "subs": stateful.SUBS}
+
+
+def _processor_class():
+    """The join partitions' processor, constructed as ``(spec)`` (tests drive it with ``TwsTester``)."""
+    return functools.partial(stateful.processor_class(), JOIN_PARTITIONS)
+
+
 def apply_join_micro_batch(spec: JoinStreamSpec, rid: str, pdf: pd.DataFrame, state: JoinStreamState) -> pd.DataFrame:
     """Apply one micro-batch of one join partition (``pdf``: the table's columns, j_key, j_op, j_ord, j_reason;
     PySpark's state API renames columns that start with an underscore)."""
     gid, part = rid.rsplit("#", 1)
     gs = spec.groups[gid]
     pdf = pdf.iloc[np.argsort(pdf["j_ord"].to_numpy(), kind="stable")]
-    query_id, run_id = spark_stream._query_identity()
     ident = (spec.engine_uid, spec.stream_id, rid)
     version = spec.control.version(gid, stream_control.batch_id()) if spec.control is not None else 0
-    group, applied, rebuilds, how = _group_for(spec, gs, rid, int(part), state, ident, query_id, run_id, version)
-    changed = spark_stream.note_subscriptions(state.subs, spec.stream_id, version)
+    group, applied, rebuilds, how = _group_for(spec, gs, rid, int(part), state, ident, version)
+    changed = stateful.note_subscriptions(state.subs, spec.stream_id, version)
     if spec.stats is not None:
         spec.stats.add({"micro_batches": 1, how: 1, "subscription_changes": changed})
 
@@ -235,9 +219,11 @@ def apply_join_micro_batch(spec: JoinStreamSpec, rid: str, pdf: pd.DataFrame, st
             state.rows.removeKey((k,))
         else:
             state.rows.updateValue((k,), (pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL),))
-    state.meta.update((applied + 1, rebuilds))
-    _remember(ident, (query_id, run_id, applied + 1, group, version))
-    return _output(spec.schema, gid, notes, rej_seq, rej_reason).to_pandas()
+    stateful.close_partition(state.meta, _WORKER, ident, applied, rebuilds, (group, version))
+    return stateful.output_table(spec.schema, notes, rej_seq, rej_reason, group_id=gid).to_pandas()
+
+
+JOIN_PARTITIONS = stateful.StreamKind(_state_variables, JoinStreamState, apply_join_micro_batch)
 
 
 def _plain(v, integral: bool):
@@ -259,20 +245,19 @@ def _batch(spec: JoinStreamSpec, gs: JoinStreamGroup, rows, ops, seqs) -> pa.Tab
                      "j_side": pa.array([gs.side] * len(ops), pa.int8())})
 
 
-def _group_for(spec, gs: JoinStreamGroup, rid: str, part: int, state: JoinStreamState, ident, query_id, run_id,
-               version: int = 0):
+def _group_for(spec, gs: JoinStreamGroup, rid: str, part: int, state: JoinStreamState, ident, version: int = 0):
     """(group, applied, rebuilds, how): the partition's operator as of the state store, with the
     subscriptions of the stream's change ``version`` (0: the base's); ``how`` one of seeded / cache_hits /
     rebuilt (spark_stream.STAT_NAMES; a cached operator that takes a change in place is a cache hit)."""
-    if not state.meta.exists():  # first micro-batch: seed the state with this partition's rows
+    got = stateful.open_partition(state.meta, _WORKER, ident)
+    if got is None:  # first micro-batch: seed the state with this partition's rows
         mine = {k: row for k, row in gs.initial_rows().items() if key_partition(k, gs.partitions) == part}
         for k, row in mine.items():
             state.rows.updateValue((k,), (pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL),))
         return _build(spec, gs, rid, mine.values(), _subscriptions(spec, gs, version)), 0, 0, "seeded"
-    applied, rebuilds = (int(v) for v in state.meta.get())
-    cached = _CACHE.pop(ident, None)
-    if cached is not None and cached[:3] == (query_id, run_id, applied):
-        group, had = cached[3], cached[4]
+    applied, rebuilds = got.applied, got.rebuilds
+    if got.cached is not None and got.cached[0] == applied:
+        group, had = got.cached[1]
         if had == version:
             return group, applied, rebuilds, "cache_hits"
         # 003 §4.2.3: the partition follows query inserts and deletes while data flows, as publish's do
@@ -335,26 +320,3 @@ def _build(spec: JoinStreamSpec, gs: JoinStreamGroup, rid: str, rows, subs=None)
     tables = list(snap.rows)
     tables[gs.side] = streamed
     return dataclasses.replace(snap, partition_id=rid, rows=tuple(tables)).build()
-
-
-def _remember(ident, entry) -> None:
-    _CACHE.pop(ident, None)
-    _CACHE[ident] = entry
-    while len(_CACHE) > CACHE_ENTRIES:
-        _CACHE.pop(next(iter(_CACHE)))
-
-
-def _output(schema: pa.Schema, gid: str, notes, rej_seq, rej_reason) -> pa.Table:
-    parts = []
-    if notes is not None and notes.num_rows:
-        parts.append(pa.table({f.name: notes.column(f.name).cast(f.type) if f.name in notes.column_names
-                               else pa.nulls(notes.num_rows, f.type) for f in schema}, schema=schema))
-    if rej_seq:
-        m = len(rej_seq)
-        cols = {f.name: pa.nulls(m, f.type) for f in schema}
-        cols.update(op=pa.array([REJECTED] * m, pa.string()), seq=pa.array(rej_seq, pa.int64()),
-                    group_id=pa.array([gid] * m, pa.string()), reason=pa.array(rej_reason, pa.string()))
-        parts.append(pa.table(cols, schema=schema))
-    if not parts:
-        return schema.empty_table()
-    return pa.concat_tables(parts)

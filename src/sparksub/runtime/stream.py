@@ -76,11 +76,11 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import functools
 import os
 import pickle
 import shutil
 import tempfile
-import threading
 import uuid
 from dataclasses import dataclass
 
@@ -91,8 +91,9 @@ import pyarrow.compute as pc
 
 from sparksub.operators.shared import row_validation
 from sparksub.operators.shared.schemas import DELETE, UPSERT, with_reason
-from sparksub.runtime import stream_control
+from sparksub.runtime import stateful, stream_control
 from sparksub.runtime.replicas import CounterFile
+from sparksub.runtime.stateful import StreamLogic, note_subscriptions
 
 __all__ = ["run_stream", "stream_stats", "output_schema", "checked_updates", "valid_updates", "rejected_updates",
            "typed_updates", "new_stream_id", "REJECTED", "STAT_NAMES"]
@@ -107,17 +108,16 @@ LOG_SLOTS = 4
 CACHE_ENTRIES = 32
 _NO_SEQ = -(2 ** 63)  # a null _seq (the row is rejected; its seq comes out null)
 
-#: Worker-process cache: (engine uid, group id, stream id) -> (query id, run id, applied, group, null_keys,
-#: subscription change version).
+#: Worker-process cache (``stateful.StreamCache``): (engine uid, group id, stream id) -> (query id, run id, applied,
+#: (group, null_keys, subscription change version)).
 _CACHE: dict[tuple[str, str, str], tuple] = {}
+_WORKER = stateful.StreamCache(CACHE_ENTRIES, lambda: _CACHE)
 
 #: Driver side: stream id -> the stream's counters (a CounterFile in its directory: every task adds to it,
 #: from any process, without an accumulator -- Spark Connect has none).
 _STATS: dict[str, CounterFile] = {}
 
-_SPARK_DDL = {pa.string(): "string", pa.float64(): "double", pa.int64(): "bigint", pa.int8(): "tinyint"}
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
-_NAME_LOCK = threading.Lock()
 
 
 def output_schema(schema: pa.Schema) -> pa.Schema:
@@ -407,8 +407,7 @@ def known_key_updates(checked, table_def, initial_keys, name: str = "updates"):
     (``present``), seeded from ``initial_keys`` (the set of keys when the stream starts, in a file:
     ``replicas.StoredValue``), grouped by the key (``<name>_keys`` in EXPLAIN)."""
     spec = KeySpec(table_def.name, initial_keys)
-    return _transform_with_state(checked.groupBy(table_def.key), _key_processor_class()(spec), checked.schema,
-                                 f"{name}_keys")
+    return stateful.run(checked.groupBy(table_def.key), KEY_PRESENCE, spec, checked.schema, f"{name}_keys")
 
 
 @dataclass
@@ -420,28 +419,28 @@ class KeySpec:
         return _loaded(self.initial.get())
 
 
-def _key_processor_class():
-    from pyspark.sql.streaming import StatefulProcessor
+@dataclass
+class KeyState:
+    """A key's state (``known_key_updates``): the ValueState ``present`` (or a look-alike) and the initial keys,
+    loaded once per processor (``keys``)."""
+    present: object
+    keys: set | None = None
 
-    class KeyPresence(StatefulProcessor):
-        """One key's rows of one micro-batch, in seq order: a delete while the key is absent is rejected."""
 
-        def __init__(self, spec: KeySpec):
-            self.spec, self.keys = spec, None
+class KeyPresenceLogic(StreamLogic):
+    """One key's rows of one micro-batch, in seq order: a delete while the key is absent is rejected."""
 
-        def init(self, handle) -> None:
-            self.present = handle.getValueState("present", "present boolean")
+    def state_variables(self, spec: KeySpec) -> dict:
+        return {"present": stateful.value_state("present boolean")}
 
-        def handleInputRows(self, key, rows, timerValues):
-            frames = [pdf for pdf in rows if len(pdf)]
-            if frames:
-                pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-                yield apply_key_presence(self.spec, key[0], pdf, self.present, self)
+    def state(self, handles) -> KeyState:
+        return KeyState(handles["present"])
 
-        def close(self) -> None:
-            pass
+    def apply(self, spec: KeySpec, key, pdf: pd.DataFrame, state: KeyState) -> pd.DataFrame:
+        return apply_key_presence(spec, key, pdf, state.present, state)
 
-    return KeyPresence
+
+KEY_PRESENCE = KeyPresenceLogic()
 
 
 def apply_key_presence(spec: KeySpec, key, pdf: pd.DataFrame, present, cache) -> pd.DataFrame:
@@ -530,9 +529,7 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
                          StructField("ord", LongType(), False), StructField("reason", StringType())])
     rows = u.df.select(*table_def.column_names, OP_COLUMN, SEQ_COLUMN, REASON_COLUMN).mapInArrow(
         _route_function(spec, to_arrow_schema(routed), f"{name}_route"), routed)
-    processor = _processor_class()(spec)
-    out_ddl = ", ".join(f"`{f.name}` {_SPARK_DDL[f.type]}" for f in spec.schema)
-    out = _transform_with_state(rows.groupBy("group_id"), processor, out_ddl, name)
+    out = stateful.run(rows.groupBy("group_id"), RANGE_GROUPS, spec, stateful.output_ddl(spec.schema), name)
     out.sparksub_stream_id = stream_id  # for stream_stats(out)
     return out
 
@@ -594,27 +591,6 @@ def stream_stats(df_or_id) -> dict:
     return {k: int(value.get(k, 0)) for k in STAT_NAMES}
 
 
-def _transform_with_state(grouped, processor, out_ddl: str, name: str):
-    """``grouped.transformWithStateInPandas`` with the Python function named ``name`` in EXPLAIN.
-
-    PySpark names the UDF after ``TransformWithStateInPandasUdfUtils.transformWithStateUDF`` and offers
-    no parameter for it; the name is read once, when the UDF is built, so it is swapped for that call.
-    """
-    from pyspark.sql.streaming import stateful_processor_util as spu
-
-    fn = getattr(spu.TransformWithStateInPandasUdfUtils, "transformWithStateUDF", None)
-    with _NAME_LOCK:
-        old = getattr(fn, "__name__", None)
-        try:
-            if fn is not None:
-                fn.__name__ = name
-            return grouped.transformWithStateInPandas(statefulProcessor=processor, outputStructType=out_ddl,
-                                                      outputMode="Append", timeMode="None")
-        finally:
-            if fn is not None and old is not None:
-                fn.__name__ = old
-
-
 def _spark_type(canonical: str):
     """The PySpark type of a canonical Spark SQL type name (``_canonical_type``)."""
     from pyspark.sql import types as T
@@ -630,38 +606,6 @@ def _canonical_type(spark_type: str) -> str:
     return spark_type
 
 
-# ---- the stateful processor (runs in the Python workers) -------------------------------------------
-
-def _processor_class():
-    from pyspark.sql.streaming import StatefulProcessor
-
-    class RangeGroupStream(StatefulProcessor):
-        """One group's updates of one micro-batch -> its notifications, state in the state store."""
-
-        def __init__(self, spec: StreamSpec):
-            self.spec = spec
-
-        def init(self, handle) -> None:
-            kt = self.spec.key_type
-            self.state = GroupState(
-                rows=handle.getMapState("rows", f"key {kt}", "x double, y double, t string, x2 double"),
-                meta=handle.getValueState("meta", "applied long, rebuilds long"),
-                log=[handle.getListState(f"log{i}", f"batch long, key {kt}, x double, y double, t string, "
-                                                    f"x2 double, op int, seq long") for i in range(LOG_SLOTS)],
-                subs=handle.getValueState("subs", "stream string, version long"))
-
-        def handleInputRows(self, key, rows, timerValues):
-            frames = [pdf for pdf in rows if len(pdf)]
-            if frames:
-                pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-                yield apply_micro_batch(self.spec, key[0], pdf, self.state)
-
-        def close(self) -> None:
-            pass
-
-    return RangeGroupStream
-
-
 @dataclass
 class GroupState:
     """One group's state variables (the handles of the state store; in tests, any look-alike)."""
@@ -669,6 +613,32 @@ class GroupState:
     meta: object      # ValueState (applied, rebuilds)
     log: list         # LOG_SLOTS ListStates: slot b % LOG_SLOTS holds micro-batch b's valid rows
     subs: object = None  # ValueState (stream id, change version): the subscriptions the last micro-batch applied
+
+
+class RangeGroupLogic(StreamLogic):
+    """A range group on the one stream runtime (``stateful``): one partition per group, its state the module
+    docstring's (rows, meta, the log ring, subs)."""
+
+    def state_variables(self, spec: StreamSpec) -> dict:
+        kt = spec.key_type
+        log = stateful.list_state(f"batch long, key {kt}, x double, y double, t string, x2 double, op int, seq long")
+        return {"rows": stateful.map_state(f"key {kt}", "x double, y double, t string, x2 double"),
+                "meta": stateful.META, **{f"log{i}": log for i in range(LOG_SLOTS)}, "subs": stateful.SUBS}
+
+    def state(self, handles) -> GroupState:
+        return GroupState(handles["rows"], handles["meta"], [handles[f"log{i}"] for i in range(LOG_SLOTS)],
+                          handles["subs"])
+
+    def apply(self, spec: StreamSpec, key, pdf: pd.DataFrame, state: GroupState) -> pd.DataFrame:
+        return apply_micro_batch(spec, key, pdf, state)
+
+
+RANGE_GROUPS = RangeGroupLogic()
+
+
+def _processor_class():
+    """The range groups' processor, constructed as ``(spec)`` (tests drive it with ``TwsTester``)."""
+    return functools.partial(stateful.processor_class(), RANGE_GROUPS)
 
 
 @dataclass
@@ -689,13 +659,11 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
     stats = dict.fromkeys(STAT_NAMES, 0)
     stats["micro_batches"] = 1
     pdf = pdf.iloc[np.argsort(pdf["ord"].to_numpy(), kind="stable")]
-    query_id, run_id = _query_identity()
     ident = (spec.engine_uid, gid, spec.stream_id)
     gspec = spec.group(gid)
     batch = stream_control.batch_id() if spec.control is not None else None
     version = max(gspec.version, spec.control.version(gid, batch) if spec.control is not None else 0)
-    group, null_keys, applied, rebuilds, how, skip = _group_for(spec, gid, gspec, state, ident, query_id, run_id,
-                                                                version, batch, stats)
+    group, null_keys, applied, rebuilds, how, skip = _group_for(spec, gid, gspec, state, ident, version, batch, stats)
     stats[how] = 1
     stats["subscription_changes"] = note_subscriptions(state.subs, spec.stream_id, version)
 
@@ -707,28 +675,15 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
         slot.put([(applied,) + r for r in done.logged])
     else:
         slot.clear()
-    state.meta.update((applied + 1, rebuilds))
-    _remember(ident, (query_id, run_id, applied + 1, group, null_keys, version))
+    stateful.close_partition(state.meta, _WORKER, ident, applied, rebuilds, (group, null_keys, version))
 
-    out = _output(spec, gid, done.notes, done.rej_seq, done.rej_reason)
+    out = stateful.output_table(spec.schema, done.notes, done.rej_seq, done.rej_reason, by_seq=True)
     stats["updates"] = len(done.logged)
     stats["rejected"] = len(done.rej_seq)
     stats["notifications"] = out.num_rows - len(done.rej_seq)
     if spec.stats is not None:
         spec.stats.add(stats)
     return out.to_pandas()
-
-
-def note_subscriptions(subs_state, stream_id: str, version: int) -> int:
-    """Keep in the state (ValueState ``subs``: stream id, change version) which subscriptions the micro-batch
-    applied; 1 when they differ from the previous micro-batch's of the same stream (a change applied)."""
-    if subs_state is None:
-        return 0
-    was = tuple(subs_state.get()) if subs_state.exists() else None
-    if was == (stream_id, version):
-        return 0
-    subs_state.update((stream_id, version))
-    return int(was is not None and was[0] == stream_id)
 
 
 def _apply_frame(spec: StreamSpec, gid: str, gspec: GroupSpec, group, null_keys: set, pdf: pd.DataFrame,
@@ -789,13 +744,14 @@ def _write_rows(rows_state, final: dict) -> None:
             rows_state.updateValue((k,), (_opt(v[0]), _opt(v[1]), v[2], _opt(v[3])))
 
 
-def _group_for(spec: StreamSpec, gid: str, gspec: GroupSpec, state: GroupState, ident, query_id, run_id,
-               version: int, batch: int | None, stats: dict):
+def _group_for(spec: StreamSpec, gid: str, gspec: GroupSpec, state: GroupState, ident, version: int,
+               batch: int | None, stats: dict):
     """(group, null_keys, applied, rebuilds, how, skip): the group's index as of the state store's version with
     the subscriptions of change ``version`` (0: the base's), ``how`` one of seeded / cache_hits / caught_up /
     rebuilt; ``skip``: the micro-batch's rows are already in the base of a group added while the stream runs."""
     subs = spec.control.subscriptions(gid, version) if version > gspec.version else None
-    if not state.meta.exists():
+    part = stateful.open_partition(state.meta, _WORKER, ident)
+    if part is None:
         group, null_keys = _seed(gspec, state.rows, subs)
         skip = False
         if gspec.as_of is not None and batch is not None:
@@ -809,10 +765,9 @@ def _group_for(spec: StreamSpec, gid: str, gspec: GroupSpec, state: GroupState, 
                     _write_rows(state.rows, _apply_frame(spec, gid, gspec, group, null_keys, frame, 0, "none").final)
             stats["groups_added"] = 1
         return group, null_keys, 0, 0, "seeded", skip
-    applied, rebuilds = (int(v) for v in state.meta.get())
-    cached = _CACHE.pop(ident, None)
-    if cached is not None and cached[:2] == (query_id, run_id) and cached[5] == version:
-        at, group, null_keys = cached[2], cached[3], cached[4]
+    applied, rebuilds = part.applied, part.rebuilds
+    if part.cached is not None and part.cached[1][2] == version:
+        at, (group, null_keys, _) = part.cached
         if at == applied:
             return group, null_keys, applied, rebuilds, "cache_hits", False
         if at < applied <= at + LOG_SLOTS and _catch_up(group, null_keys, state.log, at, applied, gspec):
@@ -871,42 +826,6 @@ def _null_row(x, y, t, x2, gspec: GroupSpec) -> bool:
 
 def _opt(v):
     return None if v is None or v != v else float(v)
-
-
-def _remember(ident, entry) -> None:
-    _CACHE.pop(ident, None)
-    _CACHE[ident] = entry
-    while len(_CACHE) > CACHE_ENTRIES:  # oldest first: a stopped stream's groups go eventually
-        _CACHE.pop(next(iter(_CACHE)))
-
-
-def _output(spec: StreamSpec, gid: str, notes, rej_seq, rej_reason) -> pa.Table:
-    schema = spec.schema
-    parts = []
-    if notes is not None and notes.num_rows:
-        # the groups of one stream may differ in columns (MIN messages vs top-k items): nulls fill in
-        parts.append(pa.table({f.name: notes.column(f.name) if f.name in notes.column_names
-                               else pa.nulls(notes.num_rows, f.type) for f in schema}))
-    if rej_seq:
-        m = len(rej_seq)
-        cols = {f.name: pa.nulls(m, f.type) for f in schema}
-        cols["op"] = pa.array([REJECTED] * m, pa.string())
-        cols["seq"] = pa.array(rej_seq, pa.int64())
-        cols["reason"] = pa.array(rej_reason, pa.string())   # group_id null: the row belongs to no group
-        parts.append(pa.table(cols, schema=schema))
-    if not parts:
-        return schema.empty_table()
-    out = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts])
-    return out.sort_by([("seq", "ascending")]) if len(parts) > 1 else out
-
-
-def _query_identity() -> tuple:
-    """(query id, run id) of the streaming query running this task, (None, None) outside one."""
-    from pyspark import TaskContext
-    tc = TaskContext.get()
-    if tc is None:
-        return None, None
-    return tc.getLocalProperty("sql.streaming.queryId"), tc.getLocalProperty("spark.jobGroup.id")
 
 
 def _is_null(v) -> bool:

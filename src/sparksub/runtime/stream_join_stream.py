@@ -35,6 +35,7 @@ stream keeps no rows in the engine).  ``docs/bounded_joins.md``, "Streaming".
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pickle
 import uuid
 from dataclasses import dataclass
@@ -44,8 +45,8 @@ import pandas as pd
 import pyarrow as pa
 
 from sparksub.operators.shared.schemas import EVENT_PREFIX
+from sparksub.runtime import stateful, stream_control
 from sparksub.runtime import stream as spark_stream
-from sparksub.runtime import stream_control
 from sparksub.runtime.stream import SEQ_COLUMN, _loaded
 
 __all__ = ["StreamJoinStreamGroup", "StreamJoinStreamSpec", "StreamJoinState", "run_stream_join_stream",
@@ -53,11 +54,11 @@ __all__ = ["StreamJoinStreamGroup", "StreamJoinStreamSpec", "StreamJoinState", "
 
 #: stream-join groups cached per Python worker (each a whole operator)
 CACHE_ENTRIES = 8
-_CACHE: dict = {}  # (engine uid, stream id, group id) -> (query id, run id, applied, group, change version)
+#: (engine uid, stream id, group id) -> (query id, run id, applied, (group, change version)): stateful.StreamCache
+_CACHE: dict = {}
+_WORKER = stateful.StreamCache(CACHE_ENTRIES, lambda: _CACHE)
 #: the routed rows' seq column (no leading underscore: PySpark's state API renames those)
 _SEQ = "j_seq"
-_DDL = {pa.string(): "string", pa.float64(): "double", pa.int64(): "bigint", pa.int8(): "tinyint",
-        pa.int32(): "int", pa.bool_(): "boolean", pa.date32(): "date"}
 
 
 @dataclass
@@ -92,6 +93,16 @@ class StreamJoinState:
     subs: object = None
 
 
+def _state_variables(spec: StreamJoinStreamSpec) -> dict:
+    """A group's state on the one stream runtime (``stateful``): its kept state, counters and subscriptions."""
+    return {"core": stateful.value_state("state binary"), "meta": stateful.META, "subs": stateful.SUBS}
+
+
+def _processor_class():
+    """The stream-join groups' processor, constructed as ``(spec)`` (tests drive it with ``TwsTester``)."""
+    return functools.partial(stateful.processor_class(), STREAM_JOIN_GROUPS)
+
+
 def run_stream_join_stream(valid_df, table_def, groups: dict, mode: str, schema: pa.Schema, engine_uid: str,
                            name: str = "stream_join_stream", stream_id: str | None = None, control=None):
     """The streaming DataFrame of the stream-join groups' notifications (``schema``: the output columns, ending
@@ -107,17 +118,7 @@ def run_stream_join_stream(valid_df, table_def, groups: dict, mode: str, schema:
               for f in rows.schema.fields]
     routed = rows.mapInArrow(_route_function(sorted(groups), f"{name}_route"),
                              StructType(fields + [StructField("group_id", StringType(), False)]))
-    processor = _processor_class()(spec)
-    out_ddl = ", ".join(f"`{f.name}` {_ddl(f.type)}" for f in schema)
-    return spark_stream._transform_with_state(routed.groupBy("group_id"), processor, out_ddl, name)
-
-
-def _ddl(t: pa.DataType) -> str:
-    if t in _DDL:
-        return _DDL[t]
-    if pa.types.is_timestamp(t):
-        return "timestamp"
-    raise TypeError(f"stream join: no Spark type for the output column type {t}")
+    return stateful.run(routed.groupBy("group_id"), STREAM_JOIN_GROUPS, spec, stateful.output_ddl(schema), name)
 
 
 def _route_function(group_ids: list, name: str):
@@ -134,43 +135,16 @@ def _route_function(group_ids: list, name: str):
     return route
 
 
-def _processor_class():
-    from pyspark.sql.streaming import StatefulProcessor
-
-    class StreamJoinStream(StatefulProcessor):
-        """One stream-join group's events of one micro-batch -> its notifications, its state in the state store."""
-
-        def __init__(self, spec: StreamJoinStreamSpec):
-            self.spec = spec
-
-        def init(self, handle) -> None:
-            self.state = StreamJoinState(core=handle.getValueState("core", "state binary"),
-                                         meta=handle.getValueState("meta", "applied long, rebuilds long"),
-                                         subs=handle.getValueState("subs", "stream string, version long"))
-
-        def handleInputRows(self, key, rows, timerValues):
-            frames = [pdf for pdf in rows if len(pdf)]
-            if frames:
-                pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-                yield apply_stream_join_micro_batch(self.spec, key[0], pdf, self.state)
-
-        def close(self) -> None:
-            pass
-
-    return StreamJoinStream
-
-
 def apply_stream_join_micro_batch(spec: StreamJoinStreamSpec, gid: str, pdf: pd.DataFrame,
                                   state: StreamJoinState) -> pd.DataFrame:
     """One micro-batch of one group (``pdf``: the table's columns and ``j_seq``): one step of the bounded join,
     in seq order, as ``publish`` of the same rows applies it (``StreamJoinGroup.apply``)."""
     gs = spec.groups[gid]
     pdf = pdf.iloc[np.argsort(pdf[_SEQ].to_numpy(), kind="stable")]
-    query_id, run_id = spark_stream._query_identity()
     ident = (spec.engine_uid, spec.stream_id, gid)
     version = spec.control.version(gid, stream_control.batch_id()) if spec.control is not None else 0
-    group, applied, rebuilds, how = _group_for(spec, gs, state, ident, query_id, run_id, version)
-    changed = spark_stream.note_subscriptions(state.subs, spec.stream_id, version)
+    group, applied, rebuilds, how = _group_for(spec, gs, state, ident, version)
+    changed = stateful.note_subscriptions(state.subs, spec.stream_id, version)
     n = len(pdf)
     cols = {EVENT_PREFIX + c: pa.array(pdf[c], from_pandas=True) for c in spec.columns}
     batch = pa.table({**cols, "op": pa.array(np.zeros(n, dtype=np.int8)),
@@ -178,13 +152,15 @@ def apply_stream_join_micro_batch(spec: StreamJoinStreamSpec, gid: str, pdf: pd.
                       "j_side": pa.array(np.full(n, gs.side, dtype=np.int8))})
     notes = group.apply(batch, spec.mode)
     state.core.update((_state_blob(group),))
-    state.meta.update((applied + 1, rebuilds))
-    _remember(ident, (query_id, run_id, applied + 1, group, version))
-    out = _output(spec.schema, notes)
+    stateful.close_partition(state.meta, _WORKER, ident, applied, rebuilds, (group, version))
+    out = stateful.output_table(spec.schema, notes)
     if spec.stats is not None:
         spec.stats.add({"micro_batches": 1, how: 1, "subscription_changes": changed, "updates": n,
                         "notifications": out.num_rows})
     return out.to_pandas()
+
+
+STREAM_JOIN_GROUPS = stateful.StreamKind(_state_variables, StreamJoinState, apply_stream_join_micro_batch)
 
 
 def _state_blob(group) -> bytes:
@@ -192,19 +168,18 @@ def _state_blob(group) -> bytes:
                         protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _group_for(spec: StreamJoinStreamSpec, gs: StreamJoinStreamGroup, state: StreamJoinState, ident, query_id,
-               run_id, version: int):
+def _group_for(spec: StreamJoinStreamSpec, gs: StreamJoinStreamGroup, state: StreamJoinState, ident, version: int):
     """(group, applied, rebuilds, how): the group as of the state store, with the subscriptions of the stream's
     change ``version`` (0: the base's); ``how`` one of seeded / cache_hits / rebuilt."""
-    if not state.meta.exists():   # a new checkpoint: the group as the engine had it at ``stream``
+    got = stateful.open_partition(state.meta, _WORKER, ident)
+    if got is None:   # a new checkpoint: the group as the engine had it at ``stream``
         snap = gs.snapshot()
         if version:
             snap = dataclasses.replace(_subscriptions(spec, gs, version), core=snap.core, counters=snap.counters)
         return snap.build(), 0, 0, "seeded"
-    applied, rebuilds = (int(v) for v in state.meta.get())
-    cached = _CACHE.pop(ident, None)
-    if cached is not None and cached[:3] == (query_id, run_id, applied):
-        group, had = cached[3], cached[4]
+    applied, rebuilds = got.applied, got.rebuilds
+    if got.cached is not None and got.cached[0] == applied:
+        group, had = got.cached[1]
         if had == version:
             return group, applied, rebuilds, "cache_hits"
         # a subscription change: the new subscriptions carrying the state as it is (a new base in publish)
@@ -217,17 +192,3 @@ def _group_for(spec: StreamJoinStreamSpec, gs: StreamJoinStreamGroup, state: Str
 def _subscriptions(spec: StreamJoinStreamSpec, gs: StreamJoinStreamGroup, version: int):
     """The group's snapshot with the subscriptions of change ``version`` (0: the base's)."""
     return gs.snapshot() if not version else spec.control.subscriptions(gs.group_id, version)
-
-
-def _remember(ident, entry) -> None:
-    _CACHE.pop(ident, None)
-    _CACHE[ident] = entry
-    while len(_CACHE) > CACHE_ENTRIES:
-        _CACHE.pop(next(iter(_CACHE)))
-
-
-def _output(schema: pa.Schema, notes: pa.Table) -> pa.Table:
-    if notes is None or not notes.num_rows:
-        return schema.empty_table()
-    return pa.table({f.name: notes.column(f.name).cast(f.type) if f.name in notes.column_names
-                     else pa.nulls(notes.num_rows, f.type) for f in schema}, schema=schema)
