@@ -171,7 +171,7 @@ class Publishing:
             group_batches = {e.group_id: e.family.group_batch(e.physical, state.definition, batch, seqs)
                              for e in groups if e.family.placement != ROW_PARTITIONS}
             zoned = self._zones_select(state, groups, mode)   # range groups split into X zones (control/zones.py)
-            replicas, parts, owner, job_folders = {}, [], {}, []
+            replicas, parts, owner = {}, [], {}
             for e in groups:
                 if e.group_id in zoned:   # its zones as of before this batch (the deliver() seed reads them)
                     self._zone_replicas(e, zoned[e.group_id])
@@ -194,17 +194,23 @@ class Publishing:
                     owner[rid] = e.group_id
                     b = group_batches[e.group_id]
                     parts.append(b.append_column("group_id", pa.array([rid] * b.num_rows, pa.string())))
+            write_whole = None   # the whole groups' job, when its tasks keep the output themselves (below)
             if groups:
                 df, failed = None, set()
                 whole = [e for e in groups if e.group_id not in zoned]
                 if whole:
                     combined = pa.concat_tables(parts, promote_options="default")
-                    # not run here: the job that keeps the output runs it (below), once, and reads the failed
-                    # groups off its 'error' rows (runtime/output.py)
-                    df, job_folder = spark_groups.lazy_groups(self.spark, replicas, combined, mode, schema,
-                                                              _operator_name(e.physical for e in whole),
-                                                              self._describe([(e.physical, e) for e in whole], mode))
-                    job_folders.append(job_folder)
+                    name = _operator_name(e.physical for e in whole)
+                    describe = self._describe([(e.physical, e) for e in whole], mode)
+                    if not (zoned or self._net_join_rows or times is not None or not ok.all()):
+                        # only whole groups: their tasks write the kept output themselves, in the one job
+                        # (runtime/groups.py write_groups); df is its plan, for the columns, never run
+                        df = spark_groups.groups_frame(self.spark, replicas, combined, mode, schema, name, describe)
+                        write_whole = (combined, name)
+                    else:
+                        df, failed_parts = spark_groups.run_groups(self.spark, replicas, combined, mode, schema,
+                                                                   name, describe)
+                        failed = {owner[rid] for rid in failed_parts}
                     if self._net_join_rows:
                         df = spark_frames.net_join_notifications(df)
                 if zoned:
@@ -223,15 +229,16 @@ class Publishing:
                                     allowMissingColumns=True)
             # Only now, with the notifications computed -- and kept, with the rows the batch applies
             # (journal.py) -- does the batch become part of the state.
-            # (the job that writes them is the one that runs the whole groups: output.py)
             failed_replicas = set()
-            try:
-                kept = self._journal.publish_begin(
-                    state.definition, self._next_seq, n_rows, batch, batch_id,
-                    lambda path: spark_output.write_notifications(df, path, self._journal.durable, failed_replicas))
-            finally:
-                for folder in job_folders:
-                    spark_groups.remove_folder(folder)
+            if write_whole is not None:
+                def write(path):
+                    return spark_groups.write_groups(self.spark, replicas, write_whole[0], mode, schema, path,
+                                                     df.columns, self._journal.durable, failed_replicas,
+                                                     write_whole[1])
+            else:
+                def write(path):
+                    return spark_output.write_notifications(df, path, self._journal.durable, failed_replicas)
+            kept = self._journal.publish_begin(state.definition, self._next_seq, n_rows, batch, batch_id, write)
             failed |= {owner[rid] for rid in failed_replicas if rid in owner}
             # the caller reads the kept files: the operators never run again for this output
             df = spark_output.read_written(self.spark, self._journal.notification_path(kept), df.schema)

@@ -33,7 +33,7 @@ from sparksub.runtime import keepalive, placement
 from sparksub.runtime.connect import is_connect_session
 from sparksub.runtime.replicas import _CACHE, Replica, materialize, remember  # noqa: F401 (_CACHE: bench probe)
 
-__all__ = ["materialize", "remember", "run_groups", "lazy_groups", "plan_string", "plan_text", "failed_groups", "placed_frame",
+__all__ = ["materialize", "remember", "run_groups", "write_groups", "groups_frame", "plan_string", "plan_text", "failed_groups", "placed_frame",
            "split_batch"]
 
 
@@ -213,13 +213,46 @@ def run_groups(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, 
         remove_folder(folder)
 
 
-def lazy_groups(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, schema: pa.Schema,
-                name: str = "range_min_group", describe: str | None = None, slots: int | None = None):
-    """``(DataFrame, folder)``: :func:`run_groups`'s job, not run: the one action on it must be the one that
-    keeps the output (``output.write_notifications``, which also reads the failed groups off its ``error``
-    rows), so that the operators run once and their output goes straight from their tasks to the kept files.
-    The caller removes ``folder`` (the job's board and batches) once that action ran."""
-    return _placed(spark, replicas, batch, mode, schema, name, describe, slots, stage=True)
+def write_groups(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, schema: pa.Schema, path,
+                 names: list[str], sync: bool, failed: set, name: str = "range_min_group",
+                 slots: int | None = None) -> int:
+    """:func:`run_groups`'s job whose tasks also keep their output: each writes its replica's notifications,
+    under the output's column ``names``, as one part of the kept directory ``path`` (``output.write_directory``)
+    and sends back only its row count and failed groups (added to ``failed``).  One job and one Python worker
+    per task: the operators run once, their output goes from their tasks to the kept files, and no second
+    worker of the task takes the replica's holder from placement by claim (``output.py``).  Returns the rows."""
+    from sparksub.runtime import output
+
+    if slots is None:
+        slots = keepalive.slots_of(spark) or 1
+    tables = split_batch(batch, "group_id", ["seq"])
+    index = {rid: j for j, rid in enumerate(sorted(tables))}   # part files in replica order, as run_groups' rows
+
+    def fill(folder) -> int:
+        def body(replica: Replica, table: pa.Table):
+            parts = [b for b in _run_group(replica, table, mode, schema) if b.num_rows]
+            rows, bad = 0, []
+            if parts:
+                out = pa.Table.from_batches(parts).rename_columns(names)
+                bad = output.write_part(folder, f"part-{index[replica.replica_id]:05d}.parquet", out, sync)
+                rows = out.num_rows
+            yield pa.RecordBatch.from_pydict({"rows": [rows], "failed": [bad]}, schema=output.WRITTEN)
+        df, board = placed_frame(spark, replicas, tables, body, "rows bigint, failed array<string>",
+                                 f"{name}_{mode}", slots)
+        try:
+            counts = df.collect()
+        finally:
+            remove_folder(board)
+        failed.update(g for r in counts for g in (r[1] or ()))
+        return sum(r[0] for r in counts)
+    return output.write_directory(path, sync, fill,
+                                  lambda: pa.schema([f.with_name(n) for f, n in zip(schema, names)]))
+
+
+def groups_frame(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, schema: pa.Schema,
+                 name: str = "range_min_group", describe: str | None = None):
+    """:func:`run_groups`'s DataFrame as a plan only (nothing staged, never to be run): its columns and EXPLAIN."""
+    return _placed(spark, replicas, batch, mode, schema, name, describe, stage=False)[0]
 
 
 def failed_groups(df) -> set:
