@@ -159,7 +159,7 @@ QUICK = Sizes(objects=20_000, range_subs=5_000, topk_subs=1_000, filter_subs=20_
               extra_batches={"RANGE_MIN reformulated": [(100_000, 1)]})
 #: the full run's tables and subscriptions with its batches of 10K and 100K only (--large): the figures issue 16's
 #: "no class slower than today at batches of 10K or more" compares with the previous runtime's full run
-LARGE = Sizes(**{**FULL.__dict__, "batches": [(10_000, 2), (100_000, 1)], "fixed_reps": 3})
+LARGE = Sizes(**{**FULL.__dict__, "batches": [(10_000, 3), (100_000, 3)], "fixed_reps": 3})
 #: for developing the script only (--tiny): every part on toy sizes
 TINY = Sizes(objects=5_000, range_subs=1_000, topk_subs=500, filter_subs=2_000, join_rows=3_000, sj_subs=300,
              bj_subs=200,
