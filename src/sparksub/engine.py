@@ -45,6 +45,7 @@ from sparksub.control.event_queries import EventClassState, EventQueries, EventQ
 from sparksub.control.groups import (DRIVER_OPERATOR_LIMIT, FILTER_SHARD_SIZE, GroupEntry, SubscriptionGroups,
                                      SubscriptionRecord, TableState)
 from sparksub.control.inputs import arrow_type, to_arrow
+from sparksub.control.join_shards import JoinShardGroups
 from sparksub.control.publishing import Publishing, _operator_name
 from sparksub.control.refreshing import Refreshing
 from sparksub.control.statements import Statements
@@ -58,7 +59,8 @@ _catalyst_warned = False
 _log = logging.getLogger("sparksub.engine")
 
 
-class Engine(ZonedGroups, Statements, SubscriptionGroups, EventQueries, Publishing, Refreshing, Streaming):
+class Engine(JoinShardGroups, ZonedGroups, Statements, SubscriptionGroups, EventQueries, Publishing, Refreshing,
+             Streaming):
     """The sparksub engine. ``Engine()`` makes a local SparkSession on first use (:func:`spark_session`, with
     its documented defaults and ``conf``, a dict of Spark options); ``Engine(spark)`` uses yours and
     never changes it (no option, no log level).
@@ -133,6 +135,14 @@ class Engine(ZonedGroups, Statements, SubscriptionGroups, EventQueries, Publishi
         self.range_zones: int | None = None
         #: partitions of a join group (one Spark task each); None: ``parallelism``
         self.join_partitions: int | None = None
+        #: subscription shards of a SELECT_JOIN group (issue 16 item 4; control/join_shards.py): its rows in
+        #: ``join_partitions`` row partitions that hold no subscription (stage 1: the messages of 000 §4), its
+        #: subscriptions split by a hash of their id into this many shards, one Spark task and one replica each
+        #: (stage 2, unicast).  None: whole (every partition holds every subscription) below
+        #: ``control.join_shards.JOIN_SHARD_SUBSCRIPTIONS`` (200,000) subscriptions, ``parallelism`` shards from
+        #: there; an int >= 2 forces that many; 0 or 1: whole.  The output is the same either way (not journaled);
+        #: ``stream()`` runs a group whole.
+        self.join_subscription_shards: int | None = None
         #: keep the Python workers that cache the groups alive through pauses (``runtime/keepalive.py``: Spark
         #: ends a worker idle for 60 s, and every group would be rebuilt at the next publish): a small job runs
         #: when no operator task ran for this many seconds, for up to ``keep_workers_warm_for`` seconds after

@@ -171,6 +171,10 @@ class Publishing:
             group_batches = {e.group_id: e.family.group_batch(e.physical, state.definition, batch, seqs)
                              for e in groups if e.family.placement != ROW_PARTITIONS}
             zoned = self._zones_select(state, groups, mode)   # range groups split into X zones (control/zones.py)
+            # SELECT_JOIN groups with their subscriptions in shards (control/join_shards.py): row partitions without
+            # subscriptions, then (unicast) one task per subscription shard
+            sharded = self._join_shards_select(state, groups)
+            two_stage = set(sharded) if mode == "unicast" else set()
             replicas, parts, owner = {}, [], {}
             for e in groups:
                 if e.group_id in zoned:   # its zones as of before this batch (the deliver() seed reads them)
@@ -178,6 +182,18 @@ class Publishing:
                 if mode == "reformulated" and e.family.reformulated(e.physical):
                     self._sync_subscribers(e, mode)
                 if e.group_id in zoned:
+                    continue
+                if e.group_id in sharded:
+                    # its row partitions (no subscriptions); reformulated: their messages are the output, in
+                    # the job below; unicast: stage 1 then the shards (_join_shards_run)
+                    js = self._join_row_partitions(e)
+                    group_batches[e.group_id] = self._join_batch(state, e, batch, seqs, js.layout, "r")
+                    if e.group_id in two_stage:
+                        continue
+                    for rid, replica in js.partitions.items():
+                        replicas[rid] = replica
+                        owner[rid] = e.group_id
+                    parts.append(group_batches[e.group_id])
                     continue
                 if e.family.placement == ROW_PARTITIONS:
                     # one replica per partition; the rows are routed to their partitions (join_groups)
@@ -197,12 +213,12 @@ class Publishing:
             write_whole = None   # the whole groups' job, when its tasks keep the output themselves (below)
             if groups:
                 df, failed = None, set()
-                whole = [e for e in groups if e.group_id not in zoned]
+                whole = [e for e in groups if e.group_id not in zoned and e.group_id not in two_stage]
                 if whole:
                     combined = pa.concat_tables(parts, promote_options="default")
                     name = _operator_name(e.physical for e in whole)
                     describe = self._describe([(e.physical, e) for e in whole], mode)
-                    if not (zoned or self._net_join_rows or times is not None or not ok.all()):
+                    if not (zoned or two_stage or self._net_join_rows or times is not None or not ok.all()):
                         # only whole groups: their tasks write the kept output themselves, in the one job
                         # (runtime/groups.py write_groups); df is its plan, for the columns, never run
                         df = spark_groups.groups_frame(self.spark, replicas, combined, mode, schema, name, describe)
@@ -217,6 +233,10 @@ class Publishing:
                     zdf, zfailed = self._zones_run([e for e in groups if e.group_id in zoned], zoned, group_batches,
                                                    mode, schema)
                     df, failed = (zdf if df is None else df.unionByName(zdf)), failed | zfailed
+                if two_stage:
+                    sdf, sfailed = self._join_shards_run([e for e in groups if e.group_id in two_stage], sharded,
+                                                         group_batches, schema)
+                    df, failed = (sdf if df is None else df.unionByName(sdf)), failed | sfailed
                 df = _rename_event_columns(df, state.definition)
             else:
                 df, failed = None if times is not None else spark_frames.empty_frame(self.spark, schema), set()
@@ -250,6 +270,9 @@ class Publishing:
                 if e.group_id in zoned:
                     self._zones_commit(e, failed, mode)   # each zone's task logged its steps: move past them
                     continue
+                if e.group_id in sharded:   # its row partitions log their parts of the batch
+                    self._join_shards_commit(e, group_batches[e.group_id], failed, mode, batch.num_rows)
+                    continue
                 if e.group_id in failed:
                     # Its 'error' row is in the output; rebuild it from the rows next time (DESIGN §7).
                     e.base_stale = True
@@ -275,6 +298,7 @@ class Publishing:
                     e.subscribers_version = e.version
             self._journal.publish_commit(kept, state.definition)   # the commit point (journal.py)
             self._zones_done(e for e in groups if e.group_id in zoned)
+            self._join_shards_done(e for e in groups if e.group_id in two_stage)
             if self.catalyst and df is not None:
                 # The operators ran once, above, and their output was kept (what df reads): the node on top
                 # keeps saying in df.explain() which groups produced these rows.
@@ -498,14 +522,16 @@ class Publishing:
         entry.log_rows = 0
         return entry.shards
 
-    def _join_batch(self, state: TableState, entry: GroupEntry, batch: pa.Table, seqs) -> pa.Table:
+    def _join_batch(self, state: TableState, entry: GroupEntry, batch: pa.Table, seqs, layout: dict | None = None,
+                    prefix: str = "") -> pa.Table:
         """The batch for a join group's partitions: an upsert of a known key becomes the delete of its old row
         and the insert of the new one (one seq; they may go to different partitions), each row routed to its
-        partition(s) (``group_id`` = the partition's replica id)."""
+        partition(s) (``group_id`` = the partition's replica id, ``<group>#<prefix><partition>``; ``layout``:
+        the partitions', default the whole group's)."""
         tdef = state.definition
         names = tdef.column_names
         side = entry.family.side_of(entry.physical, tdef)
-        layout = entry.registry.layout
+        layout = entry.registry.layout if layout is None else layout
         ki = names.index(tdef.key)
         cols = list(zip(*(batch.column(c).to_pylist() for c in names))) if batch.num_rows else []
         ops = batch.column("op").to_numpy()
@@ -516,7 +542,7 @@ class Publishing:
                 out_rows.append(row)
                 out_ops.append(op)
                 out_seqs.append(seq)
-                out_parts.append(f"{entry.group_id}#{part}")
+                out_parts.append(f"{entry.group_id}#{prefix}{part}")
 
         pending: dict = {}
         keys = [row[ki] for row in cols]
@@ -544,7 +570,11 @@ class Publishing:
                          "group_id": pa.array(out_parts, pa.string())})
 
     def _join_partitions_materialized(self, entry: GroupEntry) -> dict:
-        """Every partition of a join group as of now, in this (driver) process (cache + log replay)."""
+        """Every partition of a join group as of now, in this (driver) process (cache + log replay); a sharded
+        SELECT_JOIN group's row partitions (``control/join_shards.py``: ``ShardedJoinView``)."""
+        view = self._join_sharded_view(entry)
+        if view is not None:
+            return view
         out = {}
         for rid, replica in self._join_replicas(entry).items():
             group = spark_replicas.materialize(replica)

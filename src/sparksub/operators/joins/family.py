@@ -4,7 +4,8 @@ and the notification columns; what differs is read from the node).
 
 A join group's rows are routed to :data:`~sparksub.operators.contract.ROW_PARTITIONS` by the join value
 (SELECT_JOIN: a hash of it; BAND_JOIN: S by ranges of S.b, R replicated over the widest band), each partition
-holding every subscription; its registry (:class:`JoinRegistry`) remembers how the partitions were cut when
+holding every subscription (or, sharded: row partitions without subscriptions and the subscriptions in shards by
+a hash of their id, ``joins/shards.py``); its registry (:class:`JoinRegistry`) remembers how the partitions were cut when
 their base was built, and the subscription change waiting to be logged to them (003 §4.2.3: queries change
 while data flows).  A subscription's SELECT list is its output (DESIGN §1): notifications and result rows
 carry the selected columns under their names.  Pure.
@@ -18,6 +19,7 @@ from sparksub.errors import UnsupportedSubscription
 from sparksub.grammar import statements as st
 from sparksub.operators.contract import ROW_PARTITIONS
 from sparksub.operators.joins import group as join_groups
+from sparksub.operators.joins import shards as join_shards
 from sparksub.operators.joins.group import (JOIN_ITEM_SCHEMA, JOIN_MESSAGE_SCHEMA, L, R, JoinGroupDescription,
                                             JoinGroupSnapshot, JoinGroupView, JoinSubscribers, JoinSubscriptions,
                                             QueryChange)
@@ -221,14 +223,25 @@ class JoinFamily(FamilyBase):
                 "B": span((left, p.left_on), (right, p.right_on)) if self.numeric(registry, p) else (0.0, 1.0)}
 
     def partition_snapshots(self, registry, node, group_id: str, tables, partitions: int,
-                            router_mode: str = DYNAMIC) -> tuple[dict, dict]:
+                            router_mode: str = DYNAMIC, subscriptions: bool = True,
+                            rid_prefix: str = "") -> tuple[dict, dict]:
         """``(layout, {replica id: JoinGroupSnapshot})``: the group cut into partitions, each with its rows and
         every subscription (module docstring); ``layout`` says how, for routing later rows
-        (:meth:`targets`) and deciding whether a subscription change fits (:meth:`take_change`)."""
+        (:meth:`targets`) and deciding whether a subscription change fits (:meth:`take_change`).
+
+        ``subscriptions`` False (SELECT_JOIN only): a sharded group's row partitions (stage 1, ``joins/shards.py``)
+        -- no subscription, and every column of both tables kept (the messages carry whatever a subscription may
+        select), so that no subscription change ever needs them rebuilt; replica ids ``<group>#<rid_prefix><i>``."""
         p = node
         sides = self.sides(registry, p)
         numeric = self.numeric(registry, p)
         ids, cols = registry.rows()
+        message_payload = None
+        if not subscriptions:
+            ids, cols = ids[:0], {k: v[:0] for k, v in cols.items()}
+            message_payload = tuple(side[4] for side in sides)
+            sides = tuple((side[0], side[1], side[2], side[3], tuple(tables[side[0].lower()].definition.column_names))
+                          for side in sides)
         n_parts = partitions
         left, right = tables[p.left.lower()], tables[p.right.lower()]
         layout = {"kind": p.klass, "partitions": n_parts, "numeric": numeric,
@@ -249,14 +262,27 @@ class JoinFamily(FamilyBase):
                     for c, i in want:
                         target[c].append(row[i])
         common = dict(router_mode=router_mode, domains=self.domains(registry, p, tables),
-                      sub_outputs=registry.live_outputs(), output_types=registry.output_types(),
-                      payload_types=registry.column_types)
+                      sub_outputs=registry.live_outputs() if subscriptions else [],
+                      output_types=registry.output_types() if subscriptions else {},
+                      payload_types=registry.column_types, message_payload=message_payload)
         snaps = {}
         for part in range(n_parts):
-            rid = f"{group_id}#{part}"
+            rid = f"{group_id}#{rid_prefix}{part}"
             snaps[rid] = JoinGroupSnapshot(p.klass, group_id, rid, sides, numeric, ids, cols,
                                            (rows[0][part], rows[1][part]), **common)
         return layout, snaps
+
+    def message_payload(self, registry, node) -> tuple:
+        """Per side, the columns a select-join group's messages carry: those its subscriptions select."""
+        return tuple(side[4] for side in self.sides(registry, node))
+
+    def shard_bases(self, registry, node, shards: int, only=None) -> dict:
+        """A sharded SELECT_JOIN group's subscription shards (stage 2, ``joins/shards.py``): ``{shard:
+        JoinShardBase}`` of the live subscriptions by a hash of their id (``only``: just those shards)."""
+        ids, cols = registry.rows()
+        tables = tuple(side[0] for side in self.sides(registry, node))
+        return join_shards.shard_bases(registry.group_id, ids, cols, registry.live_outputs(), registry.output_types(),
+                                       tables, shards, only)
 
     def snapshot(self, registry, node, group_id, tables) -> JoinGroupSnapshot:
         """The group as one partition (every row, every subscription)."""

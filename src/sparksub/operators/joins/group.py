@@ -19,7 +19,8 @@ What this module adds to the algorithm cores (:mod:`~sparksub.operators.joins.se
   classes (``docs/range_min.md``).  The notifications of one ``seq`` are the net change.
 * **Partitions** (003 §4.2.1 meets Spark; issue 5 item 8).  SELECT_JOIN: R and S rows by a hash of the
   join value (:func:`join_value_partition`), every partition holding the whole query set (and its SSI):
-  an update meets all its join partners in one partition.  BAND_JOIN: S by ranges of S.b
+  an update meets all its join partners in one partition -- or, sharded (``joins/shards.py``, issue 16 item 4),
+  row partitions holding no subscription, whose messages (000 §4) subscription shards match.  BAND_JOIN: S by ranges of S.b
   (:func:`band_cuts`: quantiles), R replicated into every partition whose S range meets ``[r.b + lo_min,
   r.b + hi_max]`` (the widest band): every pair (r, s) is found exactly once, in s's partition.
 * **Query changes in the log** (003 §4.2.3, dynamic maintenance).  Subscriptions added or removed between
@@ -56,7 +57,7 @@ from sparksub.operators.joins.router import DYNAMIC, PAPER_PLANS, Router
 from sparksub.operators.shared.ssi import stabbing_number
 
 __all__ = ["JOIN_ITEM_SCHEMA", "JOIN_MESSAGE_SCHEMA", "JoinSubscriptions", "JoinGroupSnapshot", "SelectJoinGroup",
-           "BandJoinGroup", "QueryChange", "JoinSubscribers", "join_value_partition", "band_cuts",
+           "BandJoinGroup", "QueryChange", "MessageColumns", "JoinSubscribers", "join_value_partition", "band_cuts",
            "band_partitions", "key_text"]
 
 SELECT_JOIN, BAND_JOIN = "SELECT_JOIN", "BAND_JOIN"
@@ -280,6 +281,16 @@ class QueryChange:
     output_types: dict | None = None
 
 
+@dataclass
+class MessageColumns:
+    """The columns a sharded group's row partition puts in its messages (``payload[d]``: side d's), as an entry of
+    its log: a row partition keeps every column of both tables (``JoinFamily.partition_snapshots(subscriptions=
+    False)``), and its messages carry, as the whole group's do, the columns its subscriptions select -- which
+    change with the subscriptions, without a new base."""
+
+    payload: tuple
+
+
 # ---- projections: a subscription's SELECT list is its output (DESIGN §1; issue 15 item 8) ----------------------
 def side_columns(side: tuple) -> tuple:
     """The columns a partition keeps of one side's rows: key, join column, selection columns, and the columns
@@ -355,6 +366,7 @@ class JoinGroupSnapshot:
     sub_outputs: list = ()
     output_types: dict = field(default_factory=dict)
     payload_types: dict = field(default_factory=dict)   # (side, column) -> Arrow type of a selected column
+    message_payload: tuple | None = None   # the columns its messages carry per side (None: its payload's)
     stateless = False
 
     def build(self):
@@ -381,6 +393,7 @@ class _JoinGroup(ABC):
         self.payload = tuple(tuple(side[4]) if len(side) > 4 else () for side in self.sides)
         self.values: tuple[dict, dict] = ({}, {})   # key -> tuple of its payload values (joining rows only)
         self._idx = tuple({c: i for i, c in enumerate(cols)} for cols in self.payload)
+        self.message_payload = tuple(snap.message_payload) if snap.message_payload is not None else self.payload
         self.outputs: dict = {}
         self.output_types = dict(snap.output_types)
         self._init_core()
@@ -462,6 +475,9 @@ class _JoinGroup(ABC):
     def apply(self, batch, mode: str) -> pa.Table:
         """Apply a :class:`QueryChange` or an update batch (rows in ``seq`` order); return the notifications
         for ``mode`` ('unicast', 'reformulated' or 'none')."""
+        if isinstance(batch, MessageColumns):
+            self.message_payload = tuple(tuple(cols) for cols in batch.payload)
+            return self._empty(mode)
         if isinstance(batch, QueryChange):
             if len(batch.remove_ids):
                 self._remove_queries(list(batch.remove_ids))
@@ -660,7 +676,8 @@ class SelectJoinGroup(_JoinGroup):
         }, schema=JOIN_MESSAGE_SCHEMA)
         for d, payload in ((L, cols[6]), (R, cols[7])):
             types = self.snap.payload_types
-            for j, c in enumerate(self.payload[d]):
+            for c in self.message_payload[d]:
+                j = self._idx[d][c]
                 name = message_column(self.sides[d][0], c)
                 out = out.append_column(EVENT_PREFIX + name, _arrow_column([None if p is None else p[j] for p in payload],
                                                                          types.get((d, c))))
@@ -670,7 +687,11 @@ class SelectJoinGroup(_JoinGroup):
         """The current result tuples (left key, right key) of ``sub_id`` in this partition (a scan of R)."""
         if sub_id not in self.sub_cols:
             raise UnknownSubscription(f"no subscription {sub_id!r}")
-        a_lo, a_hi, c_lo, c_hi = self.sub_cols[sub_id]
+        return self.result_in(*self.sub_cols[sub_id])
+
+    def result_in(self, a_lo: float, a_hi: float, c_lo: float, c_hi: float) -> list[tuple]:
+        """The result tuples in this partition of the rectangle ``[a_lo, a_hi] × [c_lo, c_hi]`` (a scan of R): a
+        sharded group's row partitions hold no subscription, so its reader passes the bounds (``ShardedJoinView``)."""
         out = []
         S = self.core.tables.S
         for rk, (a, b) in self.core.tables.R.rows.items():
@@ -856,6 +877,42 @@ def stabbing_numbers(columns: dict, kind: str) -> dict:
     return {"stabbing_number_band": tau(columns["lo"], columns["hi"])}
 
 
+class _RowPartitionReader:
+    """A sharded group's row partition (no subscriptions) read for one subscription: its bounds and projection come
+    from the registry (``ShardedJoinView``)."""
+
+    def __init__(self, group: SelectJoinGroup, bounds_of, outputs_of, subscriptions: int):
+        self.group, self._bounds_of, self._outputs_of, self._subscriptions = group, bounds_of, outputs_of, subscriptions
+
+    def result_rows(self, sub_id) -> list[tuple[tuple, dict]]:
+        g = self.group
+        vl, vr = g.values
+        proj = self._outputs_of(sub_id)
+        idx = g._idx
+
+        def project(left, right):
+            vals = (left, right)
+            return {name: (None if vals[d] is None else vals[d][idx[d][col]]) for name, d, col in proj}
+        return [(pair, project(vl.get(pair[0]), vr.get(pair[1]))) for pair in g.result_in(*self._bounds_of(sub_id))]
+
+    def stats(self) -> dict:
+        out = self.group.stats()
+        out["subscriptions"] = self._subscriptions   # the group's (held by the shards, not by this partition)
+        out["partition_subscriptions"] = len(self.group.sub_cols)
+        return out
+
+
+class ShardedJoinView(dict):
+    """A sharded SELECT_JOIN group as ``result()``, ``stats()`` and EXPLAIN read it: its row partitions (replica id
+    -> reader), which hold no subscription, and ``shards`` (per subscription shard: its subscriptions).  The
+    subscriptions' bounds and projections are the registry's (``bounds_of``, ``outputs_of``)."""
+
+    def __init__(self, partitions: dict, bounds_of, outputs_of, subscriptions: int, shards: list):
+        super().__init__({rid: _RowPartitionReader(g, bounds_of, outputs_of, subscriptions)
+                          for rid, g in partitions.items()})
+        self.shards = shards
+
+
 class JoinGroupView:
     """A join group as a whole (all its partitions, materialised in the driver): what EXPLAIN and
     ``engine.stats()`` show — the stabbing numbers, hotspots, the plans, the router's decisions and recent
@@ -863,6 +920,8 @@ class JoinGroupView:
 
     def __init__(self, kind: str, group_id: str, partitions: dict, columns: dict, layout: dict):
         self.kind, self.group_id, self.partitions, self.columns, self.layout = kind, group_id, partitions, columns, layout
+        #: a sharded group's subscription shards (``ShardedJoinView``), else None
+        self.shards = getattr(partitions, "shards", None)
 
     def stats(self) -> dict:
         parts = [g.stats() for g in self.partitions.values()]
@@ -883,6 +942,10 @@ class JoinGroupView:
                         # every partition holds every subscription: the same hotspots in each
                         "hotspots": first.get("hotspots", (0, 0)),
                         "hot_queries": first.get("hot_queries"), "scattered_queries": first.get("scattered_queries")})
+            if self.shards is not None:
+                out["subscription_shards"] = len(self.shards)
+                out["shards"] = list(self.shards)
+                out["partition_subscriptions"] = [p.get("partition_subscriptions", 0) for p in parts]
         else:
             out.update({"stabbing_groups": [p["stabbing_groups"] for p in parts],
                         "pairs_found": sum(p.get("bj_pairs", 0) for p in parts)})
@@ -905,8 +968,13 @@ class JoinGroupView:
                                    "(canonical partition, 003 Lemma 10)",
                 "hotspots": f"α-hotspot groups for R tuples {s['hotspots'][L]}, for S tuples {s['hotspots'][R]}; "
                             f"hot / scattered queries per direction {s['hot_queries']} / {s['scattered_queries']}",
-                "partitions": f"{s['partitions']}, by a hash of the join value; each holds every subscription "
-                              f"(its SSI replicated)",
+                "partitions": (f"{s['partitions']} row partitions × {s['subscription_shards']} subscription shards: "
+                               f"rows by a hash of the join value, no subscription in them (stage 1: the messages of "
+                               f"000 §4); subscriptions by a hash of their id "
+                               f"({', '.join(str(x['subscriptions']) for x in s['shards'])}), each shard an R-tree of "
+                               f"its rectangles probed with the messages' points (stage 2, unicast)")
+                if self.shards is not None else
+                f"{s['partitions']}, by a hash of the join value; each holds every subscription (its SSI replicated)",
                 "router decisions": share,
                 "router recent choices": " ".join(f"{side}:{plan}" for side, plan in s["recent"]) or "-",
                 "rows": f"left {s['left_rows']}, right {s['right_rows']}",

@@ -759,6 +759,17 @@ class RectIndex(_StaticWithDelta):
     def __len__(self) -> int:
         return self.n_static - self.dead + len(self.delta)
 
+    @classmethod
+    def of(cls, queries: _Queries, **options) -> RectIndex:
+        """The index of every live query of ``queries``, built in bulk (no delta): a select-join group's
+        subscription shard (``joins/shards.py``)."""
+        index = cls(queries, **options)
+        slots = queries.live()
+        index.where = _grown(index.where, int(slots.max()) + 1 if slots.size else 0)
+        index.where[slots] = _STATIC
+        index._build_static(slots)
+        return index
+
     def stale(self) -> bool:
         return self._over_limit()
 
