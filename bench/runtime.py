@@ -949,6 +949,64 @@ def worker_code_path(spark) -> list:
 
 
 # ============================================================================================ report
+def write_large_comparison(runs: dict, baseline: dict | None, out: Path) -> None:
+    """``runtime_large.md`` / ``runtime_large.png``: a ``--large`` run (the full run's sizes, batches of 10K and 100K)
+    beside the previous runtime's full run -- issue 16's "no class slower than today at batches of 10K or more"
+    and its 60% target, at the same sizes on both sides."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    run = next(iter(runs["runs"].values())) if "runs" in runs else runs
+    prev_run = _prev_run(baseline, "local[2] full", run["master"]) if baseline else None
+    prev = {(p["class"], b["batch"]): b for p in (prev_run or {}).get("publish", []) for b in p["batches"]}
+    rows, slower = [], []
+    for p in run["publish"]:
+        for b in p["batches"]:
+            pv = prev.get((p["class"], b["batch"]))
+            ratio = b["e2e_rows_s"] / pv["e2e_rows_s"] if pv else None
+            if ratio is not None and ratio < 1:
+                slower.append(f"{p['class']} at {b['batch']:,}: {ratio:.2f}x")
+            rows.append([p["class"], f"{b['batch']:,}", f"{b['reps']}", fmt_num(b["e2e_rows_s"], 0),
+                         fmt_num(b["pure_rows_s"], 0), f"{100 * b['ratio']:.1f}%", f"{b['rebuilds']}",
+                         fmt_num(pv["e2e_rows_s"], 0) if pv else "-", f"{ratio:.2f}x" if ratio else "-",
+                         f"{100 * pv['ratio']:.1f}%" if pv else "-"])
+    table = md_table(["class", "batch", "reps", "e2e rows/s (median)", "pure rows/s", "e2e / pure", "worker rebuilds",
+                      "previous e2e rows/s", "now / previous", "previous e2e / pure"], rows)
+    code = run.get("code", {})
+    text = (f"# Runtime benchmark at the full run's sizes, batches of 10K and 100K (`--large`)\n\n"
+            f"`python bench/runtime.py --large --skip stream rss zero --baseline docs/benchmarks/runtime_baseline.json` "
+            f"(`{run['argv']}`), sparksub at commit `{str(code.get('commit', ''))[:10]}`"
+            f"{' (with uncommitted work of the session in the tree)' if code.get('dirty') else ''}, master "
+            f"`{run['master']}`, {run['elapsed_s'] / 60:.1f} min, load average (1/5/15 min) {run['load_start']} at start, "
+            f"{run['load_end']} at end: the machine's 2 cores were shared with other work.  Sizes: the full run's "
+            f"(stock {run['sizes']['objects']:,} rows, {run['sizes']['range_subs']:,} RANGE_MIN / RANGE_AGG, "
+            f"{run['sizes']['topk_subs']:,} RANGE_TOPK, {run['sizes']['filter_subs']:,} FILTER subscriptions; r and s "
+            f"{run['sizes']['join_rows']:,} rows, {run['sizes']['sj_subs']:,} SELECT_JOIN and {run['sizes']['bj_subs']:,} "
+            f"BAND_JOIN subscriptions; {run['sizes']['event_queries']:,} event queries), so *now / previous* compares "
+            f"the same work: the previous runtime's full run (commit `{str((prev_run or {}).get('code', {}).get('commit', ''))[:10]}`, "
+            f"load at start {(prev_run or {}).get('load_start', '-')}).\n\n{table}\n\n"
+            f"Slower than the previous runtime: {', '.join(slower) or 'none'}.\n\n"
+            f"![e2e rows/s now vs the previous runtime, and e2e / pure](runtime_large.png)\n")
+    (out / "runtime_large.md").write_text(text)
+    classes = [p["class"] for p in run["publish"]]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4))
+    for ax, batch in zip(axes, (10_000, 100_000)):
+        now = [next((b["e2e_rows_s"] for b in p["batches"] if b["batch"] == batch), 0) for p in run["publish"]]
+        was = [prev.get((c, batch), {}).get("e2e_rows_s", 0) for c in classes]
+        pure = [next((b["pure_rows_s"] for b in p["batches"] if b["batch"] == batch), 0) for p in run["publish"]]
+        x = np.arange(len(classes))
+        ax.bar(x - 0.2, was, 0.4, label="previous runtime, e2e", color="#999")
+        ax.bar(x + 0.2, now, 0.4, label="now, e2e", color="#2a7")
+        ax.scatter(x + 0.2, pure, marker="_", s=300, color="k", label="now, pure operator")
+        ax.set_yscale("log")
+        ax.set_xticks(x, classes, rotation=30, ha="right", fontsize=8)
+        ax.set_title(f"publish, batches of {batch:,} (rows/s)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "runtime_large.png", dpi=90)
+    plt.close(fig)
+
+
 def run_label(master: str, quick: bool, connect: bool = False, smoke: bool = False, large: bool = False) -> str:
     size = 'smoke' if smoke else 'quick' if quick else 'large (full sizes, batches >= 10K)' if large else 'full'
     return f"{'Connect ' if connect else ''}{master} {size}"
@@ -1715,6 +1773,8 @@ def main(argv=None) -> int:
     ap.add_argument("--zero-only", action="store_true",
                     help="only the zero-rebuild check, on fresh engines, merged into this label's run in --json")
     ap.add_argument("--render-only", action="store_true", help="rewrite runtime.md / runtime.png from --json")
+    ap.add_argument("--render-large", type=Path, metavar="JSON",
+                    help="write runtime_large.md / runtime_large.png (now vs the --baseline run) from a --large run's JSON")
     ap.add_argument("--smoke", "--tiny", dest="tiny", action="store_true",
                     help="toy sizes, every part: checks the script runs (its figures mean nothing)")
     ap.add_argument("--zones", action="store_true",
@@ -1735,6 +1795,10 @@ def main(argv=None) -> int:
         return 0
     sizes = TINY if args.tiny else QUICK if args.quick else LARGE if args.large else FULL
     pause = args.pause if args.pause is not None else (0.0 if args.quick else 90.0)
+    if args.render_large:
+        write_large_comparison(json.loads(args.render_large.read_text()),
+                               json.loads(args.baseline.read_text()) if args.baseline else None, args.out)
+        return 0
     if args.render_only:
         write_report(json.loads(args.json.read_text()), args.out / "runtime.md", args.out / "runtime.png")
         return 0
