@@ -203,7 +203,7 @@ def run_groups(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, 
     every later action; a lazy local checkpoint saves a second job).  Each replica runs in the task that
     claims it (:func:`placed_frame`), whose batch the job's folder holds until the job ran.  ``schema`` must
     end with the nullable ``reason`` column; ``slots``: the least number of tasks (default: the session
-    keep-alive's, ``keepalive.slots_of``).  ``publish`` uses :func:`lazy_groups` instead.
+    keep-alive's, ``keepalive.slots_of``).  ``publish`` uses :func:`write_groups` when only whole groups run.
     """
     df, folder = _placed(spark, replicas, batch, mode, schema, name, describe, slots, stage=True)
     try:
