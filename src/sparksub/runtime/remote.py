@@ -36,20 +36,24 @@ class RemoteCallError(SparksubError):
     """A method of a group's operator raised in the Spark task that ran it (its type and message)."""
 
 
+def _called(replica: Replica, path: tuple, args: tuple, kwargs: dict) -> bytes:
+    """In a task: ``materialize(replica).<path>(*args, **kwargs)`` as the pickled pair (value, error text)."""
+    try:
+        target = materialize(replica)
+        remember(replica, replica.log_length, target)   # a read: the position does not move
+        for name in path:
+            target = getattr(target, name)
+        value, error = target(*args, **kwargs), None
+    except Exception as err:  # noqa: BLE001 - sent back and raised on the driver
+        value, error = None, f"{type(err).__name__}: {err}"
+    return pickle.dumps((value, error), protocol=5)
+
+
 def _call_task(replica: Replica, path: tuple, args: tuple, kwargs: dict):
     def group_operator_call(batches):
         for _ in batches:   # one empty input row: the task's trigger
             pass
-        try:
-            target = materialize(replica)
-            remember(replica, replica.log_length, target)   # a read: the position does not move
-            for name in path:
-                target = getattr(target, name)
-            value, error = target(*args, **kwargs), None
-        except Exception as err:  # noqa: BLE001 - sent back and raised on the driver
-            value, error = None, f"{type(err).__name__}: {err}"
-        yield pa.RecordBatch.from_pydict({"value": pa.array([pickle.dumps((value, error), protocol=5)],
-                                                            pa.binary())})
+        yield pa.RecordBatch.from_pydict({"value": pa.array([_called(replica, path, args, kwargs)], pa.binary())})
     group_operator_call.__name__ = "group_operator_" + "_".join(path)   # what Spark's UI and EXPLAIN print
     return group_operator_call
 
@@ -100,16 +104,8 @@ def call_on_each(spark, replicas: list, path: tuple, args: tuple = (), kwargs: d
     trigger = {rid: pa.table({"seq": pa.array([0], pa.int64())}) for rid in by_id}
 
     def body(replica: Replica, _table):
-        try:
-            target = materialize(replica)
-            remember(replica, replica.log_length, target)   # a read: the position does not move
-            for attr in path:
-                target = getattr(target, attr)
-            value, error = target(*args, **kwargs), None
-        except Exception as err:  # noqa: BLE001 - sent back and raised on the driver
-            value, error = None, f"{type(err).__name__}: {err}"
         yield pa.RecordBatch.from_pydict({"replica": [replica.replica_id],
-                                          "value": pa.array([pickle.dumps((value, error), protocol=5)], pa.binary())})
+                                          "value": pa.array([_called(replica, path, args, kwargs)], pa.binary())})
 
     df, folder = groups.placed_frame(spark, by_id, trigger, body, "replica string, value binary",
                                      f"{name}_{'_'.join(path)}", keepalive.slots_of(spark) or 1)
