@@ -138,3 +138,28 @@ def test_counter_files_of_several_processes_are_summed(tmp_path, monkeypatch):
     assert len(list(tmp_path.glob("counts-driver-*.json"))) == 2
     assert replicas.CounterFile(tmp_path).read() == {"micro_batches": 7, "rebuilt": 1}
     assert pickle.loads(pickle.dumps(c)).read() == {"micro_batches": 7, "rebuilt": 1}
+
+
+def test_a_compacted_base_continues_a_worker_cache_at_the_end_of_the_old_log(directory):
+    """Compaction (``new_base(..., continues=True)``): the new base is the old one with its log applied, so a
+    cache holding the old replica at the end of its log goes on from there -- the same operator, the new log
+    entries applied -- and counts no rebuild; a cache behind that point, or a new base that is not a
+    compaction, rebuilds from the new base."""
+    from sparksub.runtime import placement
+    old = replicas.new_base(directory, "uid", "g", ModelSnapshot(1)).append(batch(0)).append(batch(1))
+    replicas.remember(old, old.log_length, replicas.materialize(old))
+    new = replicas.new_base(directory, "uid", "g", ModelSnapshot(2), replaces=old, continues=True).append(batch(2))
+    assert new.continues == (old.base_id, 2) and placement.held([new]) == [0]
+    got = replicas.materialize(new)
+    assert (got.seed, got.applied) == (1, [batch(n).to_pylist() for n in range(3)])
+    assert new.counters.read() == {"rebuilds": 1, "catch_ups": 1, "log_replayed": 3}   # the one rebuild: the first
+
+    behind = replicas.new_base(directory, "uid", "h", ModelSnapshot(1)).append(batch(0)).append(batch(1))
+    replicas.remember(behind, 1, replicas.materialize(behind))      # the cache stands one entry short
+    later = replicas.new_base(directory, "uid", "h", ModelSnapshot(2), replaces=behind, continues=True)
+    assert placement.held([later]) == [] and replicas.materialize(later).seed == 2
+
+    other = replicas.new_base(directory, "uid", "i", ModelSnapshot(1)).append(batch(0))
+    replicas.remember(other, 1, replicas.materialize(other))
+    changed = replicas.new_base(directory, "uid", "i", ModelSnapshot(2), replaces=other)   # not a compaction
+    assert changed.continues is None and replicas.materialize(changed).seed == 2

@@ -149,11 +149,15 @@ class RowStore(MutableMapping):
             return
         names = self.tdef.column_names
         keys = batch.column(self.tdef.key).to_pylist()
-        positions = self._base_positions(keys)
         deletes = batch.column("op").to_numpy(zero_copy_only=False) == DELETE
         if self._merges_whole(batch):
-            self._merge(batch, keys, positions, deletes)
+            if self._replaced or self._added or self._dead.any():
+                # the overlay first (one take), then the batch as one merge: row by row, a 100K-row batch
+                # after a few small ones cost 0.55 s (0.08 s of _set, then a compaction of 100K overlay rows)
+                self._compact()
+            self._merge(batch, keys, self._base_positions(keys), deletes)
             return
+        positions = self._base_positions(keys)
         positions, deletes = positions.tolist(), deletes.tolist()
         rows = zip(*(batch.column(c).to_pylist() for c in names))
         for k, p, delete, row in zip(keys, positions, deletes, rows):
@@ -166,9 +170,8 @@ class RowStore(MutableMapping):
 
     def _merges_whole(self, batch: pa.Table) -> bool:
         """Whether to apply ``batch`` as one Arrow merge into a new base rather than row by row: a batch big
-        enough to compact the store anyway, on an empty overlay (the base is the current rows)."""
-        return (batch.num_rows > max(COMPACT_MIN, self._base.num_rows >> 2)
-                and not (self._replaced or self._added or self._dead.any()))
+        enough to compact the store anyway (the overlay is folded into the base first)."""
+        return batch.num_rows > max(COMPACT_MIN, self._base.num_rows >> 2)
 
     def _merge(self, batch: pa.Table, keys: list, positions: np.ndarray, deletes: np.ndarray) -> None:
         """The batch's net effect per key, in a dict's order, as one ``take`` (a key may come several times: a

@@ -4,6 +4,12 @@ A part of the Engine facade (``engine.py``)."""
 from __future__ import annotations
 
 import logging
+import pickle
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,10 +52,24 @@ def _count(registry) -> int | None:
         return None
 
 
+def _same_layout(a, b) -> bool:
+    """Whether two join partition layouts (dicts holding numpy cut points) are the same cut."""
+    return pickle.dumps(a, protocol=pickle.HIGHEST_PROTOCOL) == pickle.dumps(b, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def _operator_name(physicals) -> str:
     """The name Spark's EXPLAIN shows for the task function: the operator families it runs."""
     kinds = sorted({family_of(p).operator_name(p) for p in physicals})
     return "_and_".join(kinds) + ("_group" if len(kinds) == 1 else "_groups")
+
+
+@dataclass(frozen=True)
+class PendingSeed:
+    """A deliver() side not built yet (``GroupEntry.subscribers_seed``): the replica it is built from at the
+    first deliver(), and the folder of that replica's pinned files once a compaction replaced the originals."""
+
+    replica: spark_replicas.Replica
+    folder: Path | None = None
 
 
 class Publishing:
@@ -217,13 +237,13 @@ class Publishing:
                 if whole:
                     combined = pa.concat_tables(parts, promote_options="default")
                     name = _operator_name(e.physical for e in whole)
-                    describe = self._describe([(e.physical, e) for e in whole], mode)
                     if not (zoned or two_stage or self._net_join_rows or times is not None or not ok.all()):
                         # only whole groups: their tasks write the kept output themselves, in the one job
-                        # (runtime/groups.py write_groups); df is its plan, for the columns, never run
-                        df = spark_groups.groups_frame(self.spark, replicas, combined, mode, schema, name, describe)
+                        # (runtime/groups.py write_groups); df gives the columns, never run
+                        df = spark_groups.groups_frame(self.spark, schema)
                         write_whole = (combined, name)
                     else:
+                        describe = self._describe([(e.physical, e) for e in whole], mode)
                         df, failed_parts = spark_groups.run_groups(self.spark, replicas, combined, mode, schema,
                                                                    name, describe)
                         failed = {owner[rid] for rid in failed_parts}
@@ -335,10 +355,11 @@ class Publishing:
         reasons = checked.reasons
         if tdef.key is not None:
             keys = checked.columns[tdef.key].to_pylist()
-            deleted = [keys[i] for i in range(len(keys)) if reasons[i] is None and checked.ops[i] == DELETE]
+            deleted = [keys[i] for i in np.flatnonzero(np.asarray(checked.ops) == DELETE).tolist()
+                       if reasons[i] is None]
             held = dict(zip(deleted, state.rows.contains_many(deleted).tolist())) if deleted else {}
             pending = {}
-            for i, k in enumerate(keys):
+            for i, k in enumerate(keys if deleted else ()):   # only a delete can be set aside here
                 if reasons[i] is not None:
                     continue
                 if checked.ops[i] == DELETE:
@@ -387,7 +408,9 @@ class Publishing:
         (``runtime/replicas.py``); a new base when subscriptions or loaded rows changed or the log grew past
         LOG_COMPACTION_ROWS, the superseded base and log files deleted."""
         if entry.replica is None or entry.base_stale or entry.log_rows > LOG_COMPACTION_ROWS:
-            self._seeded(entry)   # a pending deliver() side reads the base about to be replaced
+            # only the log's length: the new base is the old one with its log applied, nothing else changed
+            compaction = entry.replica is not None and not entry.base_stale
+            self._keep_seed(entry)   # a pending deliver() side reads the base about to be replaced
             snapshot = self._snapshot(state, entry)
             # issue 19 item 2 (stream joins): a family whose state lives only in its replica -- the engine keeps
             # no rows of a stream -- carries the operator as of now into the new base
@@ -395,7 +418,7 @@ class Publishing:
             if carry is not None and entry.replica is not None:
                 snapshot = carry(snapshot, spark_replicas.materialize(entry.replica))
             entry.replica = spark_replicas.new_base(self.directory, self.uid, entry.group_id,
-                                                    snapshot, replaces=entry.replica)
+                                                    snapshot, replaces=entry.replica, continues=compaction)
             entry.log_rows = 0
             entry.base_stale = False
             del snapshot
@@ -458,17 +481,34 @@ class Publishing:
             # stay until a new base replaces them, and _replica seeds first then (issue 16 item 3: a caller who
             # never calls deliver() never has every subscriber's result on the driver).
             replica = self._replica(self._tables[entry.family.tables(entry.physical)[0]], entry)
-            entry.subscribers = None
-            entry.subscribers_seed = lambda: entry.family.subscribers(
-                entry.registry, entry.physical, lambda: self._replica_operator(replica), self._tables)
+            self._drop_seed(entry)
+            entry.subscribers, entry.subscribers_seed = None, PendingSeed(replica)
             return
-        entry.subscribers, entry.subscribers_seed = self._subscribers_of(entry), None
+        self._drop_seed(entry)
+        entry.subscribers = self._subscribers_of(entry)
 
     def _seeded(self, entry: GroupEntry) -> None:
         """Build the deliver() side a reformulated publish left pending (``subscribers_seed``), if any."""
-        if entry.subscribers_seed is not None:
-            seed, entry.subscribers_seed = entry.subscribers_seed, None
-            entry.subscribers = seed()
+        seed = entry.subscribers_seed
+        if seed is not None:
+            entry.subscribers = entry.family.subscribers(entry.registry, entry.physical,
+                                                         lambda: self._replica_operator(seed.replica), self._tables)
+            self._drop_seed(entry)
+
+    def _keep_seed(self, entry: GroupEntry) -> None:
+        """Before the replica's files are replaced: a pending deliver() side keeps hard links to the ones it
+        reads (``replicas.pin``) rather than being built now -- on the driver, the whole group -- by a publish
+        whose caller may never call deliver()."""
+        seed = entry.subscribers_seed
+        if seed is not None and seed.folder is None and seed.replica.directory == entry.replica.directory:
+            folder = self.directory.area("seeds", entry.group_id, uuid.uuid4().hex)
+            entry.subscribers_seed = PendingSeed(spark_replicas.pin(seed.replica, folder), folder)
+
+    @staticmethod
+    def _drop_seed(entry: GroupEntry) -> None:
+        seed, entry.subscribers_seed = entry.subscribers_seed, None
+        if seed is not None and seed.folder is not None:
+            shutil.rmtree(seed.folder, ignore_errors=True)
 
     @staticmethod
     def _replica_operator(replica: spark_replicas.Replica):
@@ -509,13 +549,19 @@ class Publishing:
         """One replica per partition, each with its base (its rows and every subscription) and its log."""
         if entry.shards is not None and not entry.base_stale and entry.log_rows <= LOG_COMPACTION_ROWS:
             return entry.shards
-        superseded = list((entry.shards or {}).values())   # their files go once the new bases are written
+        superseded = dict(entry.shards or {})   # their files go once the new bases are written
+        compaction = bool(superseded) and not entry.base_stale
         layout, snaps = entry.family.partition_snapshots(entry.registry, entry.physical, entry.group_id, self._tables,
                                                          self._join_partition_count(), self.join_router_mode)
+        # only the logs' length, and cut as before: each new base is its partition with its log applied, so the
+        # workers' cached partitions go on (replicas.new_base ``continues``)
+        continues = compaction and set(snaps) == set(superseded) and _same_layout(layout, entry.registry.layout)
         entry.shards = {}
         for rid, snap in snaps.items():
-            entry.shards[rid] = spark_replicas.new_base(self.directory, self.uid, rid, snap)
-        for old in superseded:
+            entry.shards[rid] = spark_replicas.new_base(self.directory, self.uid, rid, snap,
+                                                        replaces=superseded.pop(rid) if continues else None,
+                                                        continues=continues)
+        for old in superseded.values():
             spark_replicas.discard(old)
         entry.registry.layout = layout
         entry.base_stale = False

@@ -30,7 +30,7 @@ import time
 import uuid
 from typing import Sequence
 
-from sparksub.runtime.replicas import _CACHE, Replica
+from sparksub.runtime.replicas import _CACHE, Replica, cached_position
 
 __all__ = ["claim", "held", "done", "linger", "worker_id", "note_holder", "holder_path", "WAIT_S", "LINGER_S"]
 
@@ -50,12 +50,7 @@ def worker_id() -> str:
 def held(replicas: Sequence[Replica]) -> list[int]:
     """The indices of ``replicas`` this worker's cache holds at a usable position (same base, not ahead of the
     replica's log): the ones this worker runs without a rebuild."""
-    out = []
-    for j, r in enumerate(replicas):
-        entry = _CACHE.get((r.engine_uid, r.replica_id))
-        if entry is not None and entry[0] == r.base_id and entry[1] <= r.log_length:
-            out.append(j)
-    return out
+    return [j for j, r in enumerate(replicas) if cached_position(r, _CACHE.get((r.engine_uid, r.replica_id))) is not None]
 
 
 def holder_path(replica: Replica) -> str:
