@@ -93,3 +93,36 @@ def test_join_partitions_compacted_under_publishes_keep_the_oracle(spark, monkey
         tj.publish_and_check(e, table, batch, rows, tj.sj_result, queries)
     assert all(entry.shards[rid].base_id != b for rid, b in bases.items())   # compacted
     assert all(r.continues is not None for r in entry.shards.values())       # cut as before: continued
+
+
+def test_zones_compacted_at_their_cuts_keep_the_brute_force(spark, monkeypatch):
+    """A zoned range group's zones get new bases as their logs grow, at the same cut points (so the workers'
+    cached zones go on): every change of a subscription's MIN is notified with the recomputed value, and
+    ``result()`` is the recomputed MIN at the end."""
+    import test_zones_engine as tz
+    from sparksub.control import zones
+
+    monkeypatch.setattr(zones, "ZONE_COMPACTION_ROWS", 8)
+    monkeypatch.setattr(zones, "ZONE_IMBALANCE", 1e9)   # keep the cuts whatever the workload's skew
+    rows, updates = tz.workload(23, n_batches=3)
+    rnd = random.Random(4)
+    subs = {f"s{i}": tuple(sorted((float(rnd.randint(-2, 32)), float(rnd.randint(-2, 32))))) for i in range(20)}
+    _, e = tz.engines(spark, rows, subs, False, zones=2)
+    state = dict(rows)
+    cuts = None
+    for n, batch in enumerate(updates):
+        got = e.publish("stock", batch).collect()
+        zs = next(iter(e._zone_states.values()))
+        cuts = cuts or list(zs.cuts)
+        before = dict(state)
+        tz.apply_rows(state, batch)
+        notified = {}
+        for r in sorted((r for r in got if r.op not in ("rejected", "error")), key=lambda r: r.seq):
+            notified[r.subscription_id] = r.value
+        for s, (lo, hi) in subs.items():
+            want = tz.oracle(state, lo, hi, False)
+            if want != tz.oracle(before, lo, hi, False):
+                assert notified.get(s, "none") == want, (n, s)
+    for s, (lo, hi) in subs.items():
+        assert e.result(s) == tz.oracle(state, lo, hi, False), s
+    assert zs.cuts == cuts and all(r.continues is not None for r in zs.zones)   # compacted at the same cuts

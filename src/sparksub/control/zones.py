@@ -43,8 +43,11 @@ __all__ = ["ZonedGroups", "ZonedState", "RANGE_ZONE_ROWS"]
 #: rows of a range group's table from which it runs in zones by default (``Engine.range_zones = None``): below
 #: it one task applies a batch faster than the two rounds' extra jobs cost
 RANGE_ZONE_ROWS = 200_000
-#: rows logged per zone before the zones are rebuilt from the table's rows (new cut points: rebalanced)
+#: rows logged per zone before the zones get new bases from the table's rows
 ZONE_COMPACTION_ROWS = 200_000
+#: at a compaction the zones keep their cut points (their workers' caches go on) unless the largest zone holds
+#: more than this many times the rows of the smallest: then new equal-count cuts rebalance them
+ZONE_IMBALANCE = 2.0
 
 
 @dataclass
@@ -146,8 +149,19 @@ class ZonedGroups:
         long_log = any(r.logged_rows > ZONE_COMPACTION_ROWS for r in zs.zones)
         if zs.rows_stale or zs.n_zones != n_zones or long_log or not zs.zones:
             keys, xs, ys = entry.family.table_rows(entry.physical, self._tables)
-            cuts, bases = zone_bases(gid, keys, xs, ys, n_zones, zs.maximum)
-            zs.zones = self._new_bases(f"{gid}#z", bases, zs.zones)
+            cuts = bases = None
+            if not (zs.rows_stale or zs.n_zones != n_zones or not zs.zones):
+                # only the logs' length: at the same cut points each zone's new base is the zone with its log
+                # applied, so the workers' cached zones go on (replicas.new_base ``continues``) -- unless the
+                # zones grew out of balance, which new equal-count cuts mend
+                cuts, bases = zone_bases(gid, keys, xs, ys, n_zones, zs.maximum, cuts=zs.cuts)
+                sizes = [len(b.snapshot.keys) for b in bases]
+                if len(bases) != len(zs.zones) or max(sizes) > ZONE_IMBALANCE * max(1, min(sizes)):
+                    cuts = bases = None
+            continues = bases is not None
+            if bases is None:
+                cuts, bases = zone_bases(gid, keys, xs, ys, n_zones, zs.maximum)
+            zs.zones = self._new_bases(f"{gid}#z", bases, zs.zones, continues)
             zs.cuts, zs.n_zones, zs.rows_stale = cuts.tolist(), n_zones, False
             zs.zone_rows = [len(b.snapshot.keys) for b in bases]
             zs.zone_info = [{} for _ in bases]
@@ -155,11 +169,13 @@ class ZonedGroups:
             zs.counters["rebuilds"] += 1
         return zs
 
-    def _new_bases(self, prefix: str, bases: list, old: list) -> list:
+    def _new_bases(self, prefix: str, bases: list, old: list, continues: bool = False) -> list:
         """Replicas ``<prefix><i>`` with the new ``bases``, each superseding the old one at its index (whose files
-        go); old ones past the new count are discarded."""
+        go); old ones past the new count are discarded.  ``continues``: each base is the old one at its index with
+        its log applied (a compaction at the same cuts)."""
         out = [spark_replicas.new_base(self.directory, self.uid, f"{prefix}{i}", b,
-                                       replaces=old[i] if i < len(old) else None) for i, b in enumerate(bases)]
+                                       replaces=old[i] if i < len(old) else None, continues=continues)
+               for i, b in enumerate(bases)]
         for r in old[len(bases):]:
             spark_replicas.discard(r)
         return out

@@ -835,15 +835,17 @@ class ZoneOperator:
         return MESSAGE_SCHEMA.empty_table()
 
 
-def zone_bases(group_id: str, keys, xs, ys, n_zones: int, maximum: bool) -> tuple[np.ndarray, list]:
+def zone_bases(group_id: str, keys, xs, ys, n_zones: int, maximum: bool,
+               cuts: np.ndarray | None = None) -> tuple[np.ndarray, list]:
     """``(cuts, [ZoneBase, …])``: a group's rows cut at :func:`equal_count_cuts` of X into (at most) ``n_zones``
-    zones; rows with a null (NaN) X or Y are in no range and in no zone, as in the group."""
+    zones (``cuts`` given: at those); rows with a null (NaN) X or Y are in no range and in no zone, as in the
+    group."""
     keys = np.asarray(keys, dtype=object).reshape(-1)
     xs = np.asarray(xs, dtype=np.float64).reshape(-1)
     ys = np.asarray(ys, dtype=np.float64).reshape(-1)
     ok = ~(np.isnan(xs) | np.isnan(ys))
     keys, xs, ys = keys[ok], xs[ok], ys[ok]
-    cuts = equal_count_cuts(xs, n_zones)
+    cuts = equal_count_cuts(xs, n_zones) if cuts is None else np.asarray(cuts, dtype=np.float64)
     bounds = [_NINF, *cuts.tolist(), _INF]
     k = len(bounds) - 1
     where = np.searchsorted(cuts, xs, side="right")
