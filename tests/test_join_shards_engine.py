@@ -5,7 +5,9 @@ brute-force nested loop over the tables, update by update: unicast rows and refo
 row, ``result()`` equal to the oracle, across NULL join and selection values, rejected rows (±inf, deletes of
 unknown keys), duplicate keys in one batch, upserts moving rows in and out of ranges, and subscriptions added and
 dropped between publishes; the replicas' bases hold what they should (no subscription in a row partition, each
-shard its own ids only, no new row-partition base for a subscription change)."""
+shard its own ids only, no new row-partition base for a subscription change); a group past
+``driver_operator_limit`` is read where its row partitions live, and a worker keeps one row partition and one shard
+per group."""
 from __future__ import annotations
 
 import math
@@ -244,3 +246,79 @@ def test_sharded_matches_whole_on_random_instances(spark, seed, shards):
         got = [e.publish(table, batch).collect() for e in engs]
         assert full_rows(got[0]) == full_rows(got[1])
         assert unicast_rows(got[0], {}) == apply_oracle(rows, table, batch, queries, {}, seq0)
+
+
+def test_a_large_sharded_group_is_read_where_its_row_partitions_live(spark, tmp_path):
+    """Past ``driver_operator_limit`` a sharded group's ``result()``, ``stats()`` and EXPLAIN run one placed task per
+    row partition (``runtime/remote.py``'s ``call_on_each``, as a zoned group's): the results equal the nested loop's
+    and the whole-group twin's, and the driver builds no partition (its rebuild counter stays 0).  A ``load`` makes
+    the row partitions stale (the ``_rows_changed`` hook).  Then the worker cache's policy: stage 1 and stage 2 keep
+    one row partition and one subscription shard per group, run here in the driver's process one after the other."""
+    import pyarrow as pa
+
+    from sparksub.runtime import join_shards as spark_join_shards
+    from sparksub.runtime.replicas import _CACHE
+    rnd = random.Random(5)
+    sharded, whole = engs = engines(spark, [2, 0])
+    sharded.driver_operator_limit = 0
+    rows = {"r": {k: {"a": float(rnd.randint(0, 6)), "b": rnd.randint(0, 3), "tag": "x"} for k in range(8)},
+            "s": {k: {"b": float(rnd.randint(0, 3)), "c": float(rnd.randint(0, 6))} for k in range(8)}}
+    queries, specs = {"p": (0, 6, 1, 4)}, {"p": PROJ}
+    for e in engs:
+        e.load("r", [{"rk": k, **v} for k, v in rows["r"].items()])
+        e.load("s", [{"sk": k, **v} for k, v in rows["s"].items()])
+        e.subscribe("p", "SELECT r.a, s.c FROM r JOIN s ON r.b = s.b WHERE r.a BETWEEN 0 AND 6 AND s.c BETWEEN 1 AND 4")
+    subscribe_all(engs, rnd, queries, specs, [f"m{i}" for i in range(3)])
+    entry = sharded._find_group("p")
+    assert [g for g in sharded._groups.values() if g.group_id.startswith("select_join")] == [entry]
+
+    def check_results():
+        for q, rect in queries.items():
+            want = Counter(projected(specs.get(q, STAR), rows, pair) for pair in oracle_pairs(rows, rect))
+            got = sharded.result(q)
+            assert Counter(tuple(d.items()) for d in got) == want and got == whole.result(q), q
+    for table in ("r", "s"):
+        batch = gen_batch(rnd, table, 10, rows)
+        got = [e.publish(table, batch).collect() for e in engs]
+        assert full_rows(got[0]) == full_rows(got[1])
+        apply_oracle(rows, table, batch, {}, {}, 0)
+    check_results()
+    js = sharded._join_shard_states[entry.group_id]
+    assert js.rebuilds == 1       # reading built no base either
+    # (a part of a batch as stage 1 takes it, without its rows: for the cache policy's check below)
+    empty = next(v for r in js.partitions.values() for kind, v, _ in r.read_log() if kind == "batch").slice(0, 0)
+    # a load: the row partitions are rebuilt from the rows (a base, on the driver), then read where they live
+    rows["s"][3] = {"b": 1.0, "c": 2.0}
+    for e in engs:
+        e.load("s", [{"sk": 3, "b": 1.0, "c": 2.0}])
+    assert js.rows_stale
+    check_results()
+    assert js.rebuilds == 2 and not js.rows_stale
+    stats = sharded.stats()[entry.group_id]
+    assert "2 row partitions × 2 subscription shards" in sharded.explain("p")
+    driver = sharded.runtime_stats()["runtime"].get("driver", {})
+    assert driver.get("rebuilds", 0) == 0 and driver.get("catch_ups", 0) == 0, driver
+    # the same state as the group built on the driver (the output counters are the workers')
+    sharded.driver_operator_limit = None
+    here = sharded.stats()[entry.group_id]
+    state = ("partitions", "subscriptions", "left_rows", "right_rows", "subscription_shards", "shards",
+             "partition_subscriptions")
+    assert {k: stats[k] for k in state} == {k: here[k] for k in state} and stats["left_rows"] > 0
+
+    # the cache policy: one row partition (stage 1) and one shard (stage 2) per group in a worker
+    def cached(kind):
+        return sorted(k[1] for k in _CACHE if k[0] == sharded.uid and k[1].startswith(f"{entry.group_id}#{kind}"))
+    for rid, replica in sorted(js.partitions.items()):
+        out = list(spark_join_shards._row_partition_body({rid: str(tmp_path)})(replica, empty))
+        assert out[0].column("error")[0].as_py() is None and cached("r") == [rid]
+    schema = pa.schema([("group_id", pa.string()), ("op", pa.string()), ("seq", pa.int64()), ("reason", pa.string())])
+    parts = [spark_join_shards.ShardPart(entry.group_id, str(tmp_path), 0, shard=q) for q in js.shards]
+    task = spark_join_shards._shard_task(parts, schema)
+    for i, q in enumerate(js.shards):
+        assert list(task(iter([pa.record_batch({"id": [i]})]))) == [] and cached("q") == [q.replica_id]
+    assert len(cached("r")) == 1
+    # a stream's micro-batch taken in (Streaming._absorb) makes the row partitions stale too (the same hook)
+    assert not js.rows_stale
+    sharded._absorb(sharded._tables["s"], pa.table({"sk": [4], "b": [2.0], "c": [3.0], "sparksub_op": [0],
+                                                    "sparksub_seq": [sharded._next_seq]}))
+    assert js.rows_stale

@@ -121,7 +121,7 @@ class Engine(JoinShardGroups, ZonedGroups, Statements, SubscriptionGroups, Event
         self.catalog = Catalog()
         self._tables: dict[str, TableState] = {}
         self._groups: dict[tuple, GroupEntry] = {}
-        self._records: dict[str, SubscriptionRecord] = {}   # single subscriptions
+        self._records: dict[str, str] = {}   # single subscriptions: their SELECT (Planned.sql)
         self._bulk: dict[str, list[SubscriptionRecord]] = {}  # group_id -> bulk templates
         self._next_seq = 0  # seq of the next published row (consecutive across publish calls)
         self.filter_shard_size = FILTER_SHARD_SIZE
@@ -406,8 +406,7 @@ class Engine(JoinShardGroups, ZonedGroups, Statements, SubscriptionGroups, Event
             if format != "text":
                 raise ValueError("format='dot' is for event queries (their automata)")
             if target in self._records:
-                rec = self._records[target]
-                planned, entry = rec.planned, self._find_group(target)
+                planned, entry = self._plan(self._records[target]), self._find_group(target)
             else:
                 entry = self._find_group(target, required=False)
                 if entry is not None:  # a bulk subscription: explain its group's first template

@@ -18,6 +18,10 @@ to -- never a row partition's: they hold no subscription, and every column of bo
 new subscription selects is missing.  The row partitions are rebuilt from the table's rows only when the rows
 changed behind their back: ``load``, a stream's rows taken in, a publish in which the group ran whole or was
 skipped (no subscriptions), a failed task, a log past ``LOG_COMPACTION_ROWS``.
+
+``result()``, ``stats()`` and EXPLAIN read the row partitions on the driver, or -- a group past
+``driver_operator_limit`` -- where they live, one placed task per partition (``runtime/remote.py``), as a zoned
+group is read (``control/zones.py``): the driver then holds the answers, never the rows (issue 16 item 3).
 """
 from __future__ import annotations
 
@@ -31,10 +35,11 @@ import pyarrow.compute as pc
 
 from sparksub.operators.contract import ROW_PARTITIONS
 from sparksub.operators.joins.group import SELECT_JOIN, MessageColumns, ShardedJoinView
-from sparksub.operators.joins.shards import subscription_shard
+from sparksub.operators.joins.shards import RowPartitionsInPlace, subscription_shard
 from sparksub.runtime import groups as spark_groups
 from sparksub.runtime import join_shards as spark_join_shards
 from sparksub.runtime import keepalive
+from sparksub.runtime import remote as spark_remote
 from sparksub.runtime import replicas as spark_replicas
 
 __all__ = ["JOIN_SHARD_SUBSCRIPTIONS", "JoinShardGroups", "JoinShardState"]
@@ -61,6 +66,7 @@ class JoinShardState:
     n_shards: int = 0
     shard_subscriptions: list = field(default_factory=list)
     stale_shards: set | None = None                  # shards whose base is out of date (None: all)
+    rebuilds: int = 0                                # row partition bases built from the tables' rows (as zones')
     message_payload: tuple | None = None             # the columns the partitions' messages carry, per side
     folder: str | None = None                        # this publish's messages (unicast)
     timings: dict = field(default_factory=dict)      # the last publish's wall seconds per stage
@@ -68,7 +74,7 @@ class JoinShardState:
 
 class JoinShardGroups:
     """The Engine's sharded SELECT_JOIN groups (a mixin of ``engine.Engine``, before the mixins whose methods it
-    follows: ``load``, ``_changed``, ``_absorb``)."""
+    follows: ``_changed``, ``_rows_changed``)."""
 
     @property
     def _join_shard_states(self) -> dict:
@@ -103,15 +109,6 @@ class JoinShardGroups:
         return chosen
 
     # ---- the engine's methods it follows --------------------------------------------------------------
-    def load(self, table: str, data) -> int:
-        n = super().load(table, data)
-        self._join_shards_rows_changed(table)
-        return n
-
-    def _absorb(self, state, rows) -> None:
-        super()._absorb(state, rows)
-        self._join_shards_rows_changed(state.definition.name)
-
     def _changed(self, entry, subscriptions: bool = False) -> None:
         change = getattr(entry.registry, "pending_change", None)   # read before the partitions' path takes it
         super()._changed(entry, subscriptions)
@@ -125,11 +122,12 @@ class JoinShardGroups:
         ids = [*np.asarray(change.add_ids, dtype=object).tolist(), *list(change.remove_ids)]
         js.stale_shards |= set(subscription_shard(ids, js.n_shards).tolist()) if js.n_shards else set()
 
-    def _join_shards_rows_changed(self, table: str) -> None:
+    def _rows_changed(self, table: str) -> None:
         for e in self._groups.values():
             js = self._join_shard_states.get(e.group_id)
             if js is not None and table.lower() in e.family.tables(e.physical):
                 js.rows_stale = True
+        super()._rows_changed(table)
 
     # ---- the replicas ----------------------------------------------------------------------------------
     def _join_shard_state(self, entry) -> JoinShardState:
@@ -153,6 +151,7 @@ class JoinShardGroups:
                 if rid not in js.partitions:
                     spark_replicas.discard(r)
             js.layout, js.n_partitions, js.rows_stale, js.log_rows = layout, n, False, 0
+            js.rebuilds += 1
             js.message_payload = entry.family.message_payload(entry.registry, entry.physical)
         payload = entry.family.message_payload(entry.registry, entry.physical)
         if payload != js.message_payload:
@@ -246,20 +245,16 @@ class JoinShardGroups:
                 shutil.rmtree(js.folder, ignore_errors=True)
                 js.folder = None
 
-    # ---- reading a sharded group on the driver -------------------------------------------------------------
+    # ---- reading a sharded group (on the driver, or where it lives) -----------------------------------------
     def _join_sharded_view(self, entry):
         """The group as of now through its row partitions (``result``, EXPLAIN, stats), or None when it is not run
-        sharded (its whole partitions are then the state)."""
+        sharded (its whole partitions are then the state): built on the driver (``ShardedJoinView``), or, past
+        ``driver_operator_limit``, read where the partitions live (``RowPartitionsInPlace``)."""
         js = self._join_shard_states.get(entry.group_id)
         q = self._join_shard_count(entry)
         if not q and (js is None or js.rows_stale or not js.partitions):
             return None
         js = self._join_row_partitions(entry)
-        groups = {}
-        for rid, replica in js.partitions.items():
-            g = spark_replicas.materialize(replica)
-            spark_replicas.remember(replica, replica.log_length, g)
-            groups[rid] = g
         reg = entry.registry
         n_shards = q or js.n_shards or 1
         if js.n_shards == n_shards and js.shards and js.stale_shards == set():
@@ -275,5 +270,20 @@ class JoinShardGroups:
 
         def outputs_of(sub_id):
             return reg.outputs.of(np.array([reg.slot_of(sub_id)]))[0]
+        if any(self._read_in_place(self._tables[t], entry) for t in entry.family.tables(entry.physical)):
+            # past driver_operator_limit (its subscriptions and either table's rows): each read runs where the
+            # row partitions live, one placed task per partition (runtime/remote.py), as a zoned group's; the
+            # driver holds the answers, never the rows (issue 16 item 3)
+            replicas = list(js.partitions.values())
+
+            def each(function, args):
+                return spark_remote.call_on_each(self.spark, replicas, (), args, name="select_join_row_partition",
+                                                 function=function)
+            return RowPartitionsInPlace(list(js.partitions), each, bounds_of, outputs_of, len(reg), shards)
+        groups = {}
+        for rid, replica in js.partitions.items():
+            g = spark_replicas.materialize(replica)
+            spark_replicas.remember(replica, replica.log_length, g)
+            groups[rid] = g
         return ShardedJoinView(groups, bounds_of, outputs_of, len(reg), shards)
 

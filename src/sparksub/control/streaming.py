@@ -391,3 +391,4 @@ class Streaming:
                 e.replica = e.replica.append(gb)
             e.log_rows += batch.num_rows
             e.version += 1
+        self._rows_changed(tdef.name)

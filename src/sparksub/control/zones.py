@@ -78,7 +78,7 @@ class ZonedState:
 
 class ZonedGroups:
     """The Engine's zoned range groups (a mixin of ``engine.Engine``, before the mixins whose methods it follows:
-    ``load``, ``_changed``, ``_absorb``)."""
+    ``_changed``, ``_rows_changed``)."""
 
     @property
     def _zone_states(self) -> dict:
@@ -118,25 +118,17 @@ class ZonedGroups:
         return chosen
 
     # ---- the engine's methods it follows --------------------------------------------------------------
-    def load(self, table: str, data) -> int:
-        n = super().load(table, data)
-        self._zones_rows_changed(table)
-        return n
-
-    def _absorb(self, state, rows) -> None:
-        super()._absorb(state, rows)
-        self._zones_rows_changed(state.definition.name)
-
     def _changed(self, entry, subscriptions: bool = False) -> None:
         super()._changed(entry, subscriptions)
         zs = self._zone_states.get(entry.group_id)
         if zs is not None and subscriptions:
             zs.shards_stale = True    # new shard bases; the zones' are unchanged (they hold no subscription)
 
-    def _zones_rows_changed(self, table: str) -> None:
+    def _rows_changed(self, table: str) -> None:
         for zs in self._zone_states.values():
             if zs.table == table.lower():
                 zs.rows_stale = True
+        super()._rows_changed(table)
 
     # ---- the replicas ----------------------------------------------------------------------------------
     def _zone_replicas(self, entry, n_zones: int) -> ZonedState:

@@ -14,6 +14,9 @@ row partitions of ``operators/joins/group.py``; the driver's orchestration is ``
   Each reads every row partition's messages of the publish and matches them against its own subscriptions (the
   shard's replica: its rectangles in an R-tree, cached by the worker like any replica), emitting the unicast rows.
 
+A Python worker keeps one row partition and one shard per group (``replicas.keep_one_per_group``, as the zones), so
+an executor holds its share of the group, not all of it.
+
 Only DataFrame APIs Spark Connect has; files under the engine's directory carry the messages between the stages
 (one file system, as for every replica: docs/architecture.md).
 """
@@ -35,7 +38,7 @@ from sparksub.runtime.groups import (
     remove_folder,
     write_table,
 )
-from sparksub.runtime.replicas import Replica, materialize, remember
+from sparksub.runtime.replicas import Replica, keep_one_per_group, materialize, remember
 
 __all__ = ["ShardPart", "messages_in", "output_frame", "run_row_partitions"]
 
@@ -61,6 +64,7 @@ def _message_file(folder: str, replica: Replica) -> str:
 def _row_partition_body(folders: dict):
     def body(replica: Replica, table: pa.Table):
         try:
+            keep_one_per_group(replica)   # one row partition per group in a worker: an executor holds its share
             group = materialize(replica)
             messages = group.apply(table, "reformulated")   # 000 §4: the messages, whatever the subscriptions
             write_table(_message_file(folders[replica.replica_id], replica), messages)
@@ -107,6 +111,7 @@ def _shard_task(parts: list, schema: pa.Schema):
                     held = placement.held([q.shard for q in siblings])
                     p = siblings[placement.claim(p.folder, i, len(siblings),
                                                  held + [siblings.index(p)], kind="q")]
+                    keep_one_per_group(p.shard)   # and one subscription shard
                     shard = materialize(p.shard)
                     messages = messages_in(p.folder)
                     out = shard.unicast(messages) if messages is not None else None

@@ -36,14 +36,15 @@ class RemoteCallError(SparksubError):
     """A method of a group's operator raised in the Spark task that ran it (its type and message)."""
 
 
-def _called(replica: Replica, path: tuple, args: tuple, kwargs: dict) -> bytes:
-    """In a task: ``materialize(replica).<path>(*args, **kwargs)`` as the pickled pair (value, error text)."""
+def _called(replica: Replica, path: tuple, args: tuple, kwargs: dict, function=None) -> bytes:
+    """In a task: ``materialize(replica).<path>(*args, **kwargs)`` -- or, given ``function``,
+    ``function(materialize(replica).<path>, *args, **kwargs)`` -- as the pickled pair (value, error text)."""
     try:
         target = materialize(replica)
         remember(replica, replica.log_length, target)   # a read: the position does not move
         for name in path:
             target = getattr(target, name)
-        value, error = target(*args, **kwargs), None
+        value, error = (target(*args, **kwargs) if function is None else function(target, *args, **kwargs)), None
     except Exception as err:  # noqa: BLE001 - sent back and raised on the driver
         value, error = None, f"{type(err).__name__}: {err}"
     return pickle.dumps((value, error), protocol=5)
@@ -93,10 +94,12 @@ class RemoteOperator:
 
 
 def call_on_each(spark, replicas: list, path: tuple, args: tuple = (), kwargs: dict | None = None,
-                 name: str = "group_operator_call") -> list:
+                 name: str = "group_operator_call", function=None) -> list:
     """``materialize(r).<path>(*args, **kwargs)`` for every replica ``r``, computed in one Spark job with one task
     per replica (each claimed by the worker that caches it, ``groups.placed_frame``); the values in the order
-    of ``replicas``."""
+    of ``replicas``.  ``function`` (a module-level function, pickled by name): ``function(materialize(r).<path>,
+    *args, **kwargs)`` instead -- a read its operator has no method for (a sharded join's row partition read
+    for a subscription it does not hold: ``operators/joins/shards.py``)."""
     from sparksub.runtime import groups, keepalive
 
     path, args, kwargs = tuple(path), tuple(args), dict(kwargs or {})
@@ -104,20 +107,20 @@ def call_on_each(spark, replicas: list, path: tuple, args: tuple = (), kwargs: d
     trigger = {rid: pa.table({"seq": pa.array([0], pa.int64())}) for rid in by_id}
 
     def body(replica: Replica, _table):
-        yield pa.RecordBatch.from_pydict({"replica": [replica.replica_id],
-                                          "value": pa.array([_called(replica, path, args, kwargs)], pa.binary())})
+        value = _called(replica, path, args, kwargs, function)
+        yield pa.RecordBatch.from_pydict({"replica": [replica.replica_id], "value": pa.array([value], pa.binary())})
 
     df, folder = groups.placed_frame(spark, by_id, trigger, body, "replica string, value binary",
-                                     f"{name}_{'_'.join(path)}", keepalive.slots_of(spark) or 1)
+                                     "_".join((name, *path)), keepalive.slots_of(spark) or 1)
     try:
         got = {rid: pickle.loads(blob) for rid, blob in df.collect()}
     finally:
         groups.remove_folder(folder)
+    what = ".".join(path) if function is None else ".".join((function.__name__, *path))
     out = []
     for r in replicas:
         value, error = got[r.replica_id]
         if error is not None:
-            raise RemoteCallError(f"{'.'.join(path)}() on group replica {r.replica_id!r} failed in its Spark "
-                                  f"task: {error}")
+            raise RemoteCallError(f"{what}() on group replica {r.replica_id!r} failed in its Spark task: {error}")
         out.append(value)
     return out

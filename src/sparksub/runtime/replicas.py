@@ -37,8 +37,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-__all__ = ["Replica", "new_base", "discard", "cold", "pin", "materialize", "cached_position", "remember", "CounterFile", "StoredValue",
-           "read_counts", "write_value", "link_value", "CACHE_OUTCOMES"]
+__all__ = ["Replica", "new_base", "discard", "cold", "pin", "materialize", "cached_position", "keep_one_per_group",
+           "remember", "CounterFile", "StoredValue", "read_counts", "write_value", "link_value", "CACHE_OUTCOMES"]
 
 BASE_FILE = "base.pickle"
 #: the counters :func:`materialize` keeps per replica
@@ -238,6 +238,20 @@ def cached_position(replica: Replica, entry) -> int | None:
     if entry[0] == replica.base_id:
         return entry[1] if entry[1] <= replica.log_length else None
     return 0 if replica.continues is not None and (entry[0], entry[1]) == replica.continues else None
+
+
+def keep_one_per_group(replica: Replica) -> None:
+    """Drop from this worker's cache every other replica of the replica's group and kind (zone, shard, row
+    partition: the letter after ``#``): a Python worker keeps one of each per group, so that an executor holds
+    its share of the group, not all of it.  Spark has no task affinity for these partitions (its scheduler
+    shuffles the offers), so a task that lands on a worker which held another one rebuilds it from its files
+    (counted: ``stats()['runtime']``); one worker per executor core and as many zones as cores keep that rare
+    in steady state."""
+    group, _, part = replica.replica_id.rpartition("#")
+    prefix = f"{group}#{part[:1]}"
+    for key in [k for k in _CACHE if k[0] == replica.engine_uid and k[1] != replica.replica_id
+                and k[1].rpartition("#")[0] == group and k[1].startswith(prefix)]:
+        _CACHE.pop(key, None)
 
 
 def remember(replica: Replica, position: int, operator) -> None:

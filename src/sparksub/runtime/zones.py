@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from sparksub.operators.range_min.zones import merge_messages, steps_table, versioned_messages
 from sparksub.runtime import placement
 from sparksub.runtime.groups import _conform, _ddl, _error_batch, read_table, write_table
-from sparksub.runtime.replicas import _CACHE, Replica, materialize, remember
+from sparksub.runtime.replicas import Replica, keep_one_per_group, materialize, remember
 
 __all__ = ["ZoneTask", "OutputPart", "run_round1", "output_frame", "write_table", "read_table",
            "ROUND2_FILE", "META_FILE"]
@@ -70,19 +70,6 @@ class OutputPart:
     error: str | None = None
 
 
-def _keep_one(replica: Replica) -> None:
-    """Drop from this worker's cache every other zone (or shard) of the replica's group: a Python worker keeps
-    one zone and one shard per group, so that an executor holds its share of the group, not all of it.  Spark
-    has no task affinity for these partitions (its scheduler shuffles the offers), so a task that lands on a
-    worker which held another zone rebuilds it from its files (counted: ``stats()['runtime']``); one worker per
-    executor core and as many zones as cores keep that rare in steady state."""
-    group, _, part = replica.replica_id.rpartition("#")
-    prefix = f"{group}#{part[:1]}"
-    for key in [k for k in _CACHE if k[0] == replica.engine_uid and k[1] != replica.replica_id
-                and k[1].rpartition("#")[0] == group and k[1].startswith(prefix)]:
-        _CACHE.pop(key, None)
-
-
 def _task_place() -> dict:
     """Where a task ran: its partition and process (stats: one zone per task, each executor's share)."""
     try:
@@ -108,7 +95,7 @@ def _round1_task(tasks: list):
                     t = siblings[order[placement.claim(t.folder, i, len(order), held + [order.index(t.zone)],
                                                        kind="z")]]
                     batch = read_table(os.path.join(t.folder, BATCH_FILE))
-                    _keep_one(t.replica)
+                    keep_one_per_group(t.replica)
                     op = materialize(t.replica)
                     steps = op.route(batch)
                     # the zone's log entry: its own steps (a retried task rewrites the same file); the driver
@@ -171,7 +158,7 @@ def _output_task(parts: list, mode: str, schema: pa.Schema):
                         held = placement.held([siblings[rid].shard for rid in order])
                         p = siblings[order[placement.claim(p.folder, i, len(order),
                                                            held + [order.index(p.shard.replica_id)], kind="s")]]
-                        _keep_one(p.shard)
+                        keep_one_per_group(p.shard)
                         shard = materialize(p.shard)
                         messages, old_values = _messages(p.folder)
                         out = shard.unicast(messages, old_values)

@@ -38,12 +38,14 @@ import pyarrow.compute as pc
 from sparksub.operators.joins.group import (
     _UNICAST_COLUMNS,
     _arrow_column,
+    _RowPartitionReader,
     message_column,
 )
 from sparksub.operators.joins.select import RectIndex, _Queries
 from sparksub.operators.shared.schemas import EVENT_PREFIX
 
-__all__ = ["SHARD_MESSAGES_CHUNK", "JoinShard", "JoinShardBase", "shard_bases", "subscription_shard"]
+__all__ = ["SHARD_MESSAGES_CHUNK", "JoinShard", "JoinShardBase", "RowPartitionsInPlace", "partition_result_rows",
+           "partition_stats", "shard_bases", "subscription_shard"]
 
 #: messages probed at once (the R-tree's leaf test is a leaves × messages matrix)
 SHARD_MESSAGES_CHUNK = 2048
@@ -240,3 +242,56 @@ class JoinShard:
     def stats(self) -> dict:
         return {"shard": self.base.shard, "subscriptions": len(self.ids), "messages": self.messages,
                 "notifications": self.notifications, **self.counters}
+
+
+# ---- a sharded group read where its row partitions live (issue 16 item 3) -----------------------------------------
+def partition_result_rows(partition, bounds: tuple, projection: tuple) -> list[tuple[tuple, dict]]:
+    """In the row partition's task: its part of the result of the subscription with ``bounds`` (a_lo, a_hi, c_lo,
+    c_hi) and ``projection`` -- the partition holds no subscription, so the driver sends both (as
+    ``ShardedJoinView`` reads a partition on the driver)."""
+    return _RowPartitionReader(partition, lambda _: bounds, lambda _: projection, 0).result_rows(None)
+
+
+def partition_stats(partition, subscriptions: int) -> dict:
+    """In the row partition's task: its stats as ``ShardedJoinView`` gives them (``subscriptions``: the group's)."""
+    return _RowPartitionReader(partition, None, None, subscriptions).stats()
+
+
+class RowPartitionsInPlace(dict):
+    """A sharded SELECT_JOIN group too large to build on the driver, as ``result()``, ``stats()`` and EXPLAIN read
+    it: ``ShardedJoinView``'s shape -- replica id -> a row partition's reader, and ``shards`` -- but each read runs
+    where the partitions live.  ``each(function, args)`` gives ``function(partition, *args)`` of every row
+    partition in ``replica_ids`` order, in one call (``runtime/remote.py``: one job, one placed task per
+    partition); the first reader asked makes the call and its siblings hand out their parts of it, so a
+    subscription's result is one job, and the driver holds the answers, never a partition."""
+
+    def __init__(self, replica_ids, each, bounds_of, outputs_of, subscriptions: int, shards: list):
+        super().__init__({rid: _PartitionInPlace(self, i) for i, rid in enumerate(replica_ids)})
+        self.shards = shards
+        self._each, self._bounds_of, self._outputs_of, self._subscriptions = each, bounds_of, outputs_of, subscriptions
+        self._last: tuple = (None, None)     # (what was read, every partition's part): the last read only
+
+    def _part(self, what: tuple, function, args: tuple, i: int):
+        if self._last[0] != what:
+            self._last = (what, self._each(function, args))
+        return self._last[1][i]
+
+    def result_rows(self, sub_id, i: int) -> list[tuple[tuple, dict]]:
+        return self._part(("result", sub_id), partition_result_rows,
+                          (self._bounds_of(sub_id), tuple(self._outputs_of(sub_id))), i)
+
+    def stats(self, i: int) -> dict:
+        return self._part(("stats",), partition_stats, (self._subscriptions,), i)
+
+
+class _PartitionInPlace:
+    """One row partition of :class:`RowPartitionsInPlace`: its part of the group's read."""
+
+    def __init__(self, group: RowPartitionsInPlace, i: int):
+        self._group, self._i = group, i
+
+    def result_rows(self, sub_id) -> list[tuple[tuple, dict]]:
+        return self._group.result_rows(sub_id, self._i)
+
+    def stats(self) -> dict:
+        return self._group.stats(self._i)
