@@ -121,20 +121,25 @@ def create_app(engine, config: ServeConfig | None = None, streams=(), *,
     gate = EngineGate()
     running: dict = {}   # "loop": the server's event loop, once it runs (the streams' micro-batches reach it)
 
-    def route_stream_batch(table: str, output: pa.Table, batch_id: int) -> dict:
+    def route_stream_batch(table: str, output: pa.Table, batch_id: int, mark: str) -> dict:
         """A served stream's micro-batch output, from Spark's foreachBatch thread: routed on the server's loop,
-        in the engine's gate, as a publish's; returns once its notifications are committed and handed over."""
+        in the engine's gate, as a publish's; returns once its notifications and its routing ``mark`` are
+        committed and handed over."""
         loop = running.get("loop")
         if loop is None:
             raise RuntimeError("the server's event loop is not running")
-        return asyncio.run_coroutine_threadsafe(routed(service.stream_batch, table, output, batch_id), loop).result()
+        return asyncio.run_coroutine_threadsafe(routed(service.stream_batch, table, output, batch_id, mark),
+                                                loop).result()
 
-    engine_streams = EngineStreams(engine, sources, route_stream_batch, trigger_seconds=stream_trigger_seconds) \
-        if sources else None
+    log = NotificationLog(root / "serve" / "notifications.sqlite", config.retention_seconds)
+    engine_streams = EngineStreams(engine, sources, route_stream_batch, log.mark,
+                                   trigger_seconds=stream_trigger_seconds) if sources else None
     if engine_streams is not None:
         engine_streams.check()   # a bad --stream fails here, before anything listens
-    log = NotificationLog(root / "serve" / "notifications.sqlite", config.retention_seconds)
     service = SubscriptionService(engine, log, config)
+    # what a server killed between the engine's commit and the log's left unrouted (service.py), before
+    # anything listens: the clients read it from the log when they reconnect
+    service.route_kept()
     hub = Hub()
     registry, collector = new_registry(None)
     started = time.time()
@@ -202,6 +207,7 @@ def create_app(engine, config: ServeConfig | None = None, streams=(), *,
                    "notifications_total": service.notifications_total,
                    "notifications_per_second": service.notification_rate(),
                    "messages_total": service.messages_total,
+                   "unroutable_messages_total": service.unroutable_messages_total,
                    "published_rows_total": service.published_rows_total,
                    "publishes_total": service.publishes_total,
                    "last_publish_seconds": service.last_publish_seconds}

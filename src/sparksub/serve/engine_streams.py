@@ -16,8 +16,12 @@ directory (``streams/serve-<table>``): a restarted server resumes after the last
 and the rows a micro-batch applied are the engine's rows too (the engine follows its streams).  Each
 micro-batch's notifications go through ``foreachBatch`` to the server's routing -- numbered per client in the
 notification log and fanned out as a publish's are, in the engine's gate (``app.py``) -- and the last routed
-micro-batch id is kept (``serve/streams.json``), so that a micro-batch Spark replays after a crash is not
-routed twice.
+micro-batch id is kept as the stream's routing mark in the notification log, in the transaction of the
+micro-batch's notifications (``notification_log.py``, "Routing marks"), so that a micro-batch Spark replays
+after a crash is not routed twice.  (It was a file, ``serve/streams.json``, written after the log's commit: a
+server killed between the two routed the replayed micro-batch again; the file is still read, for a directory
+served before.)  None is lost either: Spark commits a micro-batch to its checkpoint only after
+``foreachBatch`` returned, i.e. after the log's commit, and replays one it has not committed.
 
 The stream hosts the groups on its table when it starts and their later subscriptions (subscriptions are
 data, ``control/streaming.py``).  A table with no subscription yet waits: its stream starts with the first
@@ -39,7 +43,7 @@ from pathlib import Path
 
 from sparksub.errors import SparksubError
 
-__all__ = ["StreamSource", "ServedStream", "EngineStreams", "FORMATS"]
+__all__ = ["FORMATS", "EngineStreams", "ServedStream", "StreamSource", "mark_of"]
 
 #: the file formats a served stream reads (Spark's file source: ``spark.readStream.format(...)``)
 FORMATS = ("json", "csv", "parquet")
@@ -118,14 +122,17 @@ def _query_error(query) -> str | None:
 
 
 class EngineStreams:
-    """The served streams of one engine.  ``route(table, output, batch_id) -> summary`` hands a micro-batch's
-    output (Arrow) to the server and returns once it is routed; it is called in Spark's ``foreachBatch``
-    thread.  ``start_ready`` and ``after_change`` call the engine (run them in the engine's gate); ``stop``
-    waits for a running micro-batch, whose routing needs the gate (never call it from inside the gate)."""
+    """The served streams of one engine.  ``route(table, output, batch_id, mark) -> summary`` hands a
+    micro-batch's output (Arrow) to the server and returns once it is routed and ``batch_id`` committed as the
+    routing mark ``mark`` (``mark_of``); it is called in Spark's ``foreachBatch`` thread.  ``routed(mark)``: the
+    mark as the notification log has it (None: never routed).  ``start_ready`` and ``after_change`` call the
+    engine (run them in the engine's gate); ``stop`` waits for a running micro-batch, whose routing needs the
+    gate (never call it from inside the gate)."""
 
-    def __init__(self, engine, sources, route, *, trigger_seconds: float = DEFAULT_TRIGGER_SECONDS):
+    def __init__(self, engine, sources, route, routed, *, trigger_seconds: float = DEFAULT_TRIGGER_SECONDS):
         self.engine = engine
         self.route = route
+        self.routed = routed
         self.trigger_seconds = float(trigger_seconds)
         tables = [s.table.lower() for s in sources]
         twice = {t for t in tables if tables.count(t) > 1}
@@ -133,8 +140,12 @@ class EngineStreams:
             raise ValueError(f"--stream: one source per table, got several for {sorted(twice)}")
         self.streams = {s.table.lower(): ServedStream(s, engine.checkpoint_location(f"serve-{s.table.lower()}"))
                         for s in sources}
-        self._marks_file = Path(engine.directory.root) / "serve" / "streams.json"
+        self._marks_file = Path(engine.directory.root) / "serve" / "streams.json"   # (before the log's marks)
         self._marks = self._read_marks()
+        for served in self.streams.values():
+            mark = routed(mark_of(served.checkpoint))
+            if mark is not None:
+                self._marks[served.checkpoint] = mark
         self._lock = threading.Lock()   # the marks file and the counters (foreachBatch threads)
 
     # ---- checks and starting -------------------------------------------------------------------------------
@@ -239,7 +250,7 @@ class EngineStreams:
             if batch_id <= self._marks.get(served.checkpoint, -1):
                 return   # routed before a crash or a restart: Spark replays it, the clients have it
             output = batch_df.toArrow()
-            summary = self.route(served.source.table, output, batch_id)
+            summary = self.route(served.source.table, output, batch_id, mark_of(served.checkpoint))
             with self._lock:
                 served.batches += 1
                 served.rows += int(output.num_rows)
@@ -248,8 +259,7 @@ class EngineStreams:
                 if summary.get("rejected"):
                     served.last_rejected = summary["rejected"][:5]
                 served.last_batch_id, served.last_batch_at = batch_id, time.time()
-                self._marks[served.checkpoint] = batch_id
-                self._write_marks()
+                self._marks[served.checkpoint] = batch_id   # the log has it (route's commit)
         return run
 
     def _read_marks(self) -> dict:
@@ -259,16 +269,15 @@ class EngineStreams:
             return {}
         return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
-    def _write_marks(self) -> None:
-        self._marks_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._marks_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._marks, sort_keys=True))
-        tmp.replace(self._marks_file)
-
     # ---- numbers -----------------------------------------------------------------------------------------
     def status(self) -> list[dict]:
         with self._lock:
             return [s.status() for s in self.streams.values()]
+
+
+def mark_of(checkpoint: str) -> str:
+    """The routing mark of the served stream checkpointed at ``checkpoint``, in the notification log."""
+    return f"stream:{checkpoint}"
 
 
 def _stop(query, timeout: float) -> None:

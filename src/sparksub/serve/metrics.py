@@ -33,6 +33,9 @@ class _ServerCollector:
                                 value=s.get("notifications_per_second", 0.0))
         yield CounterMetricFamily("sparksub_reformulated_messages", "Reformulated messages matched at the edge",
                                   value=s.get("messages_total", 0))
+        yield CounterMetricFamily("sparksub_unroutable_messages",
+                                  "Reformulated messages the engine committed before a restart and the server could "
+                                  "not deliver (service.py route_kept)", value=s.get("unroutable_messages_total", 0))
         yield CounterMetricFamily("sparksub_published_rows", "Rows published through the server",
                                   value=s.get("published_rows_total", 0))
         yield GaugeMetricFamily("sparksub_publish_lag_seconds",

@@ -21,6 +21,13 @@ it): the fan-out processes of a multi-process server (``workers.py``) tail the l
 every chunk of the commits after the last one they handed out, in commit order -- and ``listeners`` are
 called after each commit (the engine's process wakes the tailers through them).  A tailer opens the file
 with ``reader=True``: no schema work, and ``last_seq`` read from the file, since another process appends.
+
+**Routing marks** (issue 17: a server killed between the engine's commit and this log's loses nothing): the
+log keeps, in ``marks``, how far it has routed each source of notifications -- the engine's publishes (the
+engine's ``next_seq`` after the last routed one) and each served stream (its last routed micro-batch id) --
+written by ``append`` in the same transaction as the chunks they produced.  A mark and its notifications
+are committed together or not at all, so the server can tell exactly what is left to route after a crash
+(``service.py``'s ``route_kept``; ``engine_streams.py``).
 """
 from __future__ import annotations
 
@@ -40,6 +47,7 @@ CREATE TABLE IF NOT EXISTS chunks (
 CREATE INDEX IF NOT EXISTS chunks_by_created ON chunks (created);
 CREATE TABLE IF NOT EXISTS clients (client TEXT PRIMARY KEY, last_seq INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS marks (source TEXT PRIMARY KEY, mark INTEGER NOT NULL) WITHOUT ROWID;
 """
 #: the index the tailers read by; made after the column exists (a store from before commit ids gets it added)
 _COMMIT_INDEX = "CREATE INDEX IF NOT EXISTS chunks_by_commit ON chunks (commit_id)"
@@ -93,9 +101,11 @@ class NotificationLog:
                 return row[0] if row else 0
             return self._last.get(client, 0)
 
-    def append(self, by_client: dict[str, list[tuple[str, str]]]) -> dict[str, list[tuple[int, str, str]]]:
-        """Number and keep ``{client: [(subscription, body JSON), ...]}`` in one transaction; returns
-        ``{client: [(client_seq, subscription, body), ...]}`` in the same order."""
+    def append(self, by_client: dict[str, list[tuple[str, str]]], marks: dict[str, int] | None = None) \
+            -> dict[str, list[tuple[int, str, str]]]:
+        """Number and keep ``{client: [(subscription, body JSON), ...]}`` in one transaction, with the routing
+        ``marks`` (``{source: mark}``, module doc) when given -- committed even when there is no notification;
+        returns ``{client: [(client_seq, subscription, body), ...]}`` in the same order."""
         if self.reader:
             raise RuntimeError("a reader's notification log does not append")
         now = time.time()
@@ -112,10 +122,16 @@ class NotificationLog:
                 last[client] = start + len(notes)
                 subs, bodies = zip(*notes)
                 rows.append((client, start + 1, start + len(notes), now, "\n".join(subs), "\n".join(bodies), commit))
-            if not rows:
+            if not rows and not marks:
                 return out
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                if marks:
+                    self._db.executemany("INSERT INTO marks VALUES (?, ?) ON CONFLICT (source) DO UPDATE SET "
+                                         "mark = excluded.mark", [(k, int(v)) for k, v in marks.items()])
+                if not rows:   # marks alone: no commit id (the tailers would read an empty commit)
+                    self._db.execute("COMMIT")
+                    return out
                 self._db.executemany("INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
                 self._db.executemany("INSERT INTO clients VALUES (?, ?) ON CONFLICT (client) DO UPDATE SET "
                                      "last_seq = excluded.last_seq", [(c, last[c]) for c in out])
@@ -133,6 +149,12 @@ class NotificationLog:
         for listener in self.listeners:   # after the commit: whoever is told may read it
             listener(commit)
         return out
+
+    def mark(self, source: str) -> int | None:
+        """How far ``source`` has been routed (module doc: the routing marks); None: never."""
+        with self._lock:
+            row = self._db.execute("SELECT mark FROM marks WHERE source = ?", (source,)).fetchone()
+        return row[0] if row else None
 
     def committed(self) -> int:
         """The id of the latest commit in the file (0: none)."""

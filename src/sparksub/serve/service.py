@@ -15,11 +15,28 @@ their ``subscription_id``s; a reformulated publish's messages are matched to sub
 subscriber index (``engine.deliver``), and the rows that causes go to their owners -- so a remote client
 receives exactly what the in-process unicast output holds for its subscriptions.  Event-query matches go to
 the owner of the query.  Rejected and error rows go back to the publisher in the response.
+
+Exactly once across a crash (issue 17): the engine commits a publish before the server routes it, so a server
+killed in between would lose its notifications -- a retry with the same ``batch_id`` is a duplicate for the
+engine.  So the notification log keeps, in the transaction of the routed chunks, the engine's ``next_seq``
+after the last publish routed (``PUBLISHED_MARK``); ``route_kept`` -- at startup (``app.py``) and before each
+publish -- routes every row the engine kept (``engine.notifications``) from that seq on.  A kept output
+says itself which rows are reformulated messages (neither ``subscription_id`` nor ``query``:
+``_split_messages``), so the log records no mode.  Messages recovered after a restart cannot be delivered:
+the subscriber side ``deliver`` matches them with lives in the engine's memory, as of before the publish,
+and died with the process; they are reported (logged, counted), not routed -- see ``route_kept``.
+
+Test hook: ``SPARKSUB_SERVE_CRASH_AT=engine-committed:<batch_id>`` in the environment makes the server kill
+itself (SIGKILL) right after the engine committed the publish of that ``batch_id`` and before the log's commit
+(``tests/test_serve_recovery.py``); unset, nothing happens.
 """
 from __future__ import annotations
 
+import logging
+import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -57,6 +74,13 @@ MAX_REPORTED_ROWS = 100
 EXPLAIN_FORMATS = ("text", "dot", "svg")
 #: how long Graphviz may take to lay out one EXPLAIN graph (seconds)
 DOT_TIMEOUT_SECONDS = 15.0
+#: the notification log's routing mark of the engine's publishes: the engine's ``next_seq`` after the last
+#: publish whose notifications the log holds (``notification_log.py``, "Routing marks")
+PUBLISHED_MARK = "engine:next_seq"
+#: the test hook's environment variable (module doc): ``engine-committed:<batch_id>``
+CRASH_AT_ENV = "SPARKSUB_SERVE_CRASH_AT"
+
+_log = logging.getLogger("sparksub.serve")
 
 
 class RequestError(Exception):
@@ -90,6 +114,7 @@ class SubscriptionService:
         self.messages_total = 0
         self.published_rows_total = 0
         self.publishes_total = 0
+        self.unroutable_messages_total = 0   # reformulated messages route_kept could not deliver
         self.last_publish_seconds = 0.0
         self._recent: deque = deque()   # (time, notifications) of recent publishes
         self._stats_cache: tuple[float, dict] | None = None
@@ -302,12 +327,15 @@ class SubscriptionService:
         started = time.perf_counter()
         with self._lock:
             self.column_types(table)   # 404 for an unknown table
+            recovered = self._route_kept()   # routed first: their engine seqs come before this publish's
             if batch_id is not None and self.engine.committed(batch_id):
                 return PublishResult({"table": table, "mode": mode, "batch_id": batch_id, "duplicate": True,
-                                      "notifications": 0}, {})
+                                      "notifications": 0}, recovered)
             n_rows = rows.num_rows if isinstance(rows, pa.Table) else len(rows)
             output = self.engine.publish(table, rows, mode=mode, batch_id=batch_id, variant=variant).toArrow()
-            numbered, messages, unowned, reported = self._routed(output, mode)
+            _crash_point("engine-committed", batch_id)
+            numbered, messages, unowned, reported = self._routed(output, mode,
+                                                                 {PUBLISHED_MARK: self._engine_next_seq()})
             routed = sum(len(v) for v in numbered.values())
             elapsed = time.perf_counter() - started
             self._count(routed, messages, n_rows, elapsed)
@@ -317,16 +345,56 @@ class SubscriptionService:
                        "seconds": round(elapsed, 4)}
             if mode == "reformulated":
                 summary["messages"] = messages
-            return PublishResult(summary, numbered)
+            return PublishResult(summary, _joined(recovered, numbered))
 
-    def stream_batch(self, table: str, output: pa.Table, batch_id: int) -> PublishResult:
+    def route_kept(self) -> int:
+        """Route what the engine kept and the log has not (the module doc; at startup, before anything
+        listens: the notes wait in the log for their clients).  The notifications routed."""
+        with self._lock:
+            return sum(len(v) for v in self._route_kept().values())
+
+    def _route_kept(self) -> dict:
+        """Route the rows of the engine's committed publishes from the log's ``PUBLISHED_MARK`` on (a server
+        killed between the engine's commit and the log's, a routing that failed after the engine's commit, a
+        publish made beside the server through the engine's own API) and advance the mark, in one log commit;
+        returns them numbered, ``client -> [(client_seq, name, body)]``, for the fan-out.  A new log (or one
+        from before the marks) starts at the engine's ``next_seq``: what was published before it was no
+        remote client's.  Several publishes are routed as one, in seq order."""
+        engine_next = self._engine_next_seq()
+        mark = self.log.mark(PUBLISHED_MARK)
+        if mark is None:
+            self.log.append({}, {PUBLISHED_MARK: engine_next})
+            return {}
+        if engine_next <= mark:
+            return {}
+        kept = self.engine.notifications(since_seq=mark).toArrow()
+        # rows without a seq are error rows, of any kept publish: the publisher they were for is gone
+        kept = kept.filter(pc.fill_null(pc.greater_equal(kept.column("seq"), mark), False))
+        kept = kept.take(pc.sort_indices(kept, [("seq", "ascending")]))   # stable: a seq's messages in order
+        numbered, _, unowned, reported = self._routed(kept, "reformulated", {PUBLISHED_MARK: engine_next},
+                                                      recovering=True)
+        routed = sum(len(v) for v in numbered.values())
+        self.notifications_total += routed
+        _log.warning("routed %d notification(s) of engine seqs %d..%d that the engine committed but the "
+                     "notification log had not routed (a server killed between the two commits?); %d row(s) "
+                     "owned by no remote client, %d rejected/error row(s) not reported", routed, mark,
+                     engine_next - 1, unowned, len(reported))
+        return numbered
+
+    def _engine_next_seq(self) -> int:
+        """The engine's next seq (``runtime_stats``: read from the journal, no operator built)."""
+        return int(self.engine.runtime_stats()["engine"]["next_seq"])
+
+    def stream_batch(self, table: str, output: pa.Table, batch_id: int, mark: str | None = None) -> PublishResult:
         """One micro-batch's output of a stream the server runs (``engine_streams.py``: ``engine.stream`` in
         unicast mode) routed as a publish's is -- numbered per owning client, committed to the notification
-        log before this returns.  Its rejected rows have no publisher to go back to: the summary counts them
-        and keeps the first few (the stream's status shows them)."""
+        log before this returns, with ``batch_id`` as the routing mark ``mark`` (the stream's) in the same
+        transaction.  Its rejected rows have no publisher to go back to: the summary counts them and keeps
+        the first few (the stream's status shows them).  No engine call: Spark's micro-batch waits for this."""
         started = time.perf_counter()
         with self._lock:
-            numbered, _, unowned, reported = self._routed(output, "unicast")
+            numbered, _, unowned, reported = self._routed(output, "unicast",
+                                                          None if mark is None else {mark: batch_id})
             routed = sum(len(v) for v in numbered.values())
             self.notifications_total += routed
             self._recent.append((time.time(), routed))
@@ -335,22 +403,49 @@ class SubscriptionService:
                                   "rejected": reported[:MAX_REPORTED_ROWS], "rejected_count": len(reported),
                                   "seconds": round(time.perf_counter() - started, 4)}, numbered)
 
-    def _routed(self, output: pa.Table, mode: str) -> tuple[dict, int, int, list]:
-        """An engine output routed and committed: (``client -> [(client_seq, name, body)]``, reformulated
-        messages matched, rows no remote client owns, the rejected and error rows).  In reformulated mode the
-        messages go through the engine's subscriber index (``deliver``) first."""
+    def _routed(self, output: pa.Table, mode: str, marks: dict | None = None, recovering: bool = False) \
+            -> tuple[dict, int, int, list]:
+        """An engine output routed and committed, with the routing ``marks`` in the same log commit:
+        (``client -> [(client_seq, name, body)]``, reformulated messages matched, rows no remote client owns,
+        the rejected and error rows).  In reformulated mode the messages go through the engine's subscriber
+        index (``deliver``) first.  ``recovering``: messages the engine cannot deliver are reported, not
+        raised (``route_kept``)."""
         messages = 0
-        if mode == "reformulated":
+        if mode == "reformulated" and output.num_rows:
             direct, message_rows = _split_messages(output)
             messages = message_rows.num_rows
-            delivered = self.engine.deliver(message_rows).toArrow() if message_rows.num_rows else None
+            delivered = self._delivered(message_rows, recovering) if message_rows.num_rows else None
             routable = [t for t in (direct, delivered) if t is not None and t.num_rows]
+            if recovering and len(routable) > 1:
+                # several publishes at once: one table, numbered in seq order (_route), not a later publish's
+                # direct rows before an earlier one's delivered rows
+                routable = [pa.concat_tables(routable, promote_options="permissive")]
         else:
             routable = [output]
         by_client, unowned, reported = {}, 0, []
         for part in routable:
             unowned += self._route(part, by_client, reported)
-        return self.log.append(by_client), messages, unowned, reported
+        return self.log.append(by_client, marks), messages, unowned, reported
+
+    def _delivered(self, message_rows: pa.Table, recovering: bool) -> pa.Table | None:
+        """``engine.deliver`` of reformulated messages.  Recovering after a restart it refuses: the subscriber
+        side it matches with is built in memory by the reformulated publish, as of before it, and died with
+        the killed server -- the engine, reopened, holds the groups as of after the publish, so no seed gives
+        these messages' notifications back.  Those are then lost to their subscribers: said loudly (an ERROR
+        naming the seqs and groups, ``unroutable_messages_total``) rather than raised, which would stop every
+        later publish."""
+        try:
+            return self.engine.deliver(message_rows).toArrow()
+        except SparksubError as err:
+            if not recovering:
+                raise
+            seqs = pc.min_max(message_rows.column("seq")).as_py()
+            groups = sorted(set(message_rows.column("group_id").drop_null().to_pylist()))
+            self.unroutable_messages_total += message_rows.num_rows
+            _log.error("%d reformulated message(s) of engine seqs %s..%s (groups %s), committed by the engine but "
+                       "not routed before the server stopped, cannot be delivered to their subscribers: %s",
+                       message_rows.num_rows, seqs["min"], seqs["max"], ", ".join(groups), err)
+            return None
 
     def _route(self, table: pa.Table, by_client: dict, reported: list) -> int:
         """Add ``table``'s notification rows to ``by_client`` (``client -> [(name, body JSON)]``), its rejected
@@ -441,6 +536,22 @@ class SubscriptionService:
                     stats = {}
             self._stats_cache = (now, {"runtime": stats.get("runtime", {}), "engine": stats.get("engine", {})})
         return self._stats_cache[1]
+
+
+def _joined(first: dict, then: dict) -> dict:
+    """Two routings' numbered notes per client, ``first``'s (the smaller numbers) before ``then``'s."""
+    out = {client: list(notes) for client, notes in first.items()}
+    for client, notes in then.items():
+        out.setdefault(client, []).extend(notes)
+    return out
+
+
+def _crash_point(point: str, batch_id) -> None:
+    """The test hook (module doc): die now, as a killed server does -- SIGKILL, no cleanup, no flush -- when
+    ``SPARKSUB_SERVE_CRASH_AT`` is ``<point>:<batch_id>``."""
+    wanted = os.environ.get(CRASH_AT_ENV)
+    if wanted and batch_id is not None and wanted == f"{point}:{batch_id}":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _check_format(format) -> None:
