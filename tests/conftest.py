@@ -58,7 +58,23 @@ def explain_snapshot(spark):
     return check
 
 
+#: test files of a minute or more (Spark children, a Connect server, a local cluster, a killed server), collected
+#: first: ``-n 2 --dist loadfile`` hands files out in collection order, so the long ones start first and the
+#: short ones fill in beside them, rather than one long file starting last on a worker the other waits for
+LONG_FILES = ("test_durable.py", "test_connect.py", "test_cluster.py", "test_serve_recovery.py",
+              "test_sql_differential.py", "test_catalyst.py", "test_stream.py", "test_zones_engine.py",
+              "test_durable_issue19.py", "test_stream_subscriptions.py", "test_serve_streams.py",
+              "test_join_shards_engine.py")
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: LONG_FILES.index(item.path.name) if item.path.name in LONG_FILES
+               else len(LONG_FILES))   # stable: the order within a file, and of the other files, stays
+    _skip_in_the_catalyst_off_run(items)
+
+
+def _skip_in_the_catalyst_off_run(items):
     """``.ci/run`` runs the Spark tests a second time with ``SPARKSUB_CATALYST=off`` (the pure-Python path
     of our statements). Run in the first run only: tests marked ``catalyst_independent`` -- their engines run
     without the Catalyst extension in both runs (a Spark Connect session; child processes; a local-cluster

@@ -477,9 +477,9 @@ class Publishing:
             return
         entry.subscribers_version, entry.subscribers_variant = entry.version, variant
         if entry.family.placement == ONE and not entry.family.stateless and self._zoned_view(entry) is None:
-            # Seeded at the first deliver(), from the replica as it stands now -- before this batch; its files
-            # stay until a new base replaces them, and _replica seeds first then (issue 16 item 3: a caller who
-            # never calls deliver() never has every subscriber's result on the driver).
+            # Seeded at the first deliver(), from the replica as it stands now -- before this batch; a new base
+            # pins its files for it (_keep_seed) rather than building it (issue 16 item 3: a caller who never
+            # calls deliver() never has every subscriber's result on the driver).
             replica = self._replica(self._tables[entry.family.tables(entry.physical)[0]], entry)
             self._drop_seed(entry)
             entry.subscribers, entry.subscribers_seed = None, PendingSeed(replica)
