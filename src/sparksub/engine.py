@@ -447,6 +447,13 @@ class Engine(JoinShardGroups, ZonedGroups, Statements, SubscriptionGroups, Event
             out.update(self.runtime_stats())
             return out
 
+    @property
+    def next_seq(self) -> int:
+        """The ``seq`` the next published row gets: every committed batch's rows have smaller ones (what a
+        consumer of ``notifications(since_seq=...)`` compares against; no file is read)."""
+        with self._lock:
+            return self._next_seq
+
     def runtime_stats(self) -> dict:
         """``stats()``'s ``runtime`` and ``engine`` parts alone: read from the counter files and the journal,
         without building any group's operator on the driver (which ``stats()`` does, and which a monitor
