@@ -229,6 +229,20 @@ def test_sharded_reformulated_messages_equal_the_whole_groups(spark):
         bases = now
     assert not sharded._join_shard_states[gid].shards     # reformulated: no stage 2, no shard was built
     assert "2 row partitions × 3 subscription shards" in sharded.explain("j2")
+    # publish's ordinary job runs the row partitions in reformulated mode: a worker keeps one of them per group too
+    # (run here in the driver's process one after the other)
+    import pyarrow as pa
+
+    from sparksub.runtime import groups as spark_groups
+    from sparksub.runtime.replicas import _CACHE
+    js = sharded._join_shard_states[gid]
+    schema = pa.schema([("group_id", pa.string()), ("op", pa.string()), ("seq", pa.int64()), ("reason", pa.string())])
+    for rid, replica in sorted(js.partitions.items()):
+        # no row (R's columns: an empty batch is read as R's side), so that the state stays as it is
+        empty = next(v for kind, v, _ in replica.read_log() if kind == "batch" and "e__rk" in v.column_names)
+        out = list(spark_groups._run_group(replica, empty.slice(0, 0), "reformulated", schema))
+        assert "error" not in [op for b in out for op in b.column("op").to_pylist()], out
+        assert sorted(k[1] for k in _CACHE if k[0] == sharded.uid and k[1].startswith(f"{gid}#r")) == [rid]
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))

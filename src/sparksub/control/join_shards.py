@@ -145,7 +145,9 @@ class JoinShardGroups:
                                                              self._tables, n, self.join_router_mode,
                                                              subscriptions=False, rid_prefix="r")
             old = js.partitions
-            js.partitions = {rid: spark_replicas.new_base(self.directory, self.uid, rid, snap, replaces=old.get(rid))
+            # one row partition per group in a worker, in stage 1's job and in publish's ordinary job alike
+            js.partitions = {rid: spark_replicas.new_base(self.directory, self.uid, rid, snap, replaces=old.get(rid),
+                                                          one_per_worker=True)
                              for rid, snap in snaps.items()}
             for rid, r in old.items():
                 if rid not in js.partitions:

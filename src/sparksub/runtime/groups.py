@@ -31,7 +31,7 @@ from sparksub.jvm.bridge import subscription_group
 from sparksub.operators.shared import row_validation
 from sparksub.runtime import keepalive, placement
 from sparksub.runtime.connect import is_connect_session
-from sparksub.runtime.replicas import _CACHE, Replica, materialize, remember  # noqa: F401 (_CACHE: bench probe)
+from sparksub.runtime.replicas import _CACHE, Replica, keep_one_per_group, materialize, remember  # noqa: F401 (_CACHE: bench probe)
 
 __all__ = ["materialize", "remember", "run_groups", "write_groups", "groups_frame", "plan_string", "plan_text", "failed_groups", "placed_frame",
            "split_batch"]
@@ -65,6 +65,8 @@ def _run_group(replica: Replica, table: pa.Table, mode: str, schema: pa.Schema):
         if not table.num_rows:
             return
     try:
+        if replica.one_per_worker:   # a sharded SELECT_JOIN's row partition, reformulated: as in stage 1's job
+            keep_one_per_group(replica)
         group = materialize(replica)
         out = group.apply(table, mode)
     except Exception as err:  # noqa: BLE001 - reported as a row, which the driver reads

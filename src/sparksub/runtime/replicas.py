@@ -66,6 +66,9 @@ class Replica:
     #: ``(base id, log length)`` of the replica this base compacted (:func:`new_base` ``continues``): the base
     #: is that one with those entries applied, so an operator cached there is this base at position 0
     continues: tuple[str, int] | None = None
+    #: a Python worker keeps one replica of this one's group and kind (:func:`keep_one_per_group`) whichever job
+    #: runs it: a sharded SELECT_JOIN's row partitions also run in publish's ordinary job (reformulated mode)
+    one_per_worker: bool = False
 
     @property
     def base_path(self) -> str:
@@ -120,7 +123,7 @@ def replica_root(directory, replica_id: str) -> Path:
 
 
 def new_base(directory, engine_uid: str, replica_id: str, value, replaces: Replica | None = None,
-             continues: bool = False) -> Replica:
+             continues: bool = False, one_per_worker: bool = False) -> Replica:
     """A new base for ``replica_id``: ``value`` (a snapshot, or bytes already pickled) written once to a new
     base directory under the engine's ``directory``; ``replaces``: the superseded replica, whose files are
     deleted.  ``continues`` (a compaction: ``value`` is ``replaces``' state with its whole log applied, nothing
@@ -134,7 +137,7 @@ def new_base(directory, engine_uid: str, replica_id: str, value, replaces: Repli
     after = (replaces.base_id, replaces.log_length) if continues and replaces is not None else None
     if replaces is not None:
         discard(replaces)
-    return Replica(engine_uid, replica_id, str(where), base_id, continues=after)
+    return Replica(engine_uid, replica_id, str(where), base_id, continues=after, one_per_worker=one_per_worker)
 
 
 def discard(replica: Replica) -> None:
