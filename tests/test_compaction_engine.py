@@ -25,8 +25,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.catalyst_passthrough]
 SUBS = {"m1": ("MIN", 0.0, 2.0), "m2": ("MIN", 1.0, 1.0), "m3": ("MAX", 0.0, 3.0), "m4": ("MAX", 2.0, 9.0)}
 
 
-def engine(spark):
-    e = Engine(spark)
+def engine(spark, path=None):
+    e = Engine(spark, path=path)
     e.sql("CREATE TABLE r (rk BIGINT PRIMARY KEY, a DOUBLE, b DOUBLE)")
     e.load("r", [{"rk": k, "a": float(k % 3), "b": float(k % 4)} for k in range(6)])
     for q, (agg, lo, hi) in SUBS.items():
@@ -64,6 +64,30 @@ def test_compactions_keep_results_and_a_pending_deliver_side(spark, monkeypatch)
         assert ref.result(q) == uni.result(q) == oracle(state, agg, lo, hi), q
     entry = next(iter(ref._groups.values()))
     assert entry.subscribers_seed is None and not any((ref.directory.root / "seeds").rglob("base.pickle"))
+
+
+def test_a_reopen_removes_the_files_a_pending_deliver_side_pinned(spark, monkeypatch, tmp_path):
+    """A durable engine left with a pending deliver() side (reformulated publishes, compactions, no deliver()) and
+    then closed without a checkpoint, as a kill leaves it: the reopened engine removes the pinned files under
+    ``seeds/`` (nothing reads them again) and answers as the oracle."""
+    monkeypatch.setattr(publishing, "LOG_COMPACTION_ROWS", 5)
+    e = engine(spark, tmp_path / "e")
+    seeds = e.directory.root / "seeds"
+    state = {k: (float(k % 3), float(k % 4)) for k in range(6)}
+    for batch in batches(seed=7, n=3):
+        e.publish("r", batch, mode="reformulated")
+        for u in batch:
+            if u.get("_op") == "delete":
+                state.pop(u["rk"], None)
+            else:
+                state[u["rk"]] = (u["a"], u["b"])
+    assert any(seeds.rglob("base.pickle"))
+    e.close(checkpoint=False)
+    reopened = Engine(spark, path=tmp_path / "e")
+    assert not seeds.exists()
+    for q, (agg, lo, hi) in SUBS.items():
+        assert reopened.result(q) == oracle(state, agg, lo, hi), q
+    reopened.close()
 
 
 def test_join_partitions_compacted_under_publishes_keep_the_oracle(spark, monkeypatch):
