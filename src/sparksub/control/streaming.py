@@ -151,7 +151,10 @@ class Streaming:
             # issue 15 item 6)
             streamed_joins = joins
             if streamed_joins:
-                joined = self._stream_joins(state, streamed_joins, valid, mode, where, stream_id, control)
+                # a SELECT_JOIN group publish() runs sharded runs in two stages (runtime/join_stream.py)
+                live.join_shards = {e.group_id: n for e in streamed_joins if (n := self._join_shard_count(e))}
+                joined = self._stream_joins(state, streamed_joins, valid, mode, where, stream_id, control,
+                                            live.join_shards)
                 if ranges:  # a delete of an unknown key: the range groups (which hold every row) say it once
                     joined = joined.where(joined.op != "rejected")
                 outs.append(subscription_group(joined,
@@ -240,11 +243,15 @@ class Streaming:
         return _rename_event_columns(out, tdef)
 
     def _stream_joins(self, state: TableState, entries: list, streaming_df, mode: str, where=None,
-                      stream_id: str | None = None, control=None):
+                      stream_id: str | None = None, control=None, shards=None):
         """Join groups on a stream of updates to one of their tables: stream-static joins (the partner is
         the other table's rows now), state per partition of the streamed rows (spark_join_stream).  The
         bases and the initial rows go to files in ``where`` (the stream's directory)."""
-        from sparksub.runtime.join_stream import JoinStreamGroup, run_join_stream
+        from sparksub.runtime.join_stream import (
+            JoinStreamGroup,
+            run_join_stream,
+            sharded_join_group,
+        )
         from sparksub.runtime.stream import _Deferred
 
         def stored(name: str, value):
@@ -256,6 +263,13 @@ class Streaming:
         specs = {}
         for n, e in enumerate(entries):
             side = e.family.side_of(e.physical, tdef)
+            if e.group_id in (shards or {}):   # ``shards``: group -> its subscription shards (two stages)
+                _, one = e.family.partition_snapshots(e.registry, e.physical, e.group_id, self._tables, 1,
+                                                      self.join_router_mode, subscriptions=False)
+                bases = e.family.shard_bases(e.registry, e.physical, shards[e.group_id]) if mode == "unicast" else {}
+                specs[e.group_id] = sharded_join_group(e.group_id, side, parts, one.popitem()[1], initial, bases, mode,
+                                                       lambda suffix, v, n=n: stored(f"join-{n}{suffix}.pickle", v))
+                continue
             snap = e.family.stream_snapshot(e.registry, e.physical, e.group_id, self._tables, side,
                                             self.join_router_mode)
             specs[e.group_id] = JoinStreamGroup(e.group_id, side, parts, stored(f"join-{n}.pickle", snap), initial)
@@ -296,7 +310,12 @@ class Streaming:
             if live.table not in tables:
                 continue
             state = self._tables[live.table]
-            if placement == ROW_PARTITIONS and gid in live.joins:
+            if placement == ROW_PARTITIONS and gid in live.join_shards:   # two stages (runtime/join_stream.py)
+                bases = entry.family.shard_bases(entry.registry, entry.physical, live.join_shards[gid]) \
+                    if live.mode == "unicast" else {}
+                stream_control.publish_join_shards(live.directory, gid, live.next_version(),
+                                                   entry.family.message_payload(entry.registry, entry.physical), bases)
+            elif placement == ROW_PARTITIONS and gid in live.joins:
                 snap = entry.family.stream_snapshot(entry.registry, entry.physical, gid, self._tables,
                                                     live.joins[gid], self.join_router_mode)
                 stream_control.publish_subscriptions(live.directory, gid, live.next_version(), snap)

@@ -31,6 +31,45 @@ rebuilt from the MapState, the base's static side and the new subscriptions (a c
 columns of the partner's rows brings the partner's rows as of the change).  ValueState ``subs`` keeps which
 change the last micro-batch applied.
 
+**A large SELECT_JOIN group in two stages** (issue 16 item 4; ``Engine.join_subscription_shards``, the
+threshold ``publish`` uses, docs/parallelism.md "SELECT_JOIN shards"): copying every subscription into every
+partition is what sharding avoids, so such a group (:func:`sharded_join_group`) runs as publish's does::
+
+    MapInArrow <name>_shards(...)                                stage 2: one task per subscription shard
+    +- Exchange hashpartitioning(j_slot, Q)
+       +- MapInArrow <name>_to_shards(...)                        every message to every shard of its group
+          +- TransformWithStateInPySpark <name>_row_partitions(...)   stage 1: rows, static side, NO subscription
+             +- Exchange hashpartitioning(group_id) ... as above
+
+*Stage 1*: the stateful partitions are the ones above (streamed rows by key in the state store, the whole static
+side in the base), built from a group without subscriptions (``JoinFamily.partition_snapshots(subscriptions=
+False)``: every column of both tables), and each micro-batch's updates go through ``apply(batch,
+"reformulated")``: the messages of 000 §4, one per result tuple of δ ⋈ partner (an upsert the delete of its old
+row and the insert of the new, one seq) -- whatever the subscriptions, so a subscription change never touches
+these partitions.  In a ``unicast`` stream the messages carry every column of both tables (``table.column``):
+whatever a subscription selects, now or after a change, travels with them (publish instead logs a
+``MessageColumns`` entry to its row partitions; a stream's state-store partitions have no log the driver can
+append to).  In a ``reformulated`` stream the messages *are* the output (no stage 2): they carry the columns the
+subscriptions select, as the whole group's do, following a change through a ``MessageColumns`` entry.
+
+*Stage 2* (unicast): the subscriptions split by a CRC32 of their id into Q shards (``joins/shards.py``), each
+shard one Spark partition of an ``Exchange`` inside the same streaming query: a ``mapInArrow`` sends each message
+to every shard of its group (a column ``j_slot``), ``repartition(Q', j_slot)`` (Q' = the shards of every such
+group) brings each shard's copy to its task, and a ``mapInArrow`` matches them with ``JoinShard.unicast`` (the
+R-tree of the shard's rectangles, the same netting per (seq, subscription, result tuple, output row) as the whole
+group's).  ``j_slot`` takes, for shard slot i, a value Spark's hash partitioning sends to partition i
+(:func:`partition_keys`), so no two shards share a task.  Why not the stateful operator's own output: a
+``transformWithState`` partition is keyed by the streamed rows' key and its Spark partition fixed by the
+checkpoint, while a shard must see *every* row partition's messages; a second stateful operator keyed by shard
+would keep no state worth its checkpoint (a shard's truth is its base file and the change versions).  A shard
+is stateless per micro-batch: its base (``JoinShardBase``: ids, rectangles, projections) is a file of the
+stream's directory, the shard built from it cached in the Python worker per (stream, group, shard, change
+version) and rebuilt from the file when cold (``stream_stats``: ``shard_builds``, ``shard_cache_hits``).  A
+subscription change writes the shards' new bases as the stream's next change version (``stream_control.
+publish_join_shards``); the micro-batches pinned to it build their shards from it, and stage 1 never notices.
+Rejected rows (the operator's deletes of unknown keys) pass stage 2 once, in the first shard's task.  The union
+of the shards' rows is the whole group's unicast output, row for row.
+
 Order, ``seq`` and malformed rows as ``spark_stream``: rows apply in ``_seq`` order (else input order, ``seq
 = (micro-batch id << 32) + rank``, both from ``spark_stream.checked_updates``, which also sets malformed rows
 aside); a delete of an unknown key is rejected by the operator (emitted once, by the first group).  An upsert of a known key is the delete of its old row and the insert of
@@ -41,6 +80,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import pickle
+import re
 import uuid
 import zlib
 from dataclasses import dataclass
@@ -48,21 +88,33 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sparksub.runtime import stateful, stream_control
 from sparksub.runtime import stream as spark_stream
 from sparksub.operators.shared.schemas import EVENT_PREFIX
-from sparksub.operators.joins.group import QueryChange, key_text, side_columns
+from sparksub.operators.joins.group import (JOIN_MESSAGE_SCHEMA, MessageColumns, QueryChange, key_text,
+                                            message_column, side_columns)
+from sparksub.operators.joins.shards import JoinShard
+from sparksub.operators.shared.row_validation import REJECTED
 from sparksub.operators.shared.schemas import DELETE, UPSERT
 from sparksub.runtime.stream import _loaded
 
-__all__ = ["JoinStreamGroup", "run_join_stream", "key_partition"]
+__all__ = ["JoinStreamGroup", "run_join_stream", "key_partition", "partition_keys", "sharded_join_group"]
 
 #: join partitions cached per Python worker
 CACHE_ENTRIES = 16
 #: (engine uid, stream id, partition id) -> (query id, run id, applied, (group, change version)): stateful.StreamCache
 _CACHE: dict = {}
 _WORKER = stateful.StreamCache(CACHE_ENTRIES, lambda: _CACHE)
+#: subscription shards (stage 2) cached per Python worker: Spark ties no shard to a worker, so a worker may meet
+#: each shard of a group in turn
+SHARD_CACHE_ENTRIES = 8
+#: (engine uid, stream id, group id, shard, change version) -> JoinShard: stateful.StreamCache.shared
+_SHARDS: dict = {}
+_SHARD_WORKER = stateful.StreamCache(SHARD_CACHE_ENTRIES, lambda: _SHARDS)
+#: the column that sends a message's copy to its shard's Spark partition (stage 2)
+SLOT_COLUMN = "j_slot"
 
 
 def key_partition(key, partitions: int) -> int:
@@ -79,12 +131,34 @@ class JoinStreamGroup:
     base: object       # JoinGroupSnapshot: the static side's rows, the subscriptions, no streamed rows
     initial: object    # {key: row tuple} of the streamed table when the stream starts
     # (each a replicas.StoredValue -- a file under the engine's directory -- or a stream._Deferred)
+    # a group run in two stages (:func:`sharded_join_group`; its base then holds no subscription): its subscription
+    # shards' bases (stage 2; none in a reformulated stream), each stored as ``base``; None: the group runs whole
+    shards: tuple | None = None
+    message_fields: tuple = ()   # the columns its stage-1 messages carry (unicast: every column of both tables)
 
     def snapshot(self):
         return _loaded(self.base.get())
 
     def initial_rows(self) -> dict:
         return _loaded(self.initial.get())
+
+
+def sharded_join_group(group_id: str, side: int, partitions: int, row_partition, initial, shard_bases: dict,
+                       mode: str, store) -> JoinStreamGroup:
+    """A SELECT_JOIN group the stream runs in two stages (module docstring).  ``row_partition``: the group as one
+    row partition without subscriptions (``JoinFamily.partition_snapshots(subscriptions=False)``), stored without
+    the streamed side's rows (the state store holds them); ``shard_bases``: {shard: ``JoinShardBase``};
+    ``store(suffix, value)``: the stored value (a file of the stream's directory)."""
+    rows = list(row_partition.rows)
+    rows[side] = {c: [] for c in rows[side]}
+    # unicast: the messages carry every column of both tables to the shards; reformulated: they are the output,
+    # carrying what the subscriptions select (as the whole group's)
+    payload = None if mode == "unicast" else row_partition.message_payload
+    base = dataclasses.replace(row_partition, rows=tuple(rows), message_payload=payload)
+    fields = tuple(pa.field(EVENT_PREFIX + message_column(s[0], c), base.payload_types[(d, c)])
+                   for d, s in enumerate(base.sides) for c in s[4]) if payload is None else ()
+    return JoinStreamGroup(group_id, side, partitions, store("", base), initial,
+                           tuple(store(f"-q{j}", b) for j, b in sorted(shard_bases.items())), fields)
 
 
 @dataclass
@@ -122,8 +196,154 @@ def run_join_stream(spark, streaming_df, table_def, groups: dict, mode: str, sch
                           table_def.key, u.key_type, mode, schema, groups, min(groups), u.seq_given,
                           spark_stream._STATS.get(stream_id) if stream_id is not None else None, control)
     routed_schema = StructType(list(rows.schema.fields) + [StructField("group_id", StringType(), False)])
-    routed = rows.mapInArrow(_route_function(spec, name), routed_schema)
-    return stateful.run(routed.groupBy("group_id"), JOIN_PARTITIONS, spec, stateful.output_ddl(schema), name)
+
+    def stateful_partitions(part: JoinStreamSpec, operator: str):
+        routed = rows.mapInArrow(_route_function(part, operator), routed_schema)
+        return stateful.run(routed.groupBy("group_id"), JOIN_PARTITIONS, part, stateful.output_ddl(part.schema),
+                            operator)
+    whole = {gid: g for gid, g in groups.items() if g.shards is None}
+    split = {gid: g for gid, g in groups.items() if g.shards is not None}
+    outs = [stateful_partitions(dataclasses.replace(spec, groups=whole), name)] if whole else []
+    if split:   # (the group ``primary`` says a rejection once, in whichever operator runs it)
+        if mode == "unicast":
+            first = dataclasses.replace(spec, groups=split, schema=_message_schema(split))
+            outs.append(_shard_stage(stateful_partitions(first, f"{name}_row_partitions"), first, schema, name))
+        else:   # the row partitions' messages are the output
+            outs.append(stateful_partitions(dataclasses.replace(spec, groups=split), f"{name}_row_partitions"))
+    out = outs[0]
+    for more in outs[1:]:
+        out = out.unionByName(more)
+    return out
+
+
+def _message_schema(groups: dict) -> pa.Schema:
+    """Stage 1's output in a unicast stream: the messages (``JOIN_MESSAGE_SCHEMA`` and the columns they carry)
+    and ``reason`` (a rejected row)."""
+    fields = {f.name: f for f in JOIN_MESSAGE_SCHEMA}
+    for g in groups.values():
+        for f in g.message_fields:
+            fields.setdefault(f.name, f.with_name(_between_stages(f.name)))
+    return pa.schema([*fields.values(), pa.field("reason", pa.string())])
+
+
+def _between_stages(column: str) -> str:
+    """A message column's name between the stages: without its dot (``table.column``), which a ``mapInArrow``
+    over the stateful operator's output would read as a field of a struct (``%`` escaped first, so that
+    :func:`_message_column_name` undoes it exactly)."""
+    return column.replace("%", "%25").replace(".", "%2E")
+
+
+def _message_column_name(column: str) -> str:
+    return re.sub("%(25|2E)", lambda m: "%" if m.group(1) == "25" else ".", column)
+
+
+def partition_keys(n: int) -> list[int]:
+    """For each partition i of Spark's ``repartition(n, c)`` over an int column ``c``, a value of ``c`` that Spark
+    sends there: ``pmod(hash(value), n) == i`` (``HashPartitioning``: Murmur3 of the value, seed 42), so that each
+    subscription shard gets a task of its own (a shard number as the value would let two shards share a task)."""
+    keys: list = [None] * n
+    value, found = 0, 0
+    while found < n:
+        p = _spark_hash_int(value) % n   # (Python's % of a positive n is Spark's pmod)
+        if keys[p] is None:
+            keys[p] = value
+            found += 1
+        value += 1
+    return keys
+
+
+def _spark_hash_int(value: int, seed: int = 42) -> int:
+    """Spark's ``Murmur3_x86_32.hashInt(value, seed)`` (what ``hash(c)`` and hash partitioning give an int), as a
+    signed 32-bit int."""
+    mask = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & mask
+    k1 = rotl((value & mask) * 0xCC9E2D51 & mask, 15) * 0x1B873593 & mask
+    h1 = (rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & mask
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & mask
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & mask
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def _shard_stage(messages, spec: JoinStreamSpec, schema: pa.Schema, name: str):
+    """Stage 2 over stage 1's ``messages`` (module docstring): every message to every shard of its group, one
+    Spark partition per shard, each matched by its shard; the unicast rows in ``schema``."""
+    slots = [(gid, j) for gid in sorted(spec.groups) for j in range(len(spec.groups[gid].shards))]
+    keys = partition_keys(len(slots))
+    fanned_schema = spec.schema.append(pa.field(SLOT_COLUMN, pa.int32()))
+    fanned = messages.mapInArrow(_fan_out_function(slots, keys, f"{name}_to_shards"),
+                                 stateful.output_ddl(fanned_schema))
+    return fanned.repartition(len(slots), SLOT_COLUMN).mapInArrow(
+        _shard_function(spec, dict(zip(keys, slots)), schema, f"{name}_shards"), stateful.output_ddl(schema))
+
+
+def _fan_out_function(slots: list, keys: list, name: str):
+    by_group: dict = {}
+    for (gid, _), key in zip(slots, keys):
+        by_group.setdefault(gid, []).append(key)
+
+    def fan_out(batches):
+        """Each message to every shard of its group (column ``j_slot``); a rejected row to the first shard only."""
+        for rb in batches:
+            if not rb.num_rows:
+                continue
+            rejected = pc.fill_null(pc.equal(rb.column("op"), REJECTED), False)
+            gids = rb.column("group_id")
+            if pc.any(rejected).as_py():
+                rows = rb.filter(rejected)
+                yield rows.append_column(SLOT_COLUMN, pa.array(np.full(rows.num_rows, keys[0], np.int32)))
+            for gid, mine in by_group.items():
+                rows = rb.filter(pc.and_(pc.fill_null(pc.equal(gids, gid), False), pc.invert(rejected)))
+                for key in mine if rows.num_rows else ():
+                    yield rows.append_column(SLOT_COLUMN, pa.array(np.full(rows.num_rows, key, np.int32)))
+    fan_out.__name__ = name
+    return fan_out
+
+
+def _shard_function(spec: JoinStreamSpec, slot_of: dict, schema: pa.Schema, name: str):
+    def match(batches):
+        """A shard's copy of a micro-batch's messages -> its subscriptions' unicast rows (``JoinShard.unicast``)."""
+        got = [rb for rb in batches if rb.num_rows]
+        if not got:
+            return
+        table = pa.Table.from_batches(got)
+        slot = table.column(SLOT_COLUMN)
+        for key in pc.unique(slot).to_pylist():   # (one, unless Spark's partitioning differs from partition_keys)
+            gid, j = slot_of[key]
+            part = table.filter(pc.equal(slot, key)).drop_columns([SLOT_COLUMN])
+            rejected = pc.equal(part.column("op"), REJECTED)
+            if pc.any(rejected).as_py():
+                rows = part.filter(rejected)
+                yield from stateful.output_table(schema, None, rows.column("seq").to_pylist(),
+                                                 rows.column("reason").to_pylist(), group_id=gid).to_batches()
+            messages = part.filter(pc.invert(rejected))
+            messages = messages.rename_columns([_message_column_name(c) for c in messages.column_names])
+            if messages.num_rows:
+                notes = _shard(spec, gid, j).unicast(messages)
+                yield from stateful.output_table(schema, notes).to_batches()
+    match.__name__ = name
+    return match
+
+
+def _shard(spec: JoinStreamSpec, gid: str, j: int) -> JoinShard:
+    """Shard ``j`` of group ``gid`` with the subscriptions of the micro-batch's change version: the worker's, else
+    built from its base file (the stream's start, or the change's)."""
+    version = spec.control.version(gid, stream_control.batch_id()) if spec.control is not None else 0
+    built = []
+
+    def build():
+        built.append(version)
+        base = spec.groups[gid].shards[j].get() if not version else spec.control.join_shard(gid, version, j)
+        return JoinShard(_loaded(base))
+    shard = _SHARD_WORKER.shared((spec.engine_uid, spec.stream_id, gid, j, version), build)
+    if spec.stats is not None:
+        spec.stats.add({"shard_builds" if built else "shard_cache_hits": 1})
+    return shard
 
 
 def _route_function(spec: JoinStreamSpec, name: str):
@@ -166,7 +386,7 @@ def apply_join_micro_batch(spec: JoinStreamSpec, rid: str, pdf: pd.DataFrame, st
     gs = spec.groups[gid]
     pdf = pdf.iloc[np.argsort(pdf["j_ord"].to_numpy(), kind="stable")]
     ident = (spec.engine_uid, spec.stream_id, rid)
-    version = spec.control.version(gid, stream_control.batch_id()) if spec.control is not None else 0
+    version = _version(spec, gs)
     group, applied, rebuilds, how = _group_for(spec, gs, rid, int(part), state, ident, version)
     changed = stateful.note_subscriptions(state.subs, spec.stream_id, version)
     if spec.stats is not None:
@@ -213,7 +433,11 @@ def apply_join_micro_batch(spec: JoinStreamSpec, rid: str, pdf: pd.DataFrame, st
         if reason is not None and reason == reason and gid == spec.primary:
             rej_seq.append(None if seqs[i] == spark_stream._NO_SEQ else int(seqs[i]))
             rej_reason.append(str(reason))
-    notes = group.apply(_batch(spec, gs, out_rows, out_ops, out_seqs), spec.mode) if out_rows else None
+    # a row partition (stage 1) yields the messages of 000 §4, whatever the stream's mode
+    mode = "reformulated" if gs.shards is not None else spec.mode
+    notes = group.apply(_batch(spec, gs, out_rows, out_ops, out_seqs), mode) if out_rows else None
+    if notes is not None and gs.shards is not None and spec.mode == "unicast":   # to stage 2
+        notes = notes.rename_columns([_between_stages(c) for c in notes.column_names])
     for k, v in final.items():
         if v is None:
             state.rows.removeKey((k,))
@@ -224,6 +448,14 @@ def apply_join_micro_batch(spec: JoinStreamSpec, rid: str, pdf: pd.DataFrame, st
 
 
 JOIN_PARTITIONS = stateful.StreamKind(_state_variables, JoinStreamState, apply_join_micro_batch)
+
+
+def _version(spec: JoinStreamSpec, gs: JoinStreamGroup) -> int:
+    """The stream's change version of ``gs``'s subscriptions this micro-batch applies (``stream_control``); 0 in a
+    row partition of a unicast stream: it holds no subscription and its messages carry every column."""
+    if spec.control is None or (gs.shards is not None and spec.mode == "unicast"):
+        return 0
+    return spec.control.version(gs.group_id, stream_control.batch_id())
 
 
 def _plain(v, integral: bool):
@@ -260,8 +492,10 @@ def _group_for(spec, gs: JoinStreamGroup, rid: str, part: int, state: JoinStream
         group, had = got.cached[1]
         if had == version:
             return group, applied, rebuilds, "cache_hits"
-        # 003 §4.2.3: the partition follows query inserts and deletes while data flows, as publish's do
-        change = query_change(_subscriptions(spec, gs, had), _subscriptions(spec, gs, version))
+        # 003 §4.2.3: the partition follows query inserts and deletes while data flows, as publish's do; a row
+        # partition only the columns its messages carry
+        change = MessageColumns(_subscriptions(spec, gs, version).message_payload) if gs.shards is not None \
+            else query_change(_subscriptions(spec, gs, had), _subscriptions(spec, gs, version))
         if change is not None:
             group.apply(change, "none")
             return group, applied, rebuilds, "cache_hits"
@@ -275,6 +509,8 @@ def _subscriptions(spec: JoinStreamSpec, gs: JoinStreamGroup, version: int):
     base = gs.snapshot()
     if not version:
         return base
+    if gs.shards is not None:   # a row partition: no subscription; its messages carry what they select (000 §4)
+        return dataclasses.replace(base, message_payload=spec.control.message_payload(gs.group_id, version))
     change = spec.control.subscriptions(gs.group_id, version)
     if tuple(change.sides) != tuple(base.sides):
         return change   # new columns of the partner's rows: the change's static side has them (as of the change)

@@ -100,7 +100,7 @@ __all__ = ["run_stream", "stream_stats", "output_schema", "checked_updates", "va
 
 REJECTED = row_validation.REJECTED
 STAT_NAMES = ("micro_batches", "seeded", "cache_hits", "caught_up", "rebuilt", "updates", "rejected",
-              "notifications", "subscription_changes", "groups_added")
+              "notifications", "subscription_changes", "groups_added", "shard_builds", "shard_cache_hits")
 #: Micro-batches of valid rows kept in the state (a ring of ListStates), to bring a stale cached index
 #: up to date instead of rebuilding it: Spark hands a group's task to any idle Python worker.
 LOG_SLOTS = 4
@@ -583,7 +583,8 @@ def stream_stats(df_or_id) -> dict:
     updates (valid rows applied, summed over groups), rejected (rows set aside),
     notifications (output rows other than rejected ones), subscription_changes (a group's micro-batch applied
     another subscription set than its previous one: ``stream_control``), groups_added (groups the stream
-    took on while it ran).  Read from the stream's counter files
+    took on while it ran), shard_builds / shard_cache_hits (a two-stage join group's subscription shard built from
+    its base file / found in the worker, ``join_stream``).  Read from the stream's counter files
     (``replicas.CounterFile``), which every task adds to."""
     sid = df_or_id if isinstance(df_or_id, str) else df_or_id.sparksub_stream_id
     counters = _STATS.get(sid)

@@ -8,7 +8,10 @@ engine's directory (``stream.new_stream_id``); the tasks read them directly (one
     changes/<group>/<version>/       the group's whole subscription set after the stream's change <version>
         subscriptions.pickle         (range groups: the family's snapshot without table rows; a join group:
                                      its stream snapshot, ``joins.family.stream_snapshot``)
-        <shard>/base.pickle          (a FILTER group: its shards, cut as the stream cut them at its start)
+        <shard>/base.pickle          (a FILTER group: its shards, cut as the stream cut them at its start;
+                                     a SELECT_JOIN group the stream runs in two stages: its subscription
+                                     shards, ``joins.shards.JoinShardBase``)
+        message_payload.pickle       (that SELECT_JOIN group: the columns its messages carry, per side)
     groups/<group>.pickle            a range group the stream did not host when it started (its GroupSpec:
                                      columns, base, the last micro-batch its base holds)
     batches/<batch>.json             what micro-batch <batch> applies: per group the newest change version,
@@ -44,7 +47,8 @@ from sparksub.directory import safe_name
 from sparksub.runtime.replicas import BASE_FILE, Replica, _write_arrow, _write_atomic
 
 __all__ = ["StreamControl", "LiveStream", "LiveReplicas", "batch_id", "publish_subscriptions", "publish_shards",
-           "publish_group", "applied_batches", "forget_applied", "mark_stale", "running_query", "KEEP_VERSIONS"]
+           "publish_join_shards", "publish_group", "applied_batches", "forget_applied", "mark_stale", "running_query",
+           "KEEP_VERSIONS"]
 
 #: change versions kept per group (a task needs the newest; a replayed micro-batch the one it pinned)
 KEEP_VERSIONS = 4
@@ -54,6 +58,7 @@ KEEP_APPLIED = 64
 #: the local property Spark's micro-batch execution sets on every task of a micro-batch
 _BATCH_ID = "streaming.sql.batchId"
 _SUBSCRIPTIONS = "subscriptions.pickle"
+_MESSAGE_PAYLOAD = "message_payload.pickle"
 _STALE = "events-changed"
 _QUERY = "query.json"
 #: per process: (directory, what) -> value read (change snapshots, group specs, batch plans); bounded
@@ -132,11 +137,27 @@ class StreamControl:
     def subscriptions(self, group_id: str, version: int):
         """The subscription snapshot of change ``version`` (read once per process); the newest kept one when a
         replayed micro-batch's version was pruned meanwhile."""
-        path = self._change_dir(group_id, version) / _SUBSCRIPTIONS
+        path = self._change_file(group_id, version, _SUBSCRIPTIONS)
+        return _cached((self.directory, "subs", group_id, path.parent.name), lambda: _read_pickle(path))
+
+    def message_payload(self, group_id: str, version: int) -> tuple:
+        """The columns a two-stage SELECT_JOIN group's messages carry as of change ``version`` (per side)."""
+        path = self._change_file(group_id, version, _MESSAGE_PAYLOAD)
+        return _cached((self.directory, "payload", group_id, path.parent.name), lambda: _read_pickle(path))
+
+    def join_shard(self, group_id: str, version: int, shard: int):
+        """Subscription shard ``shard`` of a two-stage SELECT_JOIN group as of change ``version`` (a
+        ``JoinShardBase``; not kept here: the task caches the shard it builds from it)."""
+        return _read_pickle(self._change_file(group_id, version, Path(str(shard), BASE_FILE)))
+
+    def _change_file(self, group_id: str, version: int, name) -> Path:
+        """``name`` in change ``version``'s directory, or in the newest kept change's when a replayed micro-batch's
+        version was pruned meanwhile."""
+        path = self._change_dir(group_id, version) / name
         if not path.exists():
             newest = self._current()["versions"].get(group_id, 0)
-            path = self._change_dir(group_id, newest) / _SUBSCRIPTIONS
-        return _cached((self.directory, "subs", group_id, path.parent.name), lambda: _read_pickle(path))
+            path = self._change_dir(group_id, newest) / name
+        return path
 
     def shard_replica(self, replica_id: str, version: int) -> Replica:
         """A FILTER shard as of change ``version``: a replica over that change's shard base (a base id of its
@@ -195,6 +216,7 @@ class LiveStream:
     filter_group: str | None = None
     filter_shards: int = 0
     joins: dict = field(default_factory=dict)        # join group -> the side of the join the table is
+    join_shards: dict = field(default_factory=dict)  # join group run in two stages -> its subscription shards
     events: bool = False
     version: int = 0
     absorbed: int = -1
@@ -233,11 +255,23 @@ def publish_subscriptions(directory, group_id: str, version: int, snapshot) -> N
 
 def publish_shards(directory, group_id: str, version: int, shards: list) -> None:
     """Change ``version`` of a FILTER group: one base per shard (``<shard>/base.pickle``)."""
+    _publish_change(directory, group_id, version, lambda tmp: _write_shards(tmp, dict(enumerate(shards))))
+
+
+def publish_join_shards(directory, group_id: str, version: int, payload: tuple, shards: dict) -> None:
+    """Change ``version`` of a SELECT_JOIN group a stream runs in two stages (``runtime/join_stream.py``): the
+    columns its messages carry (``payload``, per side) and ``shards``, {shard: its base} (none in a reformulated
+    stream, which has no second stage)."""
     def write(tmp: Path):
-        for i, snap in enumerate(shards):
-            (tmp / str(i)).mkdir()
-            _write_atomic(tmp / str(i) / BASE_FILE, lambda fh, s=snap: pickle.dump(s, fh, protocol=5))
+        _write_atomic(tmp / _MESSAGE_PAYLOAD, lambda fh: pickle.dump(tuple(payload), fh, protocol=5))
+        _write_shards(tmp, shards)
     _publish_change(directory, group_id, version, write)
+
+
+def _write_shards(tmp: Path, shards: dict) -> None:
+    for i, snap in shards.items():
+        (tmp / str(i)).mkdir()
+        _write_atomic(tmp / str(i) / BASE_FILE, lambda fh, s=snap: pickle.dump(s, fh, protocol=5))
 
 
 def _publish_change(directory, group_id: str, version: int, write) -> None:
