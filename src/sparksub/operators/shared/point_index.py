@@ -37,7 +37,10 @@ open one excludes it).  NaN coordinates are rejected.
 """
 from __future__ import annotations
 
-from math import isqrt
+from math import inf as _INF
+from math import isnan, isqrt
+from math import nan as _NAN
+from math import nextafter as _nextafter
 
 import numpy as np
 
@@ -48,8 +51,13 @@ __all__ = ["PointIndex2D"]
 _EMPTY_I = np.empty(0, dtype=np.int64)
 _EMPTY_F = np.empty(0, dtype=np.float64)
 
+_NINF = -_INF
+
 # location codes in the slot map
 _ABSENT, _STATIC, _DELTA = 0, 1, 2
+
+# query_many tests each rectangle on its bounding box's points up to this many rectangle-point pairs
+_MANY_CELLS = 1 << 15
 
 
 def _lower(a: np.ndarray, v: float, closed: bool) -> np.ndarray:
@@ -386,6 +394,72 @@ class PointIndex2D:
                 out = np.concatenate([out, self._d_slot[: self._d_n][dm]])
         self._n_reported += int(out.size)
         return out
+
+    def query_many(self, rects) -> tuple[np.ndarray, list[int]]:
+        """:meth:`query` for several rectangles, each given as its 8 arguments: ``(slots, offsets)``,
+        rectangle i's slots being ``slots[offsets[i]:offsets[i + 1]]`` (each part unordered).
+
+        One query of the rectangles' bounding box finds the candidates, and each rectangle is then
+        tested on them in one vectorised comparison: the messages of one update lie close together,
+        so matching them costs one index query rather than one per message.  When the box holds too
+        many points for that (more than ``_MANY_CELLS`` rectangle-point pairs), each half of the
+        rectangles (in the given order: neighbours) is matched on its own box.
+        """
+        rects = list(rects)
+        m = len(rects)
+        self._n_queries += m
+        # the box with every bound closed holds every rectangle; a NaN bound matches nothing, so it has
+        # no say in the box (min / max pass a NaN on or not depending on its place)
+        sides = [[float(r[i]) for r in rects] for i in (0, 2, 4, 6)]
+        if any(map(isnan, map(sum, sides))):  # a NaN somewhere (or inf - inf: then nothing is dropped)
+            sides = [[v for v in side if not isnan(v)] for side in sides]
+        box = (min(sides[0], default=_INF), max(sides[1], default=_NINF), min(sides[2], default=_INF),
+               max(sides[3], default=_NINF))
+        if not (box[0] <= box[1] and box[2] <= box[3]):
+            return _EMPTY_I.copy(), [0] * (m + 1)
+        args = (box[0], True, box[1], True, box[2], True, box[3], True)
+        idx = self._static_candidates(*args)
+        if self._s_ndead and idx.size:
+            idx = idx[~self._s_dead[idx]]
+        c_slot, c_x1, c_x2 = self._s_slot[idx], self._s_x1[idx], self._s_x2[idx]
+        if self._d_n:
+            dm = self._delta_mask(*args)
+            if dm.any():
+                n = self._d_n
+                c_slot = np.concatenate([c_slot, self._d_slot[:n][dm]])
+                c_x1 = np.concatenate([c_x1, self._d_x1[:n][dm]])
+                c_x2 = np.concatenate([c_x2, self._d_x2[:n][dm]])
+        if not c_slot.size:
+            return _EMPTY_I.copy(), [0] * (m + 1)
+        if m > 1 and m * c_slot.size > _MANY_CELLS:
+            h = m // 2
+            self._n_queries -= m
+            first, off1 = self.query_many(rects[:h])
+            second, off2 = self.query_many(rects[h:])
+            return np.concatenate([first, second]), off1 + [off1[-1] + o for o in off2[1:]]
+        # every bound closed: an open one moves to the next float inward (exact), an open one at the
+        # infinity it opens towards admits nothing, and so does a NaN (the empty box: lo = inf, hi = -inf)
+        closed = []
+        for a, ac, b, bc, c, cc, d, dc in rects:
+            a, b, c, d = float(a), float(b), float(c), float(d)
+            if not ac:
+                a = _nextafter(a, _INF) if a != _INF else _NAN
+            if not bc:
+                b = _nextafter(b, _NINF) if b != _NINF else _NAN
+            if not cc:
+                c = _nextafter(c, _INF) if c != _INF else _NAN
+            if not dc:
+                d = _nextafter(d, _NINF) if d != _NINF else _NAN
+            if isnan(a) or isnan(b) or isnan(c) or isnan(d):
+                a = c = _INF
+                b = d = _NINF
+            closed.append((a, b, c, d))
+        bounds = np.array(closed).T[:, :, None]
+        inside = (c_x1 >= bounds[0]) & (c_x1 <= bounds[1]) & (c_x2 >= bounds[2]) & (c_x2 <= bounds[3])
+        rect, pos = np.nonzero(inside)
+        out = c_slot[pos]
+        self._n_reported += int(out.size)
+        return out, [0, *np.cumsum(np.bincount(rect, minlength=m)).tolist()]
 
     def count(self, x1_lo: float, x1_lo_closed: bool, x1_hi: float, x1_hi_closed: bool,
               x2_lo: float, x2_lo_closed: bool, x2_hi: float, x2_hi_closed: bool) -> int:

@@ -65,9 +65,10 @@ Insertions are updates from y = ∞, deletions updates to y = ∞, an x-move is 
 step (002 footnote 4); a subscriber applies the two steps in order.
 
 Counters (002 Tables III-IV): ``first_k``, ``min_y``, ``snap`` calls, ``messages``, ``updates``; also
-``exposed`` (objects met by sweeps), ``find`` (the underlying FINDL/FINDR calls of the A2B-tree) and, for Unicast,
-``checked``: the subscriptions examined, which is what 002's Tables III-IV count as Unicast's min_y calls (one per
-subscription in the box of Π_old ∪ Π_new, every update; see :meth:`TopkCore._unicast`).
+``exposed`` (objects met by sweeps), ``find`` (the A2B-tree's upper-tier searches: FINDL/FINDR at leaf
+granularity, :class:`TopkIndex`) and, for Unicast, ``checked``: the subscriptions examined, which is what 002's
+Tables III-IV count as Unicast's min_y calls (one per subscription in the box of Π_old ∪ Π_new, every update;
+see :meth:`TopkCore._unicast`).
 """
 from __future__ import annotations
 
@@ -166,6 +167,8 @@ class Outcome(NamedTuple):
 
     @property
     def messages(self) -> tuple:
+        if len(self.steps) == 1:  # most updates: no tuple rebuilt (read twice per update, unicast)
+            return self.steps[0].messages
         return tuple(m for s in self.steps for m in s.messages)
 
     @property
@@ -403,10 +406,12 @@ class TopkIndex(A2BTree):
     """The A2B-tree of ``range_min`` (per-X min Y, FINDL/FINDR) answering 002 §II-B's ``first_k`` and
     ``min_y`` over rank values ``(y, key)``.
 
-    Both walk the upper tier with FINDL/FINDR at the threshold's y and look into the lower tier (sorted by
-    ``(y, key)``) at each X found, so y ties are resolved by key.  Cost: one FIND per distinct X visited;
-    ``min_y`` visits the X's in its range holding an object at or below the threshold (at most ~2k in a
-    sweep) plus one range-min per gap between them.
+    Both look into the lower tier (sorted by ``(y, key)``) at the X's the upper tier points to, so y ties
+    are resolved by key.  Both read the upper tier's leaves as numpy slices and find the leaves that matter
+    with the segment tree (FINDL / FINDR's search at leaf granularity): ``first_k`` the leaves from x0's
+    outwards holding an X at or below the threshold's y until k objects are found; ``min_y`` its range's
+    end leaves and the leaves holding an X at or below the threshold (at most ~2k in a sweep), taking the
+    minimum of the leaves between them from the segment tree.
     """
 
     def _items_at(self, x: float):
@@ -426,64 +431,176 @@ class TopkIndex(A2BTree):
 
     def first_k(self, x0: float, y0: float, key0, leftward: bool, k: int) -> list[tuple[float, float, object]]:
         """002 §II-B ``first_k(x0, y0, ←/→)``: the first k objects strictly west (east) of x0 with rank value
-        < (y0, key0), nearest first, as (x, y, key).  Fewer when the quadrant holds fewer."""
+        < (y0, key0), nearest first, as (x, y, key).  Fewer when the quadrant holds fewer.
+
+        Leaf by leaf from x0's: the X's whose per-X min is <= y0 come from one vectorised comparison on the
+        leaf, and the next leaf holding one from the segment tree (FINDL / FINDR's search)."""
         out: list = []
-        find = self.find_left if leftward else self.find_right
-        x = x0
+        maxk = self._maxk
+        L = len(maxk)
+        if not L or k <= 0:
+            return out
         thr = (y0, key0)
-        while len(out) < k:
-            x, _ = find(x, y0)
-            if x == _INF or x == _NINF:
-                break
-            for y, key in self._items_at(x):
-                if not (y, key) < thr:
-                    break
-                out.append((x, y, key))
-                if len(out) == k:
-                    break
-        return out
+        lxs, lm, ln = self._lxs, self._lm, self._ln
+        lower = self._lower
+        if leftward:
+            li = bisect_left(maxk, x0)
+            if li == L:
+                li = L - 1
+            lo, hi = 0, int(lxs[li].searchsorted(x0))  # the leaf's X's west of x0
+        else:
+            li = bisect_right(maxk, x0)
+            if li == L:
+                return out
+            lo, hi = int(lxs[li].searchsorted(x0, "right")), ln[li]
+        while True:
+            hits = lxs[li][lo:hi][lm[li][lo:hi] <= y0].tolist()
+            for x in reversed(hits) if leftward else hits:  # nearest first
+                cur = lower[x]
+                if type(cur) is tuple:  # one object at x
+                    if cur < thr:
+                        out.append((x, cur[0], cur[1]))
+                        if len(out) == k:
+                            return out
+                    continue
+                for item in cur:
+                    if not item < thr:
+                        break
+                    out.append((x, item[0], item[1]))
+                    if len(out) == k:
+                        return out
+            if leftward:
+                li = self._prev_leaf(li, y0)
+                if li < 0:
+                    return out
+            else:
+                li = self._next_leaf(li, y0, L)
+                if li == L:
+                    return out
+            lo, hi = 0, ln[li]
 
-    def _gap_best(self, a: float, b: float, best):
-        """Best (y, key, x) over [a, b], where every per-X min is above the threshold."""
-        if not a <= b:
-            return best
-        m = self.range_min(a, b)
-        if m == _INF or (best is not None and m > best[0]):
-            return best
-        x = _nextafter(a, _NINF)
-        while True:  # every X in the gap whose min is m (ties in y: the smallest key wins)
-            x, _ = self.find_right(x, m)
-            if x == _INF or x > b:
-                return best
-            y, key = next(iter(self._items_at(x)))
-            if best is None or (y, key) < best[:2]:
-                best = (y, key, x)
-
-    def min_y(self, lo: float, hi: float, closed: bool, y0: float, key0) -> tuple | None:
+    def min_y(self, lo: float, hi: float, closed: bool, y0: float, key0, below: tuple | None = None) -> tuple | None:
         """002 §II-B ``min_y(σ, y0)``: the object with the smallest rank value > (y0, key0) among those with x
-        in σ = [lo, hi] (``closed``) or (lo, hi); as (y, key, x), or None."""
+        in σ = [lo, hi] (``closed``) or (lo, hi); as (y, key, x), or None.  ``below``: a rank value (y, key)
+        the answer must rank before, else None (a sweep stops at i's new value, 002 §III-A: the objects
+        past it are not looked for)."""
         if closed:
             a, b = lo, hi
         else:
             a, b = _nextafter(lo, _INF), _nextafter(hi, _NINF)
         if not a <= b or not self._pos:
             return None
-        thr = (y0, key0)
-        best = None
-        x = _nextafter(a, _NINF)
-        gap_lo = a
-        while True:
-            bx, _ = self.find_right(x, y0)  # next X holding an object with y <= y0 (a "blocked" X)
-            if bx == _INF or bx > b:
-                return self._gap_best(gap_lo, b, best)
-            best = self._gap_best(gap_lo, _nextafter(bx, _NINF), best)
-            for y, key in self._items_at(bx):
-                if thr < (y, key):
-                    if best is None or (y, key) < best[:2]:
-                        best = (y, key, bx)
-                    break
-            gap_lo = _nextafter(bx, _INF)
-            x = bx
+        maxk = self._maxk
+        L = len(maxk)
+        la = bisect_left(maxk, a)
+        if la == L:
+            return None
+        lb = bisect_left(maxk, b)
+        if lb == L:
+            lb = L - 1
+        lxs, lm, ln = self._lxs, self._lm, self._ln
+        pa = int(lxs[la].searchsorted(a))
+        pb = min(int(lxs[lb].searchsorted(b, "right")), ln[lb])
+        # the leaves strictly between la and lb: those holding a blocked X (per-X min <= y0) are read whole;
+        # the runs of the others hold only objects above the threshold, and their minimum is the segment
+        # tree's (002 §II-B: FINDR's search over the upper tier, at leaf granularity)
+        read: list = []
+        runs: list = []
+        li = la
+        while li + 1 < lb:
+            nxt = self._next_leaf(li, y0, lb)
+            if nxt > li + 1:
+                runs.append((li + 1, nxt - 1))
+            if nxt < lb:
+                read.append(nxt)
+            li = nxt
+        if la == lb:
+            X = lxs[la][pa:pb]
+            M = lm[la][pa:pb]
+        else:
+            X = np.concatenate([lxs[la][pa:ln[la]], *[lxs[i][:ln[i]] for i in read], lxs[lb][:pb]])
+            M = np.concatenate([lm[la][pa:ln[la]], *[lm[i][:ln[i]] for i in read], lm[lb][:pb]])
+        lower = self._lower
+        best = None if below is None else (*below, None)  # (y, key, None): the bound, not an answer
+        if M.size:
+            blocked = M <= y0
+            free = np.where(blocked, _INF, M)
+            v = free.min()
+            if v != _INF and (best is None or v <= best[0]):
+                for x in X[free == v].tolist():  # ties in y: the smallest key wins
+                    best = self._first_at(lower[x], x, best)
+            thr = (y0, key0)
+            for x in X[blocked].tolist():
+                cur = lower[x]
+                if type(cur) is tuple:
+                    if thr < cur and (best is None or cur < best[:2]):
+                        best = (cur[0], cur[1], x)
+                    continue
+                p = cur.bisect_right(thr)  # the first object at x past the threshold
+                if p < len(cur):
+                    best = self._first_at(cur[p], x, best)
+        if runs:
+            seg_min = self._seg_range_min
+            mins = [seg_min(i, j) for i, j in runs]
+            v = min(mins)
+            if v != _INF and (best is None or v <= best[0]):
+                # the X's with per-X min v, in the runs reaching it, found leaf by leaf (ties in y: by key)
+                for (i, j), m in zip(runs, mins):
+                    li = i - 1
+                    while m == v and (li := self._next_leaf(li, v, j + 1)) <= j:
+                        n = ln[li]
+                        for x in lxs[li][:n][lm[li][:n] == v].tolist():
+                            best = self._first_at(lower[x], x, best)
+        return None if best is None or best[2] is None else best
+
+    @staticmethod
+    def _first_at(cur, x: float, best):
+        """``best`` or the first object at x (``cur``: its lower-tier entry, or an object) if that ranks first."""
+        y, key = cur if type(cur) is tuple else cur[0]
+        if best is None or (y, key) < best[:2]:
+            return (y, key, x)
+        return best
+
+    # SEARCHL / SEARCHR over the upper tier (digest C.7), as A2BTree.find_left / find_right run them past their
+    # first leaf; those keep the loop inline, since a call more on that path would cost RANGE_MIN's FIND
+    def _prev_leaf(self, li: int, y: float) -> int:
+        """The last leaf before ``li`` whose minimum is <= y, or -1 (SEARCHL, counted as a FIND)."""
+        self.counters["find"] += 1
+        seg = self._seg
+        S = self._S
+        k = S + li
+        while k > 1:
+            if k & 1 and seg[k - 1] <= y:
+                k -= 1
+                break
+            k >>= 1
+        else:
+            return -1
+        while k < S:
+            k = 2 * k + 1
+            if seg[k] > y:
+                k -= 1
+        return k - S
+
+    def _next_leaf(self, li: int, y: float, stop: int) -> int:
+        """The first leaf after ``li`` whose minimum is <= y, or ``stop`` if none comes before it (SEARCHR,
+        counted as a FIND)."""
+        self.counters["find"] += 1
+        seg = self._seg
+        S = self._S
+        k = S + li
+        while k > 1:
+            if not k & 1 and seg[k + 1] <= y:
+                k += 1
+                break
+            k >>= 1
+        else:
+            return stop
+        while k < S:
+            k <<= 1
+            if seg[k] > y:
+                k += 1
+        return min(k - S, stop)
 
     def top(self, x1: float, x2: float, k: int) -> list[tuple[float, object, float]]:
         """The k best (y, key, x) with x1 <= x <= x2, best first (k successive ``min_y``)."""
@@ -859,10 +976,12 @@ class TopkCore:
         return Step("raise" if raising else "lower", msgs)
 
     def _apply(self, key, x, yo, yn) -> None:
-        if yo is not None:
-            self.tree.remove(key)
-        if yn is not None:
+        if yo is None:
             self.tree.insert(key, x, yn)
+        elif yn is None:
+            self.tree.remove(key)
+        else:  # a step keeps x (an x-move is two steps)
+            self.tree.update_y(key, yn)
 
     # ---- Lemma 2 lists ------------------------------------------------------------------------------------
     def _lists(self, x: float, y0: float, key0, kmax: int) -> tuple[list, list, int]:
@@ -954,39 +1073,36 @@ class TopkCore:
     # ---- Paint-Dense / Paint-Sparse (002 §III) ------------------------------------------------------------
     def _paint(self, key, x: float, yo, yn, raising: bool) -> list:
         ks = self._ks()
-        tree = self.tree
-        if yo is not None:
-            tree.remove(key)
-        if not ks:
-            if yn is not None:
-                tree.insert(key, x, yn)
-            return []
-        kmax = ks[-1]
         msgs: list = []
-        if raising:
-            # 002 §III-A rank-raising: IR_new(i) ⊇ IR_old(i); tile IR_new(i) with (x_i, y_new)
-            left, right, c0 = self._lists(x, yn, key, kmax)
-            for k in ks:
-                if k - c0 > 0:
-                    msgs += self._emit(k, staircase_tiles(x, left, right, k - c0), key, x, yn)
-            tree.insert(key, x, yn)
-            return msgs
-        # 002 §III-A rank-lowering: tile IR_old(i) with the new value, then sweep the exposed objects
-        left, right, c0 = self._lists(x, yo, key, kmax)
-        for k in ks:
-            msgs += self._emit(k, staircase_tiles(x, left, right, k - c0) if k > c0 else [], key, x, yn)
+        # i keeps its old entry in the index while it is painted, and one update_y moves it after (no X leaves
+        # and re-enters the upper tier): the lists look strictly west and east of x and count the objects at x
+        # before a rank value that i's old one does not precede, (yn, key) when raising and (yo, key) when
+        # lowering, and the sweep looks only past (yo, key), so the old entry is never met (002 §III-A)
+        if ks:
+            kmax = ks[-1]
+            if raising:
+                # 002 §III-A rank-raising: IR_new(i) ⊇ IR_old(i); tile IR_new(i) with (x_i, y_new)
+                left, right, c0 = self._lists(x, yn, key, kmax)
+                for k in ks:
+                    if k - c0 > 0:
+                        msgs += self._emit(k, staircase_tiles(x, left, right, k - c0), key, x, yn)
+            else:
+                # 002 §III-A rank-lowering: tile IR_old(i) with the new value, then sweep the exposed objects
+                left, right, c0 = self._lists(x, yo, key, kmax)
+                for k in ks:
+                    msgs += self._emit(k, staircase_tiles(x, left, right, k - c0) if k > c0 else [], key, x, yn)
 
-        def visit(k, cells, clip, j):
-            msgs.extend(self._emit(k, cells, j[1], j[2], j[0], clip))
-        self._sweep(key, x, yo, yn, ks, left, right, c0, visit)
-        if yn is not None:
-            tree.insert(key, x, yn)
+                def visit(k, cells, clip, j):
+                    msgs.extend(self._emit(k, cells, j[1], j[2], j[0], clip))
+                self._sweep(key, x, yo, yn, ks, left, right, c0, visit)
+        self._apply(key, x, yo, yn)
         return msgs
 
     def _sweep(self, key, x: float, yo, yn, ks: list, left: list, right: list, c0: int, visit) -> None:
-        """The rank-lowering sweep (002 §III-A, Fig. 2(b)): i, already out of the index, moves up from
-        (yo, key) to (yn, key) (None: ∞).  For each exposed object j = (y, key, x), ``visit(k, cells, clip, j)``
-        gets ΔIR(j) = θ_i^{k|y_j-ε} ∩ θ_j (Eq. (1)) as diagonal cells per k.  Paint-Sparse (§III-B) visits only
+        """The rank-lowering sweep (002 §III-A, Fig. 2(b)): i, out of the index or still at (yo, key) in it (the
+        sweep only looks past that), moves up from (yo, key) to (yn, key) (None: ∞).  For each exposed object
+        j = (y, key, x), ``visit(k, cells, clip, j)`` gets ΔIR(j) = θ_i^{k|y_j-ε} ∩ θ_j (Eq. (1)) as diagonal
+        cells per k.  Paint-Sparse (§III-B) visits only
         the essential exposed objects, inside the apex Q^z of the subscriptions still in IR^z(i) (``clip``;
         None for Paint-Dense).  ``left`` / ``right`` / ``c0`` = i's first_k lists at yo, updated in place."""
         tree = self.tree
@@ -1015,8 +1131,9 @@ class TopkCore:
                 lo = left[K - 1] if K <= len(left) else _NINF
                 hi = right[K - 1] if K <= len(right) else _INF
             c["min_y"] += 1
-            j = tree.min_y(lo, hi, False, z[0], z[1])  # next exposed object (002 Fig. 2(b))
-            if j is None or (stop is not None and not (j[0], j[1]) < stop):
+            # next exposed object (002 Fig. 2(b)); none past i's new value, where the sweep stops (§III-A)
+            j = tree.min_y(lo, hi, False, z[0], z[1], stop)
+            if j is None:
                 break
             yj, kj, xj = j
             c["exposed"] += 1

@@ -79,7 +79,7 @@ class TopkGroup(RangeClassGroup):
 
     @staticmethod
     def _rectangle(m) -> tuple:
-        return m.k, m.inner_l, m.inner_r, m.outer_l, m.outer_r
+        return m[:5]  # TopkMessage's first fields: k, inner_l, inner_r, outer_l, outer_r (one slice per message)
 
     def _count(self, k, inner_l, inner_r, outer_l, outer_r) -> int:
         if self.subscribers is None:
