@@ -12,6 +12,9 @@ rows each, unicast, each timed end to end (``publish`` + counting its checkpoint
 rows/s and notifications/s over the timed publishes, the driver's RSS, each Python worker's PSS (the replicas its
 tasks cache: a row partition with every subscription, or a row partition without any and one shard), and the
 cache outcomes.  Writes ``docs/benchmarks/join_shards.md`` (``--out``); the machine's load is in the table.
+``--mode reformulated``: the publishes return the row partitions' messages (no stage 2; the sharded form's row
+partitions then run in publish's ordinary job, one per worker: ``Replica.one_per_worker``), written to
+``join_shards_reformulated.md``.
 """
 from __future__ import annotations
 
@@ -67,19 +70,19 @@ def child(args) -> dict:
         lo, hi = i * args.batch, (i + 1) * args.batch
         return pa.table({"rk": np.arange(n + lo, n + hi, dtype=np.int64), "a": new_a[lo:hi], "b": new_b[lo:hi]})
     t0 = time.perf_counter()
-    warm = e.publish("r", batch(0)).count()
+    warm = e.publish("r", batch(0), mode=args.mode).count()
     warm_s = time.perf_counter() - t0
     times, notes = [], 0
     for i in range(1, args.batches + 1):
         t0 = time.perf_counter()
-        notes += e.publish("r", batch(i)).count()
+        notes += e.publish("r", batch(i), mode=args.mode).count()
         times.append(time.perf_counter() - t0)
     mem = memory_snapshot()
     per_worker = sorted((pss_mb(p) for p in worker_pids()), reverse=True)
     gid = next(g.group_id for g in e._groups.values())
     st = e.stats()
     js = e._join_shard_states.get(gid)
-    out = {"form": args.form, "rows": n, "subs": m, "batch": args.batch, "batches": args.batches,
+    out = {"form": args.form, "mode": args.mode, "rows": n, "subs": m, "batch": args.batch, "batches": args.batches,
            "warm_s": warm_s, "warm_notifications": warm, "times": times, "notifications": notes,
            "rows_per_s": args.batch * len(times) / sum(times), "notes_per_s": notes / sum(times),
            "driver_rss_mb": rss_mb(), "driver_rss_subscribed_mb": rss0,
@@ -102,6 +105,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=str(OUT_DIR))
     ap.add_argument("--form", choices=("whole", "sharded"))
+    ap.add_argument("--mode", choices=("unicast", "reformulated"), default="unicast")
     args = ap.parse_args()
     if args.quick:
         args.rows, args.subs, args.batch, args.batches = 5_000, 20_000, 500, 2
@@ -111,7 +115,8 @@ def main() -> None:
     results = []
     for form in ("whole", "sharded"):
         cmd = [sys.executable, __file__, "--form", form, "--rows", str(args.rows), "--subs", str(args.subs),
-               "--batch", str(args.batch), "--batches", str(args.batches), "--shards", str(args.shards)]
+               "--batch", str(args.batch), "--batches", str(args.batches), "--shards", str(args.shards),
+               "--mode", args.mode]
         before = load_avg()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
@@ -130,11 +135,11 @@ def main() -> None:
     table = md_table(["form", "rows/s", "notifications/s", "publish s (each)", "warm-up s", "driver RSS MB",
                       "Python workers PSS MB", "worker cache", "load (1/5/15 min)"], rows)
     m = machine()
-    text = f"""# SELECT_JOIN: subscriptions in shards vs every partition holding them (issue 16 item 4)
+    text = f"""# SELECT_JOIN: subscriptions in shards vs every partition holding them (issue 16 item 4; {args.mode} publishes)
 
 `bench/join_shards.py` (`flock /tmp/sparksub-bench.lock nice -n 5`): {args.rows:,} rows in each of R and S,
 {args.subs:,} subscriptions (003 Table 4.1's shape, A and C ranges ~100 long), `local[2]`, 2 row partitions;
-{args.batches} timed unicast publishes of {args.batch:,} new R rows each after one warm-up publish, each timed end to
+{args.batches} timed {args.mode} publishes of {args.batch:,} new R rows each after one warm-up publish, each timed end to
 end (publish + count of its output).  Each form in a fresh process.  Machine: {m.get('cpu', '')}, {m.get('cpu_count', '')}
 cores, shared with other work (the load is in the table).
 
@@ -156,10 +161,11 @@ with much else, so its throughput is not a settled comparison on this machine.
 """
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "join_shards.json").write_text(json.dumps({"args": vars(args), "machine": m, "results": results}, indent=1))
-    plot(results, out / "join_shards.png")
-    text += "\n![rows/s, driver RSS and Python worker PSS, whole vs sharded](join_shards.png)\n"
-    (out / "join_shards.md").write_text(text)
+    stem = "join_shards" if args.mode == "unicast" else f"join_shards_{args.mode}"
+    (out / f"{stem}.json").write_text(json.dumps({"args": vars(args), "machine": m, "results": results}, indent=1))
+    plot(results, out / f"{stem}.png")
+    text += f"\n![rows/s, driver RSS and Python worker PSS, whole vs sharded]({stem}.png)\n"
+    (out / f"{stem}.md").write_text(text)
     print(text)
 
 

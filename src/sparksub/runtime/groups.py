@@ -251,11 +251,25 @@ def write_groups(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str
                                   lambda: pa.schema([f.with_name(n) for f, n in zip(schema, names)]))
 
 
+#: (session id, DDL) -> an empty DataFrame of those columns (:func:`groups_frame`): bounded, and checked against its
+#: session (an id can be reused once a session is gone)
+_EMPTY_FRAMES: dict = {}
+_EMPTY_FRAMES_KEPT = 64
+
+
 def groups_frame(spark, schema: pa.Schema):
     """An empty DataFrame with :func:`run_groups`'s columns and types, for a publish whose output
     :func:`write_groups` writes: only its schema is read.  Not the placed plan itself: building a
-    ``mapInArrow`` (pickling and broadcasting the task) cost 0.17 s of a 100K-row publish for nothing."""
-    return spark.createDataFrame([], _ddl(schema))
+    ``mapInArrow`` (pickling and broadcasting the task) cost 0.17 s of a 100K-row publish for nothing.  Made once
+    per session and columns: ``createDataFrame`` costs ~70 ms a call (a JVM round trip and a plan)."""
+    ddl = _ddl(schema)
+    key = (id(spark), ddl)
+    df = _EMPTY_FRAMES.get(key)
+    if df is None or df.sparkSession is not spark:
+        if len(_EMPTY_FRAMES) >= _EMPTY_FRAMES_KEPT:
+            _EMPTY_FRAMES.clear()
+        df = _EMPTY_FRAMES[key] = spark.createDataFrame([], ddl)
+    return df
 
 
 def failed_groups(df) -> set:
