@@ -57,7 +57,8 @@ from sparksub.operators.shared.arrays import id_list
 from sparksub.operators.shared.schemas import DELETE, ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA, UNICAST_ITEMS_SCHEMA
 
 __all__ = ["RangeClassSnapshot", "RangeClassGroup", "RangeRegistry", "RegionStats", "Counting", "batch_columns",
-           "by_seq", "check_new", "is_null", "key_text", "rows_table", "with_range_class_columns"]
+           "by_seq", "check_new", "is_null", "key_text", "notification_table", "rows_table",
+           "with_range_class_columns"]
 
 
 def with_range_class_columns(schema: pa.Schema, mode: str, message_extra=()) -> pa.Schema:
@@ -150,10 +151,7 @@ class RangeClassGroup:
         if mode == "reformulated" and self._batched(mode):
             rows = self._batch_messages(cols)
             self.counters["reformulated_messages"] += len(rows)
-            out = {f.name: [r.get(f.name) for r in rows] for f in RANGE_MESSAGE_SCHEMA}
-            out["group_id"] = [self.group_id] * len(rows)
-            out["msg_no"] = list(range(len(rows)))
-            return pa.table(out, schema=RANGE_MESSAGE_SCHEMA)
+            return notification_table(rows, RANGE_MESSAGE_SCHEMA, self.group_id)
         for key, x, y, op, seq in zip(cols["key"], cols["x"], cols["y"], cols["op"], cols["seq"]):
             null = x is None or x != x or y is None or (isinstance(y, float) and y != y)
             prev = self._x_of(key)
@@ -172,11 +170,7 @@ class RangeClassGroup:
             return RANGE_MESSAGE_SCHEMA.empty_table()
         schema = RANGE_MESSAGE_SCHEMA if mode == "reformulated" else UNICAST_ITEMS_SCHEMA
         self.counters["reformulated_messages" if mode == "reformulated" else "unicast_rows"] += len(rows)
-        out = {f.name: [r.get(f.name) for r in rows] for f in schema}
-        out["group_id"] = [self.group_id] * len(rows)
-        if mode == "reformulated":
-            out["msg_no"] = list(range(len(rows)))
-        return pa.table(out, schema=schema)
+        return notification_table(rows, schema, self.group_id)
 
     def _batched(self, mode) -> bool:
         """Whether the reformulated form covers the whole batch at once (``_batch_messages``: top-k's
@@ -224,6 +218,19 @@ def batch_columns(batch, text: bool = False) -> dict:
     if text and "y_text" in batch.column_names:
         out["y"] = [t if t is not None else y for t, y in zip(batch.column("y_text").to_pylist(), out["y"])]
     return out
+
+
+def notification_table(rows: list[dict], schema: pa.Schema, group_id) -> pa.Table:
+    """A batch's notification rows (dicts; a column a row lacks is null there) as ``schema``'s table, every
+    row in ``group_id`` and, where the schema has ``msg_no``, numbered in order.  The rows go through Arrow as
+    one struct array: its loop over the dicts takes a third of the time of a Python pass per column."""
+    n = len(rows)
+    filled = {"group_id": pa.array([group_id] * n, schema.field("group_id").type),
+              "msg_no": pa.array(np.arange(n, dtype=np.int64), pa.int64())}
+    fields = [f for f in schema if f.name not in filled]
+    given = dict(zip([f.name for f in fields], pa.array(rows, type=pa.struct(fields)).flatten()))
+    return pa.Table.from_arrays([given[f.name] if f.name in given else filled[f.name] for f in schema],
+                                schema=schema)
 
 
 # -------------------------------------------------------------------------------------------------- subscribers
