@@ -103,6 +103,7 @@ from sparksub.errors import BadUpdate, InvalidSubscription, SparksubError, Unkno
 from sparksub.operators.box.core import (BoxMessage, BoxMinCore, BoxTopkCore, BoxTopkMessage,
                                           BoxTopkSubscriber, box_matches)
 from sparksub.operators.shared.point_index import PointIndex2D
+from sparksub.operators.shared.range_classes import notification_table
 from sparksub.operators.shared.schemas import DELETE, ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA, UNICAST_SCHEMA
 
 __all__ = ["BoxClassSnapshot", "BoxMinGroup", "BoxTopkGroup", "BOX_COLUMNS", "BOX_MESSAGE_SCHEMA",
@@ -343,11 +344,8 @@ class _BoxGroup:
             return BOX_MESSAGE_SCHEMA.empty_table()
         schema = BOX_MESSAGE_SCHEMA if mode == "reformulated" else BOX_UNICAST_SCHEMA
         self.counters["reformulated_messages" if mode == "reformulated" else "unicast_rows"] += len(rows)
-        out = {f.name: [r.get(f.name) for r in rows] for f in schema}
-        out["group_id"] = [self.group_id] * len(rows)
-        if mode == "reformulated":
-            out["msg_no"] = list(range(len(rows)))  # range_groups.RANGE_MESSAGE_SCHEMA: the apply order
-        return pa.table(out, schema=schema)
+        # (reformulated: msg_no numbers the messages in the apply order, as range_groups.RANGE_MESSAGE_SCHEMA's)
+        return notification_table(rows, schema, self.group_id)
 
     # ---- recomputation: the rows in rank order, scanned in blocks ------------------------------------
     def _rank_order(self, by_key: bool) -> np.ndarray:
@@ -825,9 +823,7 @@ class BoxSubscribers:
                 i += 1
             for s in sorted(before):
                 out.extend(self._changes(s, before[s], seq))
-        cols = {f.name: [r.get(f.name) for r in out] for f in BOX_UNICAST_SCHEMA}
-        cols["group_id"] = [self.group_id] * len(out)
-        return pa.table(cols, schema=BOX_UNICAST_SCHEMA)
+        return notification_table(out, BOX_UNICAST_SCHEMA, self.group_id)
 
     def _changes(self, s: int, old, seq: int) -> list[dict]:
         sid, r = self.ids[s], self.recv[s]
