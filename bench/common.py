@@ -51,3 +51,4 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
 
 def log(msg: str) -> None:
     print(msg, flush=True)
+

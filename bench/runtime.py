@@ -1584,6 +1584,14 @@ def _python_baseline(spark) -> dict:
     return memory_snapshot()
 
 
+def executor_python_growth(mem: dict, baseline: dict | None) -> list:
+    """Each executor's Python workers' PSS above its baseline (``_python_baseline``), MB, largest first: what the
+    executor's tasks cache.  Without a baseline, each executor's PSS."""
+    base = (baseline or {}).get("executors", {})
+    return sorted((v["python_pss_mb"] - base.get(label, {}).get("python_pss_mb", 0.0)
+                   for label, v in mem["executors"].items()), reverse=True)
+
+
 def zones_pure(rows: int, batches: list) -> dict:
     """The pure cores on the same batches, one core, no Spark: the single S-CN group (``RangeMinGroup``,
     reformulated) and two zones run one after the other in this process (``ZonedRangeMin``)."""
