@@ -20,29 +20,45 @@ SCRIPT = textwrap.dedent("""
     from sparksub import Engine, spark_session
     spark = spark_session("local-cluster[2,1,1024]", "sparksub-cluster-test",
                           **{"spark.executorEnv.PYSPARK_PYTHON": sys.executable})
-    e = Engine(spark)
-    e.sql("CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)")
-    e.load("stock", {"symbol": ["t2", "t3", "t4", "t5", "t6", "t8"], "risk": [20., 30., 40., 50., 70., 100.],
-                     "per": [3., 8., 12., 5., 6., 2.]})
-    e.subscribe_many("SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
-                     {"id": ["s1", "s2", "s3", "s4"], "lo": [25., 35., 45., 0.], "hi": [55., 75., 60., 200.]})
-    e.sql("CREATE SUBSCRIPTION top AS SELECT MAX(per) FROM stock WHERE risk >= 30")
-    out = []
-    for update in ({"symbol": "t5", "risk": 50., "per": 9.}, {"symbol": "t4", "risk": 40., "per": 4.},
-                   {"symbol": "t3", "risk": 65., "per": 1.}):
-        rows = e.publish("stock", [update]).collect()
-        out.append(sorted((r.subscription_id, r.value) for r in rows))
-    msgs = e.publish("stock", [{"symbol": "t6", "_op": "delete"}], mode="reformulated")
-    out.append(sorted((r.subscription_id, r.value) for r in e.deliver(msgs).collect()))
-    # a select-join over two tables, partitioned by the join value across the two executors
-    e.sql("CREATE TABLE held (hid INT PRIMARY KEY, symbol STRING, qty DOUBLE)")
-    e.sql("CREATE SUBSCRIPTION big AS SELECT * FROM held h JOIN stock s ON h.symbol = s.symbol "
-          "WHERE h.qty >= 10 AND s.per <= 8")
-    joins = []
-    for table, update in (("held", {"hid": 1, "symbol": "t2", "qty": 50.}), ("held", {"hid": 2, "symbol": "t8", "qty": 5.}),
-                          ("stock", {"symbol": "t2", "risk": 20., "per": 9.})):
-        joins.append(sorted((r.subscription_id, r.op, r.left_key, r.right_key)
-                            for r in e.publish(table, [update]).collect() if r.subscription_id == "big"))
+    def run(**settings):
+        e = Engine(spark)
+        for name, value in settings.items():
+            setattr(e, name, value)
+        e.sql("CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)")
+        e.load("stock", {"symbol": ["t2", "t3", "t4", "t5", "t6", "t8"], "risk": [20., 30., 40., 50., 70., 100.],
+                         "per": [3., 8., 12., 5., 6., 2.]})
+        e.subscribe_many("SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
+                         {"id": ["s1", "s2", "s3", "s4"], "lo": [25., 35., 45., 0.], "hi": [55., 75., 60., 200.]})
+        e.sql("CREATE SUBSCRIPTION top AS SELECT MAX(per) FROM stock WHERE risk >= 30")
+        e.subscribe_many("SELECT symbol, per FROM stock WHERE risk BETWEEN :lo AND :hi ORDER BY per LIMIT 2",
+                         {"id": ["k1", "k2", "k3"], "lo": [0., 35., 60.], "hi": [60., 200., 65.]})
+        out, tops = [], []
+        for update in ({"symbol": "t5", "risk": 50., "per": 9.}, {"symbol": "t4", "risk": 40., "per": 4.},
+                       {"symbol": "t3", "risk": 65., "per": 1.}):
+            rows = e.publish("stock", [update]).collect()
+            out.append(sorted((r.subscription_id, r.value) for r in rows if not r.subscription_id.startswith("k")))
+            tops.append(sorted((r.subscription_id, r.op, r.item_key, r.value) for r in rows
+                               if r.subscription_id.startswith("k")))
+        msgs = e.publish("stock", [{"symbol": "t6", "_op": "delete"}], mode="reformulated")
+        out.append(sorted((r.subscription_id, r.value) for r in e.deliver(msgs).collect()
+                          if not r.subscription_id.startswith("k")))
+        # a select-join over two tables, partitioned by the join value across the two executors
+        e.sql("CREATE TABLE held (hid INT PRIMARY KEY, symbol STRING, qty DOUBLE)")
+        e.sql("CREATE SUBSCRIPTION big AS SELECT * FROM held h JOIN stock s ON h.symbol = s.symbol "
+              "WHERE h.qty >= 10 AND s.per <= 8")
+        joins = []
+        for table, update in (("held", {"hid": 1, "symbol": "t2", "qty": 50.}),
+                              ("held", {"hid": 2, "symbol": "t8", "qty": 5.}),
+                              ("stock", {"symbol": "t2", "risk": 20., "per": 9.})):
+            joins.append(sorted((r.subscription_id, r.op, r.left_key, r.right_key)
+                                for r in e.publish(table, [update]).collect() if r.subscription_id == "big"))
+        return e, {"notes": out, "tops": tops, "joins": joins}
+
+    # the workload with every split forced: X zones and their x1 shards, the range classes' and the select-join's
+    # subscription shards, each replica in its own task on either executor; then whole (the engine spark.sql's
+    # statements below reach is the session's last)
+    _, split = run(range_zones=2, range_subscription_shards=2, join_subscription_shards=2)
+    e, whole = run()
     # the Catalyst extension (shipped to the executors by spark.jars): a statement through spark.sql, our
     # node in Spark's plan, and the range-join rewrite equal to Spark's own plan
     from sparksub.jvm import bridge
@@ -62,7 +78,7 @@ SCRIPT = textwrap.dedent("""
             before = bridge.rewrites(spark)
             answers.append([sorted(map(list, spark.sql(sql).collect())), bridge.rewrites(spark) - before])
         catalyst["rewrite"] = answers
-    print("RESULT " + json.dumps({"notes": out, "joins": joins, "catalyst": catalyst,
+    print("RESULT " + json.dumps({**whole, "split": split, "catalyst": catalyst,
                                   "executors": spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()}))
 """)
 
@@ -84,6 +100,26 @@ def test_publish_on_a_local_cluster(tmp_path):
     ]
     # stock's catalog order puts it first: it is the join's left (R) table; t2's PER 3 <= 8 until it moves to 9
     assert result["joins"] == [[["big", "insert", "t2", "1"]], [], [["big", "delete", "t2", "1"]]]
+    # top-2 by per, recomputed from the table after each update: each subscription's list, followed through its
+    # enter / leave rows, is the recomputation's
+    table = {"t2": (20., 3.), "t3": (30., 8.), "t4": (40., 12.), "t5": (50., 5.), "t6": (70., 6.), "t8": (100., 2.)}
+    ranges = {"k1": (0., 60.), "k2": (35., 200.), "k3": (60., 65.)}
+
+    def top2(lo, hi):
+        return {k for _, k in sorted((per, k) for k, (risk, per) in table.items() if lo <= risk <= hi)[:2]}
+    held = {sid: top2(*r) for sid, r in ranges.items()}
+    for (key, risk, per), step in zip((("t5", 50., 9.), ("t4", 40., 4.), ("t3", 65., 1.)), result["tops"]):
+        table[key] = (risk, per)
+        for sid, op, item, _ in step:
+            assert op in ("enter", "leave", "update"), op
+            if op == "enter":
+                held[sid].add(item)
+            elif op == "leave":
+                held[sid].discard(item)
+        assert held == {sid: top2(*r) for sid, r in ranges.items()}, (key, step)
+    assert all(result["tops"])   # each update changed some list
+    # every split gives the whole groups' rows, row for row
+    assert result["split"] == {k: result[k] for k in ("notes", "tops", "joins")}
     catalyst = result["catalyst"]
     if os.environ.get("SPARKSUB_CATALYST", "auto").lower() not in ("0", "off", "false", "no"):
         assert catalyst["loaded"] and catalyst["node"]
