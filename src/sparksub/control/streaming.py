@@ -3,6 +3,7 @@
 published to them, the rows they applied taken in (``runtime/stream_control.py``).  A part of the Engine facade."""
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import uuid
 import warnings
@@ -14,7 +15,9 @@ import pyarrow.compute as pc
 from sparksub.errors import (InvalidArgument,
                              SparksubError)
 from sparksub.jvm.bridge import subscription_group
+from sparksub.control.range_shards import range_shard_count
 from sparksub.operators.contract import ONE, ROW_PARTITIONS, SUBSCRIPTION_SHARDS
+from sparksub.operators.range_min.subscription_shards import shard_bases, shard_bases_at, shard_digest
 from sparksub.operators.shared.schemas import (DELETE, mode_schema, publish_schema,
                                                with_reason)
 from sparksub.runtime import frames as spark_frames
@@ -87,7 +90,11 @@ class Streaming:
         Range groups (MIN/MAX, top-k, DISTINCT, aggregates) are one stateful operator
         (``transformWithStateInPandas``, one state partition per group); a micro-batch is one batch
         for them, so in ``'reformulated'`` mode a top-k group sends Paint-Batch's messages for the
-        whole micro-batch (002 §IV-A), each carrying the micro-batch's last ``seq``.
+        whole micro-batch (002 §IV-A), each carrying the micro-batch's last ``seq``.  In a ``'unicast'`` stream a
+        RANGE_MIN / RANGE_MAX group past ``Engine.range_subscription_shards`` (decided here, when the stream starts)
+        runs in two stages: its state partition holds the rows and no subscription and emits S-CN's messages, and
+        one task per x1 subscription shard matches them, in the same streaming query (``runtime/stream.py``); the
+        output is the same, row for row.
 
         Join groups (SELECT_JOIN, BAND_JOIN) that read the table run as *stream-static* joins
         (``runtime/join_stream.py``): the stream updates this table, the join partner is the other
@@ -169,8 +176,13 @@ class Streaming:
                                                self._describe([(e.physical, e) for e in filters], "stream unicast")))
                 live.filter_group, live.filter_shards = filters[0].group_id, len(filters[0].shards)
             if ranges:
-                specs = {}
-                for e in ranges:
+                specs, staged = {}, {}
+                for n, e in enumerate(ranges):
+                    shards = self._range_stream_shard_count(e, mode)
+                    if shards:   # a large RANGE_MIN / RANGE_MAX group in two stages (runtime/stream.py)
+                        specs[e.group_id], staged[e.group_id], live.range_shards[e.group_id] = \
+                            self._range_stream_stages(state, e, shards, where, n)
+                        continue
                     if e.replica is not None and e.replica.log_length:
                         e.base_stale = True  # the stream seeds its state from the base: make it current
                     x, y, y_is_text, x2 = e.family.stream_columns(e.physical, state.definition)
@@ -181,7 +193,7 @@ class Streaming:
                 schema = wide.remove(wide.get_field_index("reason"))  # run_stream appends it
                 ranges_out = spark_stream.run_stream(self.spark, valid, state.definition, specs, mode, schema,
                                                      self.uid, _operator_name(e.physical for e in ranges) + "_stream",
-                                                     stream_id, control)
+                                                     stream_id, control, staged)
                 outs.append(subscription_group(ranges_out, self._describe([(e.physical, e) for e in ranges],
                                                                           f"stream {mode}")))
                 live.ranges, live.range_schema = set(specs), wide
@@ -199,6 +211,33 @@ class Streaming:
             out.sparksub_stream_id = stream_id  # for spark_stream.stream_stats(out)
             self._live_streams[stream_id] = live   # from now on, changes of its groups are published to it
             return out
+
+    def _range_stream_shard_count(self, entry, mode: str) -> int:
+        """How many subscription shards a RANGE_MIN / RANGE_MAX group runs with in a ``mode`` stream (0: whole):
+        ``Engine.range_subscription_shards``, in a unicast stream (a reformulated one has no subscription side)."""
+        if mode != "unicast" or entry.family.name != "range_min":
+            return 0
+        return range_shard_count(getattr(self, "range_subscription_shards", None), len(entry.registry),
+                                 self._parallelism())
+
+    def _range_stream_stages(self, state: TableState, entry, shards: int, where, n: int) -> tuple:
+        """A RANGE_MIN / RANGE_MAX group the stream runs in two stages (``runtime/stream.py``, "a large group in
+        two stages"): ``(its run_stream entry, (cuts, its shards' stored bases), its stream_control.RangeShards)``.
+        Stage 1's base holds the table's rows and no subscription; the subscriptions go to x1 shards at
+        equal-count cuts, which the stream keeps while it runs (a subscription change rewrites only the shards it
+        touches)."""
+        snap = self._snapshot(state, entry)
+        rows_only = dataclasses.replace(snap, sub_ids=np.empty(0, dtype=object), sub_x1=np.empty(0),
+                                        sub_x2=np.empty(0))
+        base = spark_replicas.write_value(f"{where}/range-{n}.pickle", rows_only)
+        del snap, rows_only
+        _, ids, x1, x2 = entry.family.live(entry.registry)
+        cuts, bases = shard_bases(ids, x1, x2, shards)
+        stored = [spark_replicas.write_value(f"{where}/range-{n}-s{j}.pickle", b) for j, b in enumerate(bases)]
+        record = stream_control.RangeShards(tuple(cuts.tolist()), [shard_digest(b) for b in bases],
+                                            [v.path for v in stored], [0] * len(bases))
+        x, y, y_is_text, x2 = entry.family.stream_columns(entry.physical, state.definition)
+        return (x, y, base, y_is_text, x2), (record.cuts, stored), record
 
     def _stream_events(self, state: TableState, classes: list, streaming_df, where=None, stream_id=None,
                        control=None):
@@ -323,6 +362,12 @@ class Streaming:
                 snap, k = self._snapshot(state, entry), live.filter_shards   # cut as the stream's shards are
                 stream_control.publish_shards(live.directory, gid, live.next_version(),
                                               [snap.shard(i, k) if k > 1 else snap for i in range(k)])
+            elif placement == ONE and gid in live.range_shards:   # two stages: the shards alone (runtime/stream.py)
+                record = live.range_shards[gid]
+                _, ids, x1, x2 = entry.family.live(entry.registry)
+                bases = shard_bases_at(ids, x1, x2, record.cuts)
+                stream_control.publish_range_shards(live.directory, gid, live.next_version(), record, bases,
+                                                    [shard_digest(b) for b in bases])
             elif placement == ONE and gid in live.ranges:
                 snap = entry.family.snapshot(entry.registry, entry.physical, gid,
                                              {live.table: TableState(state.definition)})   # no rows: the stream has them

@@ -52,8 +52,9 @@ whatever a subscription selects, now or after a change, travels with them (publi
 append to).  In a ``reformulated`` stream the messages *are* the output (no stage 2): they carry the columns the
 subscriptions select, as the whole group's do, following a change through a ``MessageColumns`` entry.
 
-*Stage 2* (unicast): the subscriptions split by a CRC32 of their id into Q shards (``joins/shards.py``), each
-shard one Spark partition of an ``Exchange`` inside the same streaming query: a ``mapInArrow`` sends each message
+*Stage 2* (unicast; the plumbing in ``runtime/shard_stage.py``, shared with the RANGE_MIN / RANGE_MAX stream): the
+subscriptions split by a CRC32 of their id into Q shards (``joins/shards.py``), each shard one Spark partition of an
+``Exchange`` inside the same streaming query: a ``mapInArrow`` sends each message
 to every shard of its group (a column ``j_slot``), ``repartition(Q', j_slot)`` (Q' = the shards of every such
 group) brings each shard's copy to its task, and a ``mapInArrow`` matches them with ``JoinShard.unicast`` (the
 R-tree of the shard's rectangles, the same netting per (seq, subscription, result tuple, output row) as the whole
@@ -90,7 +91,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparksub.runtime import stateful, stream_control
+from sparksub.runtime import shard_stage, stateful, stream_control
 from sparksub.runtime import stream as spark_stream
 from sparksub.operators.shared.schemas import EVENT_PREFIX
 from sparksub.operators.joins.group import (JOIN_MESSAGE_SCHEMA, MessageColumns, QueryChange, key_text,
@@ -114,7 +115,8 @@ SHARD_CACHE_ENTRIES = 8
 _SHARDS: dict = {}
 _SHARD_WORKER = stateful.StreamCache(SHARD_CACHE_ENTRIES, lambda: _SHARDS)
 #: the column that sends a message's copy to its shard's Spark partition (stage 2)
-SLOT_COLUMN = "j_slot"
+SLOT_COLUMN = shard_stage.SLOT_COLUMN
+partition_keys = shard_stage.partition_keys
 
 
 def key_partition(key, partitions: int) -> int:
@@ -237,96 +239,56 @@ def _message_column_name(column: str) -> str:
     return re.sub("%(25|2E)", lambda m: "%" if m.group(1) == "25" else ".", column)
 
 
-def partition_keys(n: int) -> list[int]:
-    """For each partition i of Spark's ``repartition(n, c)`` over an int column ``c``, a value of ``c`` that Spark
-    sends there: ``pmod(hash(value), n) == i`` (``HashPartitioning``: Murmur3 of the value, seed 42), so that each
-    subscription shard gets a task of its own (a shard number as the value would let two shards share a task)."""
-    keys: list = [None] * n
-    value, found = 0, 0
-    while found < n:
-        p = _spark_hash_int(value) % n   # (Python's % of a positive n is Spark's pmod)
-        if keys[p] is None:
-            keys[p] = value
-            found += 1
-        value += 1
-    return keys
-
-
-def _spark_hash_int(value: int, seed: int = 42) -> int:
-    """Spark's ``Murmur3_x86_32.hashInt(value, seed)`` (what ``hash(c)`` and hash partitioning give an int), as a
-    signed 32-bit int."""
-    mask = 0xFFFFFFFF
-
-    def rotl(x: int, r: int) -> int:
-        return ((x << r) | (x >> (32 - r))) & mask
-    k1 = rotl((value & mask) * 0xCC9E2D51 & mask, 15) * 0x1B873593 & mask
-    h1 = (rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & mask
-    h1 ^= 4
-    h1 ^= h1 >> 16
-    h1 = h1 * 0x85EBCA6B & mask
-    h1 ^= h1 >> 13
-    h1 = h1 * 0xC2B2AE35 & mask
-    h1 ^= h1 >> 16
-    return h1 - (1 << 32) if h1 & 0x80000000 else h1
-
-
 def _shard_stage(messages, spec: JoinStreamSpec, schema: pa.Schema, name: str):
-    """Stage 2 over stage 1's ``messages`` (module docstring): every message to every shard of its group, one
-    Spark partition per shard, each matched by its shard; the unicast rows in ``schema``."""
+    """Stage 2 over stage 1's ``messages`` (module docstring; ``shard_stage``): every message to every shard of its
+    group, one Spark partition per shard, each matched by its shard; the unicast rows in ``schema``."""
     slots = [(gid, j) for gid in sorted(spec.groups) for j in range(len(spec.groups[gid].shards))]
-    keys = partition_keys(len(slots))
-    fanned_schema = spec.schema.append(pa.field(SLOT_COLUMN, pa.int32()))
-    fanned = messages.mapInArrow(_fan_out_function(slots, keys, f"{name}_to_shards"),
-                                 stateful.output_ddl(fanned_schema))
-    return fanned.repartition(len(slots), SLOT_COLUMN).mapInArrow(
-        _shard_function(spec, dict(zip(keys, slots)), schema, f"{name}_shards"), stateful.output_ddl(schema))
+    return shard_stage.shard_stage(messages, spec.schema, len(slots), _shard_targets(slots),
+                                   _shard_match(spec, slots, schema), schema, name)
 
 
 def _fan_out_function(slots: list, keys: list, name: str):
-    by_group: dict = {}
-    for (gid, _), key in zip(slots, keys):
-        by_group.setdefault(gid, []).append(key)
-
-    def fan_out(batches):
-        """Each message to every shard of its group (column ``j_slot``); a rejected row to the first shard only."""
-        for rb in batches:
-            if not rb.num_rows:
-                continue
-            rejected = pc.fill_null(pc.equal(rb.column("op"), REJECTED), False)
-            gids = rb.column("group_id")
-            if pc.any(rejected).as_py():
-                rows = rb.filter(rejected)
-                yield rows.append_column(SLOT_COLUMN, pa.array(np.full(rows.num_rows, keys[0], np.int32)))
-            for gid, mine in by_group.items():
-                rows = rb.filter(pc.and_(pc.fill_null(pc.equal(gids, gid), False), pc.invert(rejected)))
-                for key in mine if rows.num_rows else ():
-                    yield rows.append_column(SLOT_COLUMN, pa.array(np.full(rows.num_rows, key, np.int32)))
-    fan_out.__name__ = name
-    return fan_out
+    """Stage 2's fan-out (``shard_stage.fan_out_function``) of ``slots`` [(group, shard)] at ``keys``."""
+    return shard_stage.fan_out_function(keys, _shard_targets(slots), name)
 
 
 def _shard_function(spec: JoinStreamSpec, slot_of: dict, schema: pa.Schema, name: str):
-    def match(batches):
+    """Stage 2's shard tasks (``shard_stage.shard_function``); ``slot_of``: partition key -> (group, shard)."""
+    keys = list(slot_of)
+    return shard_stage.shard_function(keys, _shard_match(spec, [slot_of[k] for k in keys], schema), name)
+
+
+def _shard_targets(slots: list):
+    by_group: dict = {}
+    for i, (gid, _) in enumerate(slots):
+        by_group.setdefault(gid, []).append(i)
+
+    def targets(rb):
+        """Each message to every shard of its group; a rejected row to the first shard only."""
+        rejected = pc.fill_null(pc.equal(rb.column("op"), REJECTED), False)
+        gids = rb.column("group_id")
+        if pc.any(rejected).as_py():
+            yield rb.filter(rejected), 0
+        for gid, mine in by_group.items():
+            rows = rb.filter(pc.and_(pc.fill_null(pc.equal(gids, gid), False), pc.invert(rejected)))
+            for i in mine if rows.num_rows else ():
+                yield rows, i
+    return targets
+
+
+def _shard_match(spec: JoinStreamSpec, slots: list, schema: pa.Schema):
+    def match(i: int, part: pa.Table):
         """A shard's copy of a micro-batch's messages -> its subscriptions' unicast rows (``JoinShard.unicast``)."""
-        got = [rb for rb in batches if rb.num_rows]
-        if not got:
-            return
-        table = pa.Table.from_batches(got)
-        slot = table.column(SLOT_COLUMN)
-        for key in pc.unique(slot).to_pylist():   # (one, unless Spark's partitioning differs from partition_keys)
-            gid, j = slot_of[key]
-            part = table.filter(pc.equal(slot, key)).drop_columns([SLOT_COLUMN])
-            rejected = pc.equal(part.column("op"), REJECTED)
-            if pc.any(rejected).as_py():
-                rows = part.filter(rejected)
-                yield from stateful.output_table(schema, None, rows.column("seq").to_pylist(),
-                                                 rows.column("reason").to_pylist(), group_id=gid).to_batches()
-            messages = part.filter(pc.invert(rejected))
-            messages = messages.rename_columns([_message_column_name(c) for c in messages.column_names])
-            if messages.num_rows:
-                notes = _shard(spec, gid, j).unicast(messages)
-                yield from stateful.output_table(schema, notes).to_batches()
-    match.__name__ = name
+        gid, j = slots[i]
+        rejected = pc.equal(part.column("op"), REJECTED)
+        if pc.any(rejected).as_py():
+            rows = part.filter(rejected)
+            yield stateful.output_table(schema, None, rows.column("seq").to_pylist(),
+                                        rows.column("reason").to_pylist(), group_id=gid)
+        messages = part.filter(pc.invert(rejected))
+        messages = messages.rename_columns([_message_column_name(c) for c in messages.column_names])
+        if messages.num_rows:
+            yield stateful.output_table(schema, _shard(spec, gid, j).unicast(messages))
     return match
 
 
@@ -334,16 +296,12 @@ def _shard(spec: JoinStreamSpec, gid: str, j: int) -> JoinShard:
     """Shard ``j`` of group ``gid`` with the subscriptions of the micro-batch's change version: the worker's, else
     built from its base file (the stream's start, or the change's)."""
     version = spec.control.version(gid, stream_control.batch_id()) if spec.control is not None else 0
-    built = []
 
     def build():
-        built.append(version)
         base = spec.groups[gid].shards[j].get() if not version else spec.control.join_shard(gid, version, j)
         return JoinShard(_loaded(base))
-    shard = _SHARD_WORKER.shared((spec.engine_uid, spec.stream_id, gid, j, version), build)
-    if spec.stats is not None:
-        spec.stats.add({"shard_builds" if built else "shard_cache_hits": 1})
-    return shard
+    return shard_stage.cached_shard(_SHARD_WORKER, spec.stats, (spec.engine_uid, spec.stream_id, gid, j, version),
+                                    build)
 
 
 def _route_function(spec: JoinStreamSpec, name: str):

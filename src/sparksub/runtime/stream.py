@@ -54,6 +54,40 @@ the group's base when the stream starts: ``runtime/replicas.py``). On the first 
 the rows come from the base snapshot and are written into the MapState. State writes per micro-batch: one MapState write per distinct key
 touched (one round trip each to the JVM), one ListState put, one ValueState update.
 
+**A large RANGE_MIN / RANGE_MAX group in two stages** (issue 16 item 4; ``Engine.range_subscription_shards``,
+decided when the stream starts, ``control/range_shards.py``; a ``unicast`` stream only -- a reformulated one has no
+subscription side on the server).  Holding every subscription in the group's one task is what sharding avoids: the
+S-CN core's messages do not depend on the subscriptions (000 §2.3.1, Theorem 2), so such a group runs as::
+
+    MapInArrow <name>_shards(...)                     stage 2: one task per x1 subscription shard
+    +- Exchange hashpartitioning(j_slot, Q)
+       +- MapInArrow <name>_to_shards(...)             each message to the shards its rectangle can reach
+          +- TransformWithStateInPySpark <name>(...)   stage 1: the rows (state as above), NO subscription
+             +- Exchange hashpartitioning(group_id) ... as above
+
+*Stage 1* is the stateful operator above, the group built from a base without subscriptions
+(``GroupSpec.shards`` set): each micro-batch's rows go through ``apply(batch, "reformulated")``, S-CN's
+messages ⟨NEW_MIN, INNER_L, INNER_R, OUTER_L, OUTER_R⟩ per step of each update, out in the operator's columns
+:data:`MESSAGE_FIELDS` beside the stream's own, with the one thing S-UN needs that a message does not carry: an
+X-move's old Y (``subscription_shards.step0_old_values``: a subscription both steps reach whose value ends where
+it was gets no row, 000 §2.3, digest C.8), and the message's place in the group's micro-batch (a shard applies
+them in that order).  It never applies a subscription change.  *Stage 2* (``runtime/shard_stage.py``, shared with
+the SELECT_JOIN stream): the subscriptions are cut into x1 shards at equal-count cut points fixed when the stream
+starts (``subscription_shards.shard_bases``, as publish's zoned groups cut theirs); a message goes to the shards
+whose x1 interval meets its ``(OUTER_L, INNER_L]`` (``visited_shards``; most messages have a short Mar and reach
+one or two), and each shard's task runs S-UN over its own point index (``ShardOperator.unicast``, 000 §3.3): the
+union of the shards' rows is the whole group's, row for row.  Every other row of the operator (another group's
+notifications, a rejected row) passes through the shard tasks, spread over them.  A shard's base is a file of the
+stream's directory (``range-<n>-s<j>.pickle``; a change's: ``stream_control.publish_range_shards``), the shard
+cached in the Python worker per (stream, group, shard, the change that wrote it) -- a change leaves the shards it
+does not touch, and their cached operators, as they were (``stream_stats``: ``shard_builds``,
+``shard_cache_hits``).  Why x1 shards and not a hash of the id as the SELECT_JOIN stream's: a message's rectangle
+is a narrow band in x1, so x1 shards each see a fraction of the messages and query a fraction of the points, where
+hash shards would each see every message; the price is a shard that grows with the subscriptions added in its x1
+interval (the cuts stay while the stream runs).  Like the join stream's, whether a group runs in two stages is
+fixed at the ``stream()`` call; the state store holds the same rows either way, but a stream restarted from
+its checkpoint with the other decision is not covered by the tests.
+
 **Order.** Every row gets its ``seq`` in ``checked_updates``, before any path sees it (the range groups
 here, FILTER, joins and event queries alike): ``_seq`` when the stream has that integer column; without
 it ``(micro-batch id << 32) + rank``, the rank in input order -- ``(input partition id << 33) + row position
@@ -89,9 +123,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparksub.operators.range_min.subscription_shards import (
+    step0_old_values,
+    visited_shards,
+)
 from sparksub.operators.shared import row_validation
-from sparksub.operators.shared.schemas import DELETE, UPSERT, with_reason
-from sparksub.runtime import stateful, stream_control
+from sparksub.operators.shared.schemas import (
+    DELETE,
+    UNICAST_SCHEMA,
+    UPSERT,
+    with_reason,
+)
+from sparksub.runtime import shard_stage, stateful, stream_control
 from sparksub.runtime.replicas import CounterFile
 from sparksub.runtime.stateful import StreamLogic, note_subscriptions
 
@@ -112,6 +155,23 @@ _NO_SEQ = -(2 ** 63)  # a null _seq (the row is rejected; its seq comes out null
 #: (group, null_keys, subscription change version)).
 _CACHE: dict[tuple[str, str, str], tuple] = {}
 _WORKER = stateful.StreamCache(CACHE_ENTRIES, lambda: _CACHE)
+
+#: subscription shards (stage 2 of a range group run in two stages) cached per Python worker: Spark ties no shard
+#: to a worker.  (engine uid, stream id, group id, shard, the change version its base was written at) -> its
+#: ``ShardOperator`` (``shard_stage.cached_shard``)
+SHARD_CACHE_ENTRIES = 8
+_SHARDS: dict = {}
+_SHARD_WORKER = stateful.StreamCache(SHARD_CACHE_ENTRIES, lambda: _SHARDS)
+#: Stage 1's columns beyond the stream's output, for a group run in two stages: its messages (000 §2.3.1: S-CN's
+#: ⟨NEW_MIN, INNER_L, INNER_R, OUTER_L, OUTER_R⟩ and the step of the update), the X-move's old Y (unicast's no-op
+#: rule, which the messages alone do not carry) and the message's place in the group's micro-batch (a shard
+#: applies them in that order, whatever the exchange does to the rows)
+MESSAGE_FIELDS = (pa.field("m_step", pa.int8()), pa.field("m_new_value", pa.float64()),
+                  pa.field("m_inner_l", pa.float64()), pa.field("m_inner_r", pa.float64()),
+                  pa.field("m_outer_l", pa.float64()), pa.field("m_outer_r", pa.float64()),
+                  pa.field("m_old_value", pa.float64()), pa.field("m_msg_no", pa.int64()))
+#: a message's value and rectangle (``MESSAGE_SCHEMA``), ``m_``-prefixed between the stages
+_RECTANGLE = ("new_value", "inner_l", "inner_r", "outer_l", "outer_r")
 
 #: Driver side: stream id -> the stream's counters (a CounterFile in its directory: every task adds to it,
 #: from any process, without an accumulator -- Spark Connect has none).
@@ -158,9 +218,18 @@ class GroupSpec:
     # base's subscriptions are as of, and the last micro-batch whose rows its base holds (-1: none)
     version: int = 0
     as_of: int | None = None
+    # a RANGE_MIN / RANGE_MAX group run in two stages (a unicast stream; its ``base`` then holds no subscription):
+    # its subscription shards' bases (``ShardBase``, each stored as ``base``) and the x1 cut points between them;
+    # None: the group runs whole
+    shards: tuple | None = None
+    cuts: tuple = ()
 
     def snapshot(self):
         return _loaded(self.base.get())
+
+    def staged(self, mode: str) -> bool:
+        """Whether the group runs in two stages in a stream of ``mode`` (stage 1 here: its rows, no subscription)."""
+        return self.shards is not None and mode == "unicast"
 
 
 def _loaded(value):
@@ -503,7 +572,8 @@ def typed_updates(streaming_df, table_def) -> TypedUpdates:
 
 
 def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: pa.Schema,
-               engine_uid: str, name: str = "range_min_group_stream", stream_id: str | None = None, control=None):
+               engine_uid: str, name: str = "range_min_group_stream", stream_id: str | None = None, control=None,
+               shards: dict | None = None):
     """The streaming DataFrame of notifications. ``groups``: group_id -> (x column, y column or None,
     base, y is text, second box attribute or None), ``base`` being the group's base snapshot in a file
     (``replicas.StoredValue``; or a ``_Deferred``); ``name``:
@@ -512,26 +582,109 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
     emitted as ``rejected`` by the first group; the engine passes only the valid ones).  ``control``: the
     stream's directory (``stream_control.StreamControl``), through which the engine adds groups and changes
     subscriptions while the stream runs; each micro-batch's rows go to every group it hosts then
-    (``<name>_route``, a ``mapInArrow`` that reads the micro-batch's plan there)."""
+    (``<name>_route``, a ``mapInArrow`` that reads the micro-batch's plan there).  ``shards``: group_id -> (x1 cut
+    points, the stored ``ShardBase`` of each shard) of the RANGE_MIN / RANGE_MAX groups run in two stages (their
+    ``base`` without subscriptions; a ``unicast`` stream: :func:`range_shard_stage`)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
     u = typed_updates(streaming_df, table_def)
     if stream_id is None:
         stream_id = new_stream_id()
+    shards = shards or {}
     spec = StreamSpec(engine_uid, stream_id, table_def.name, u.key_type, mode, output_schema(schema),
-                      {gid: GroupSpec(gid, x, y, base, text, x2)
+                      {gid: GroupSpec(gid, x, y, base, text, x2,
+                                      **({"shards": tuple(shards[gid][1]), "cuts": tuple(shards[gid][0])}
+                                         if gid in shards else {}))
                        for gid, (x, y, base, text, x2) in groups.items()},
                       min(groups), u.seq_given, _STATS.get(stream_id), control, table_def.key)
+    staged = any(g.staged(mode) for g in spec.groups.values())
+    first = dataclasses.replace(spec, schema=pa.schema([*spec.schema, *MESSAGE_FIELDS])) if staged else spec
     routed = StructType([StructField("group_id", StringType(), False), StructField("key", _spark_type(u.key_type)),
                          StructField("x", DoubleType()), StructField("y", DoubleType()), StructField("t", StringType()),
                          StructField("x2", DoubleType()), StructField("op", StringType(), False),
                          StructField("ord", LongType(), False), StructField("reason", StringType())])
     rows = u.df.select(*table_def.column_names, OP_COLUMN, SEQ_COLUMN, REASON_COLUMN).mapInArrow(
         _route_function(spec, to_arrow_schema(routed), f"{name}_route"), routed)
-    out = stateful.run(rows.groupBy("group_id"), RANGE_GROUPS, spec, stateful.output_ddl(spec.schema), name)
+    out = stateful.run(rows.groupBy("group_id"), RANGE_GROUPS, first, stateful.output_ddl(first.schema), name)
+    if staged:
+        out = range_shard_stage(out, first, spec.schema, name)
     out.sparksub_stream_id = stream_id  # for stream_stats(out)
     return out
+
+
+# ---- a large RANGE_MIN / RANGE_MAX group in two stages (unicast; issue 16 item 4) -----------------------------
+def range_shard_stage(stage1, spec: StreamSpec, schema: pa.Schema, name: str):
+    """Stage 2 over the stateful operator's output ``stage1`` (``spec.schema``: the stream's columns and
+    :data:`MESSAGE_FIELDS`; module docstring): each message of a group run in two stages to the subscription
+    shards whose x1 interval meets its ``(OUTER_L, INNER_L]`` (``visited_shards``), one Spark task per shard, which
+    matches them (S-UN, 000 §3.3: ``ShardOperator.unicast``); every other row (another group's notification, a
+    rejected row) passes through a shard's task, spread over them.  The result in ``schema``, the stream's."""
+    slots = [(gid, j) for gid in sorted(spec.groups) if spec.groups[gid].staged(spec.mode)
+             for j in range(len(spec.groups[gid].shards))]
+    return shard_stage.shard_stage(stage1, spec.schema, len(slots), _range_targets(spec, slots),
+                                   _range_match(spec, slots, schema), schema, name)
+
+
+def _range_targets(spec: StreamSpec, slots: list):
+    first = {}
+    for i, (gid, _) in enumerate(slots):
+        first.setdefault(gid, i)
+    cuts = {gid: np.asarray(spec.groups[gid].cuts, dtype=np.float64) for gid in first}
+
+    def targets(rb):
+        """A message to the shards it can match in (000 §2.3.2: a message's rectangle meets few x1 intervals when
+        its Mar is short); any other row to one task, round robin."""
+        message = pc.is_valid(rb.column("m_msg_no"))
+        rows = rb.filter(pc.invert(message))
+        yield rows, np.arange(rows.num_rows) % len(slots)
+        gids = rb.column("group_id")
+        for gid, at in first.items():
+            rows = rb.filter(pc.and_(message, pc.fill_null(pc.equal(gids, gid), False)))
+            if not rows.num_rows:
+                continue
+            lo, hi = visited_shards(cuts[gid], pa.table({"outer_l": rows.column("m_outer_l"),
+                                                         "inner_l": rows.column("m_inner_l")}))
+            for j in range(len(cuts[gid]) + 1):
+                yield rows.filter(pa.array((lo <= j) & (j <= hi))), at + j
+    return targets
+
+
+def _range_match(spec: StreamSpec, slots: list, schema: pa.Schema):
+    def match(i: int, part: pa.Table):
+        """A shard's messages of one micro-batch -> its subscriptions' unicast rows, the other rows as they are."""
+        message = pc.is_valid(part.column("m_msg_no"))
+        passing = part.filter(pc.invert(message))
+        if passing.num_rows:
+            yield passing.select(schema.names)
+        mine = part.filter(message).sort_by("m_msg_no")   # the group's order: by seq, step, message (000 §3.3)
+        if not mine.num_rows:
+            return
+        gid, j = slots[i]
+        old = {q: v for q, v in zip(mine.column("seq").to_pylist(), mine.column("m_old_value").to_pylist())
+               if v is not None}
+        messages = pa.table({"group_id": mine.column("group_id"), "seq": mine.column("seq"),
+                             "step": mine.column("m_step"), "op": mine.column("op"),
+                             **{c: mine.column(f"m_{c}") for c in _RECTANGLE}})
+        rows = _range_shard(spec, gid, j).unicast(messages, old)
+        if spec.stats is not None:
+            spec.stats.add({"notifications": rows.num_rows})
+        yield stateful.output_table(schema, rows.select(UNICAST_SCHEMA.names).cast(UNICAST_SCHEMA))
+    return match
+
+
+def _range_shard(spec: StreamSpec, gid: str, j: int):
+    """Shard ``j`` of group ``gid`` with the subscriptions of the micro-batch's change version: the worker's (the
+    same while a change leaves the shard as it was), else built from its base file (the stream's start, or the
+    change that last wrote it: ``stream_control.publish_range_shards``)."""
+    version = spec.control.version(gid, stream_control.batch_id()) if spec.control is not None else 0
+    origin = spec.control.range_shard_origin(gid, version, j) if version else 0
+
+    def build():
+        base = spec.groups[gid].shards[j].get() if not origin else spec.control.range_shard(gid, version, j)
+        return _loaded(base).build()   # a ShardBase -> its ShardOperator
+    return shard_stage.cached_shard(_SHARD_WORKER, spec.stats, (spec.engine_uid, spec.stream_id, gid, j, origin),
+                                    build)
 
 
 def _route_function(spec: StreamSpec, out: pa.Schema, name: str):
@@ -583,8 +736,9 @@ def stream_stats(df_or_id) -> dict:
     updates (valid rows applied, summed over groups), rejected (rows set aside),
     notifications (output rows other than rejected ones), subscription_changes (a group's micro-batch applied
     another subscription set than its previous one: ``stream_control``), groups_added (groups the stream
-    took on while it ran), shard_builds / shard_cache_hits (a two-stage join group's subscription shard built from
-    its base file / found in the worker, ``join_stream``).  Read from the stream's counter files
+    took on while it ran), shard_builds / shard_cache_hits (a two-stage join or range group's subscription shard
+    built from its base file / found in the worker, ``join_stream``, :func:`range_shard_stage`; a two-stage range
+    group's notifications are counted by its shards).  Read from the stream's counter files
     (``replicas.CounterFile``), which every task adds to."""
     sid = df_or_id if isinstance(df_or_id, str) else df_or_id.sparksub_stream_id
     counters = _STATS.get(sid)
@@ -663,7 +817,9 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
     ident = (spec.engine_uid, gid, spec.stream_id)
     gspec = spec.group(gid)
     batch = stream_control.batch_id() if spec.control is not None else None
-    version = max(gspec.version, spec.control.version(gid, batch) if spec.control is not None else 0)
+    # stage 1 of a group in two stages holds no subscription: their changes go to the shards alone
+    changes = spec.control is not None and not gspec.staged(spec.mode)
+    version = max(gspec.version, spec.control.version(gid, batch) if changes else 0)
     group, null_keys, applied, rebuilds, how, skip = _group_for(spec, gid, gspec, state, ident, version, batch, stats)
     stats[how] = 1
     stats["subscription_changes"] = note_subscriptions(state.subs, spec.stream_id, version)
@@ -681,7 +837,8 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
     out = stateful.output_table(spec.schema, done.notes, done.rej_seq, done.rej_reason, by_seq=True)
     stats["updates"] = len(done.logged)
     stats["rejected"] = len(done.rej_seq)
-    stats["notifications"] = out.num_rows - len(done.rej_seq)
+    # (stage 1's messages are not notifications: stage 2 counts the rows it makes of them)
+    stats["notifications"] = 0 if gspec.staged(spec.mode) else out.num_rows - len(done.rej_seq)
     if spec.stats is not None:
         spec.stats.add(stats)
     return out.to_pandas()
@@ -730,10 +887,31 @@ def _apply_frame(spec: StreamSpec, gid: str, gspec: GroupSpec, group, null_keys:
     idx = np.flatnonzero(valid)
     batch = _batch([keys[i] for i in idx], xs[idx], ys[idx], [ts[i] for i in idx] if gspec.text else None,
                    x2s[idx] if gspec.x2 else None, valid_ops[idx], seqs[idx])
-    notes = group.apply(batch, mode) if len(idx) else None
+    if not len(idx):
+        notes = None
+    elif gspec.staged(mode):   # stage 1: the messages, with what unicast needs beside them
+        notes = stage_one(group, batch, step0_old_values(group.core, batch.column("key").to_pylist(), xs[idx],
+                                                         ys[idx], valid_ops[idx], seqs[idx]))
+    else:
+        notes = group.apply(batch, mode)
     _track_null_keys(null_keys, final, gspec)
     logged = [(keys[i], _opt(xs[i]), _opt(ys[i]), ts[i], _opt(x2s[i]), int(valid_ops[i]), int(seqs[i])) for i in idx]
     return _Applied(notes, rej_seq, rej_reason, logged, final)
+
+
+def stage_one(group, batch: pa.Table, old_values: dict) -> pa.Table:
+    """Stage 1 of a RANGE_MIN / RANGE_MAX group in two stages: ``batch`` applied to ``group`` (its rows, no
+    subscription) as S-CN's reformulated messages (000 §2.3.1: their number and content do not depend on the
+    subscriptions), in the stream's output columns ``op``, ``seq``, ``group_id`` and :data:`MESSAGE_FIELDS`:
+    each message's X-move old Y (``old_values``, ``subscription_shards.step0_old_values``) and place."""
+    messages = group.apply(batch, "reformulated")
+    n = messages.num_rows
+    seqs = messages.column("seq").to_pylist()
+    return pa.table({"group_id": messages.column("group_id"), "seq": messages.column("seq"),
+                     "op": messages.column("op"), "m_step": messages.column("step"),
+                     **{f"m_{c}": messages.column(c) for c in _RECTANGLE},
+                     "m_old_value": pa.array([old_values.get(q) for q in seqs], pa.float64()),
+                     "m_msg_no": pa.array(np.arange(n, dtype=np.int64))})
 
 
 def _write_rows(rows_state, final: dict) -> None:

@@ -12,6 +12,10 @@ engine's directory (``stream.new_stream_id``); the tasks read them directly (one
                                      a SELECT_JOIN group the stream runs in two stages: its subscription
                                      shards, ``joins.shards.JoinShardBase``)
         message_payload.pickle       (that SELECT_JOIN group: the columns its messages carry, per side)
+        <shard>/base.pickle          (a RANGE_MIN / RANGE_MAX group the stream runs in two stages: its x1
+        shards.json                  shards, ``ShardBase``, at the stream's cut points; a shard the change
+                                     left as it was is a hard link to its previous file, and ``shards.json``
+                                     says per shard the change that wrote it, 0: the stream's start)
     groups/<group>.pickle            a range group the stream did not host when it started (its GroupSpec:
                                      columns, base, the last micro-batch its base holds)
     batches/<batch>.json             what micro-batch <batch> applies: per group the newest change version,
@@ -44,11 +48,17 @@ from pathlib import Path
 import pyarrow as pa
 
 from sparksub.directory import safe_name
-from sparksub.runtime.replicas import BASE_FILE, Replica, _write_arrow, _write_atomic
+from sparksub.runtime.replicas import (
+    BASE_FILE,
+    Replica,
+    _write_arrow,
+    _write_atomic,
+    link_value,
+)
 
 __all__ = ["StreamControl", "LiveStream", "LiveReplicas", "batch_id", "publish_subscriptions", "publish_shards",
-           "publish_join_shards", "publish_group", "applied_batches", "forget_applied", "mark_stale", "running_query",
-           "KEEP_VERSIONS"]
+           "publish_join_shards", "publish_range_shards", "RangeShards", "publish_group", "applied_batches",
+           "forget_applied", "mark_stale", "running_query", "KEEP_VERSIONS"]
 
 #: change versions kept per group (a task needs the newest; a replayed micro-batch the one it pinned)
 KEEP_VERSIONS = 4
@@ -59,6 +69,7 @@ KEEP_APPLIED = 64
 _BATCH_ID = "streaming.sql.batchId"
 _SUBSCRIPTIONS = "subscriptions.pickle"
 _MESSAGE_PAYLOAD = "message_payload.pickle"
+_RANGE_SHARDS = "shards.json"
 _STALE = "events-changed"
 _QUERY = "query.json"
 #: per process: (directory, what) -> value read (change snapshots, group specs, batch plans); bounded
@@ -150,6 +161,17 @@ class StreamControl:
         ``JoinShardBase``; not kept here: the task caches the shard it builds from it)."""
         return _read_pickle(self._change_file(group_id, version, Path(str(shard), BASE_FILE)))
 
+    def range_shard_origin(self, group_id: str, version: int, shard: int) -> int:
+        """The change that last wrote shard ``shard`` of a two-stage RANGE_MIN / RANGE_MAX group, as of change
+        ``version`` (0: the stream's start): the worker's shard built from it serves every version that kept it."""
+        path = self._change_file(group_id, version, _RANGE_SHARDS)
+        return int(_cached((self.directory, "origins", group_id, path.parent.name),
+                           lambda: json.loads(path.read_text()))["origins"][shard])
+
+    def range_shard(self, group_id: str, version: int, shard: int):
+        """Shard ``shard`` of a two-stage RANGE_MIN / RANGE_MAX group as of change ``version`` (a ``ShardBase``)."""
+        return _read_pickle(self._change_file(group_id, version, Path(str(shard), BASE_FILE)))
+
     def _change_file(self, group_id: str, version: int, name) -> Path:
         """``name`` in change ``version``'s directory, or in the newest kept change's when a replayed micro-batch's
         version was pruned meanwhile."""
@@ -217,6 +239,7 @@ class LiveStream:
     filter_shards: int = 0
     joins: dict = field(default_factory=dict)        # join group -> the side of the join the table is
     join_shards: dict = field(default_factory=dict)  # join group run in two stages -> its subscription shards
+    range_shards: dict = field(default_factory=dict)  # range group run in two stages -> its RangeShards
     events: bool = False
     version: int = 0
     absorbed: int = -1
@@ -266,6 +289,42 @@ def publish_join_shards(directory, group_id: str, version: int, payload: tuple, 
         _write_atomic(tmp / _MESSAGE_PAYLOAD, lambda fh: pickle.dump(tuple(payload), fh, protocol=5))
         _write_shards(tmp, shards)
     _publish_change(directory, group_id, version, write)
+
+
+@dataclass
+class RangeShards:
+    """The engine's record of a RANGE_MIN / RANGE_MAX group a stream runs in two stages: the x1 cut points fixed
+    when it started, and per shard its digest (``subscription_shards.shard_digest``), its newest file and the change
+    that wrote it (0: the stream's start)."""
+    cuts: tuple
+    digests: list
+    files: list
+    origins: list
+
+
+def publish_range_shards(directory, group_id: str, version: int, record: RangeShards, bases: list,
+                         digests: list) -> list:
+    """Change ``version`` of a RANGE_MIN / RANGE_MAX group a stream runs in two stages: ``bases``, its shards'
+    new ``ShardBase`` at the stream's cuts, and their ``digests``.  Only a shard whose digest changed is written;
+    the others are hard links to their previous file (a copy where the file system has none), their origin kept,
+    so a worker's cached shard goes on.  Updates ``record``; returns the shards written."""
+    changed = [j for j, d in enumerate(digests) if d != record.digests[j]]
+
+    def write(tmp: Path):
+        for j, base in enumerate(bases):
+            (tmp / str(j)).mkdir()
+            if j in changed:
+                _write_atomic(tmp / str(j) / BASE_FILE, lambda fh, b=base: pickle.dump(b, fh, protocol=5))
+            else:
+                link_value(record.files[j], tmp / str(j) / BASE_FILE)
+        origins = [version if j in changed else record.origins[j] for j in range(len(bases))]
+        _write_atomic(tmp / _RANGE_SHARDS, lambda fh: fh.write(json.dumps({"origins": origins}).encode()))
+    _publish_change(directory, group_id, version, write)
+    where = Path(directory) / "changes" / safe_name(group_id) / f"{version:010d}"
+    for j in changed:
+        record.digests[j], record.origins[j] = digests[j], version
+    record.files = [str(where / str(j) / BASE_FILE) for j in range(len(bases))]
+    return changed
 
 
 def _write_shards(tmp: Path, shards: dict) -> None:

@@ -17,6 +17,8 @@ subscription), so they split the same way.
 """
 from __future__ import annotations
 
+import hashlib
+import math
 import zlib
 from dataclasses import dataclass
 
@@ -25,8 +27,19 @@ import pyarrow as pa
 
 from sparksub.operators.range_min.delivery import SubscriptionPoints, match, unicast
 from sparksub.operators.range_min.zones import equal_count_cuts
+from sparksub.operators.shared.schemas import DELETE
 
-__all__ = ["SubscriptionShards", "shard_subscriptions", "ShardBase", "ShardOperator", "shard_bases"]
+__all__ = [
+    "ShardBase",
+    "ShardOperator",
+    "SubscriptionShards",
+    "shard_bases",
+    "shard_bases_at",
+    "shard_digest",
+    "shard_subscriptions",
+    "step0_old_values",
+    "visited_shards",
+]
 
 SHARDINGS = ("x1", "hash")
 
@@ -71,10 +84,7 @@ class SubscriptionShards:
         k = len(self.shards)
         if self.by == "hash":
             return np.ones((n, k), dtype=bool)
-        ol = messages.column("outer_l").to_numpy()
-        il = messages.column("inner_l").to_numpy()
-        lo = np.searchsorted(self.cuts, ol, side="right")     # the shard holding OUTER_L holds x1 > OUTER_L too
-        hi = np.searchsorted(self.cuts, il, side="right")
+        lo, hi = visited_shards(self.cuts, messages)
         j = np.arange(k)
         return (j >= lo[:, None]) & (j <= hi[:, None])
 
@@ -99,6 +109,15 @@ class SubscriptionShards:
         return [{"shard": j, "subscriptions": len(s)} for j, s in enumerate(self.shards)]
 
 
+def visited_shards(cuts, messages) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)`` per message: the x1 shards (at ``cuts``) from ``lo`` to ``hi`` are those whose x1 interval meets
+    the message's ``(OUTER_L, INNER_L]``, the only ones that can hold a subscription it matches."""
+    cuts = np.asarray(cuts, dtype=np.float64)
+    lo = np.searchsorted(cuts, messages.column("outer_l").to_numpy(zero_copy_only=False), side="right")
+    hi = np.searchsorted(cuts, messages.column("inner_l").to_numpy(zero_copy_only=False), side="right")
+    return lo, hi   # (the shard holding OUTER_L holds the x1 just above it too)
+
+
 def shard_subscriptions(points: SubscriptionPoints, k: int, by: str = "x1") -> SubscriptionShards:
     """Split a group's subscriptions into ``k`` shards, by x1 (equal-count cuts) or by a hash of the id."""
     slots = points.live_slots()
@@ -121,7 +140,7 @@ class ShardBase:
     x1: np.ndarray
     x2: np.ndarray
 
-    def build(self) -> "ShardOperator":
+    def build(self) -> ShardOperator:
         return ShardOperator(self)
 
 
@@ -143,8 +162,7 @@ class ShardOperator:
     def visiting(self, messages: pa.Table) -> pa.Table:
         if not messages.num_rows:
             return messages
-        lo = np.searchsorted(self.cuts, messages.column("outer_l").to_numpy(), side="right")
-        hi = np.searchsorted(self.cuts, messages.column("inner_l").to_numpy(), side="right")
+        lo, hi = visited_shards(self.cuts, messages)
         return messages.filter(pa.array((lo <= self.index) & (self.index <= hi)))
 
     def unicast(self, messages: pa.Table, old_value_of_step0=None) -> pa.Table:
@@ -156,10 +174,50 @@ class ShardOperator:
 def shard_bases(ids, x1, x2, k: int) -> tuple[np.ndarray, list]:
     """``(cuts, [ShardBase, …])``: subscriptions cut into (at most) ``k`` shards at equal-count x1 cut points
     (fewer when x1 values repeat: :func:`equal_count_cuts`)."""
+    cuts = equal_count_cuts(np.asarray(x1, dtype=np.float64).reshape(-1), k)
+    return cuts, shard_bases_at(ids, x1, x2, cuts)
+
+
+def shard_bases_at(ids, x1, x2, cuts) -> list:
+    """The subscriptions cut at the given x1 ``cuts`` (``len(cuts) + 1`` shards, some maybe empty): a stream keeps
+    the cuts it started with, so a subscription change moves no subscription between shards and leaves the
+    shards it does not touch as they were."""
     ids = np.asarray(ids, dtype=object).reshape(-1)
     x1 = np.asarray(x1, dtype=np.float64).reshape(-1)
     x2 = np.asarray(x2, dtype=np.float64).reshape(-1)
-    cuts = equal_count_cuts(x1, k)
+    cuts = np.asarray(cuts, dtype=np.float64).reshape(-1)
     where = np.searchsorted(cuts, x1, side="right")
-    return cuts, [ShardBase(j, cuts, ids[where == j], x1[where == j].copy(), x2[where == j].copy())
-                  for j in range(len(cuts) + 1)]
+    return [ShardBase(j, cuts, ids[where == j], x1[where == j].copy(), x2[where == j].copy())
+            for j in range(len(cuts) + 1)]
+
+
+def shard_digest(base: ShardBase) -> bytes:
+    """A digest of a shard's subscriptions (ids and bounds, in any order): equal digests, the same shard -- what a
+    subscription change compares to write only the shards it touched."""
+    order = np.argsort(base.ids.astype(str), kind="stable") if len(base.ids) else np.empty(0, dtype=np.int64)
+    h = hashlib.blake2b(digest_size=16)
+    h.update("\x1f".join(str(i) for i in base.ids[order]).encode("utf-8"))
+    h.update(np.ascontiguousarray(base.x1[order], dtype=np.float64).tobytes())
+    h.update(np.ascontiguousarray(base.x2[order], dtype=np.float64).tobytes())
+    h.update(np.asarray(base.cuts, dtype=np.float64).tobytes())
+    return h.digest()
+
+
+def step0_old_values(core, keys, xs, ys, ops, seqs) -> dict:
+    """``{seq: the moved tuple's old Y}`` for the X-moves of one batch about to be applied to ``core`` (a
+    ``RangeMinCore``, before the batch): what :func:`~sparksub.operators.range_min.delivery.unicast` needs beside
+    the messages to drop a subscription's net no-op across an X-move's two steps (000 §2.3: an X-update is a
+    deletion at the old X, then an insertion at the new; digest C.8).  The rule of ``RangeMinGroup.apply``: an
+    upsert with a non-null X and Y of a key the core holds (as of that row of the batch) at another X.  Read
+    where the messages are made (a stream's stage 1) and carried with them to the subscription shards."""
+    cur: dict = {}
+    out: dict = {}
+    for k, x, y, op, seq in zip(keys, xs, ys, ops, seqs):
+        prev = cur[k] if k in cur else core.get(k)
+        if op == DELETE or math.isnan(x) or math.isnan(y):   # a null X or Y leaves every range
+            cur[k] = None
+            continue
+        if prev is not None and prev[0] != x:
+            out[int(seq)] = float(prev[1])
+        cur[k] = (x, y)
+    return out
