@@ -47,6 +47,7 @@ from sparksub.control.groups import (DRIVER_OPERATOR_LIMIT, FILTER_SHARD_SIZE, G
 from sparksub.control.inputs import arrow_type, to_arrow
 from sparksub.control.join_shards import JoinShardGroups
 from sparksub.control.publishing import Publishing, _operator_name
+from sparksub.control.range_shards import RangeShardGroups
 from sparksub.control.refreshing import Refreshing
 from sparksub.control.statements import Statements
 from sparksub.control.streaming import Streaming
@@ -59,8 +60,8 @@ _catalyst_warned = False
 _log = logging.getLogger("sparksub.engine")
 
 
-class Engine(JoinShardGroups, ZonedGroups, Statements, SubscriptionGroups, EventQueries, Publishing, Refreshing,
-             Streaming):
+class Engine(RangeShardGroups, JoinShardGroups, ZonedGroups, Statements, SubscriptionGroups, EventQueries, Publishing,
+             Refreshing, Streaming):
     """The sparksub engine. ``Engine()`` makes a local SparkSession on first use (:func:`spark_session`, with
     its documented defaults and ``conf``, a dict of Spark options); ``Engine(spark)`` uses yours and
     never changes it (no option, no log level).

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import shutil
 import time
-import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -192,12 +191,10 @@ class JoinShardGroups:
         Returns ``(DataFrame, failed group ids)``."""
         replicas, tables, folders, seq_of = {}, {}, {}, {}
         for e in entries:
-            shutil.rmtree(self.directory.area("groups", e.group_id, "publish"), ignore_errors=True)
             js = self._join_shard_states[e.group_id]
-            js.folder = str(self.directory.area("groups", e.group_id, "publish", uuid.uuid4().hex))
+            js.folder, first_seq = spark_join_shards.publish_folder(self.directory, e.group_id)
             jb = group_batches[e.group_id]
-            seqs = jb.column("seq").to_numpy()
-            seq_of[e.group_id] = int(seqs.min()) if seqs.size else 0
+            seq_of[e.group_id] = first_seq(jb)
             for rid, t in spark_groups.split_batch(jb, "group_id", ["seq"], drop=True).items():
                 replicas[rid], tables[rid], folders[rid] = js.partitions[rid], t, js.folder
         t0 = time.perf_counter()

@@ -195,13 +195,16 @@ class Publishing:
             # subscriptions, then (unicast) one task per subscription shard
             sharded = self._join_shards_select(state, groups)
             two_stage = set(sharded) if mode == "unicast" else set()
+            # RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG groups with their subscriptions in shards
+            # (control/range_shards.py): unicast only -- the rows' per-update messages, then one task per shard
+            range_sharded = self._range_shards_select(state, groups, mode)
             replicas, parts, owner = {}, [], {}
             for e in groups:
                 if e.group_id in zoned:   # its zones as of before this batch (the deliver() seed reads them)
                     self._zone_replicas(e, zoned[e.group_id])
                 if mode == "reformulated" and e.family.reformulated(e.physical):
                     self._sync_subscribers(e, mode)
-                if e.group_id in zoned:
+                if e.group_id in zoned or e.group_id in range_sharded:
                     continue
                 if e.group_id in sharded:
                     # its row partitions (no subscriptions); reformulated: their messages are the output, in
@@ -233,11 +236,13 @@ class Publishing:
             write_whole = None   # the whole groups' job, when its tasks keep the output themselves (below)
             if groups:
                 df, failed = None, set()
-                whole = [e for e in groups if e.group_id not in zoned and e.group_id not in two_stage]
+                whole = [e for e in groups if e.group_id not in zoned and e.group_id not in two_stage
+                         and e.group_id not in range_sharded]
                 if whole:
                     combined = pa.concat_tables(parts, promote_options="default")
                     name = _operator_name(e.physical for e in whole)
-                    if not (zoned or two_stage or self._net_join_rows or times is not None or not ok.all()):
+                    if not (zoned or two_stage or range_sharded or self._net_join_rows or times is not None
+                            or not ok.all()):
                         # only whole groups: their tasks write the kept output themselves, in the one job
                         # (runtime/groups.py write_groups); df gives the columns, never run
                         df = spark_groups.groups_frame(self.spark, schema)
@@ -257,6 +262,10 @@ class Publishing:
                     sdf, sfailed = self._join_shards_run([e for e in groups if e.group_id in two_stage], sharded,
                                                          group_batches, schema)
                     df, failed = (sdf if df is None else df.unionByName(sdf)), failed | sfailed
+                if range_sharded:
+                    rdf, rfailed = self._range_shards_run([e for e in groups if e.group_id in range_sharded],
+                                                          range_sharded, group_batches, schema)
+                    df, failed = (rdf if df is None else df.unionByName(rdf)), failed | rfailed
                 df = _rename_event_columns(df, state.definition)
             else:
                 df, failed = None if times is not None else spark_frames.empty_frame(self.spark, schema), set()
@@ -290,6 +299,9 @@ class Publishing:
                 if e.group_id in zoned:
                     self._zones_commit(e, failed, mode)   # each zone's task logged its steps: move past them
                     continue
+                if e.group_id in range_sharded:   # its rows log the batch, its shards the messages
+                    self._range_shards_commit(e, group_batches[e.group_id], failed, batch.num_rows)
+                    continue
                 if e.group_id in sharded:   # its row partitions log their parts of the batch
                     self._join_shards_commit(e, group_batches[e.group_id], failed, mode, batch.num_rows)
                     continue
@@ -319,6 +331,7 @@ class Publishing:
             self._journal.publish_commit(kept, state.definition)   # the commit point (journal.py)
             self._zones_done(e for e in groups if e.group_id in zoned)
             self._join_shards_done(e for e in groups if e.group_id in two_stage)
+            self._range_shards_done(e for e in groups if e.group_id in range_sharded)
             if self.catalyst and df is not None:
                 # The operators ran once, above, and their output was kept (what df reads): the node on top
                 # keeps saying in df.explain() which groups produced these rows.

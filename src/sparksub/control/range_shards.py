@@ -8,10 +8,57 @@ Why subscription shards and not X zones for these: the reformulated messages do 
 (000 §2.3.1, 002 §II-C), so the subscriber side -- each subscription's point in the subscription space and, for the
 stateful classes, its current result -- splits by any partition of the subscriptions, with no second round; the
 rows' side is one core.  (RANGE_MIN's publish splits its rows too, into DS-CN's X zones: ``control/zones.py``.)
+
+Below it, :class:`RangeShardGroups`, the driver's side of ``publish`` for the three classes (a mixin of
+``engine.Engine``; called from ``control/publishing.py``'s ``publish`` loop).  Per sharded group it keeps
+(:class:`RangeShardState`):
+
+* **the rows** (stage 1): one replica ``<group>#r0`` whose base is the table's rows and no subscription
+  (``operators/shared/range_shards.py`` ``rows_extra``: top-k paints per update, Paint-Dense, for the group's k
+  values) and whose log is the update batches it applied.  Rebuilt from the table's rows only when they changed
+  behind its back (``load``, a stream's rows taken in, a publish in which the group ran whole or was skipped, a
+  failed task), or past ``RANGE_SHARD_COMPACTION_ROWS`` (then a compaction: the workers' cached rows go on,
+  ``replicas.new_base(continues=True)``); a subscription with a k the rows do not paint for yet is a log entry
+  (``topk.group.PaintedKs``), not a new base;
+* **the subscription shards** (stage 2): ``<group>#q<j>``, the subscriptions by a CRC32 of their id, each base its
+  subscriptions with their results as of the base (seeded from the rows' core, here on the driver, where
+  ``result()`` reads it too) and each log the message batches it applied, logged when the publish commits.  A
+  subscription change rebuilds only the bases of the shards whose subscriptions changed (the ids it added or
+  dropped hash to them); a change of the rows behind the shards' back rebuilds every shard's base (their results
+  would be stale); a shard's log past ``RANGE_SHARD_COMPACTION_MESSAGES`` messages gets a new base continuing it.
+
+``result()``, ``stats()`` and EXPLAIN read a sharded group through ``ShardedRangeView``: the rows' operator on the
+driver (rows only, no subscriber state) with each subscription's bounds from the registry.
 """
 from __future__ import annotations
 
-__all__ = ["RANGE_SHARD_SUBSCRIPTIONS", "range_shard_count"]
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sparksub.operators.joins.shards import subscription_shard
+from sparksub.operators.shared.families import key_type as family_key_type
+from sparksub.operators.shared.range_shards import (
+    RANGE_SHARD_CLASSES,
+    ShardedRangeView,
+    rows_extra,
+    shard_bases,
+)
+from sparksub.operators.topk.group import PaintedKs
+from sparksub.runtime import groups as spark_groups
+from sparksub.runtime import keepalive
+from sparksub.runtime import range_shards as spark_range_shards
+from sparksub.runtime import replicas as spark_replicas
+
+__all__ = [
+    "RANGE_SHARD_COMPACTION_MESSAGES",
+    "RANGE_SHARD_COMPACTION_ROWS",
+    "RANGE_SHARD_SUBSCRIPTIONS",
+    "RangeShardGroups",
+    "RangeShardState",
+    "range_shard_count",
+]
 
 #: subscriptions of a range group from which it runs with its subscriptions in shards by default
 #: (``Engine.range_subscription_shards = None``): below it one task holding them costs less than a second stage
@@ -31,3 +78,255 @@ def range_shard_count(setting, subscriptions: int, parallelism: int) -> int:
             return 0
         setting = parallelism
     return int(setting) if int(setting) >= 2 else 0
+
+
+#: update rows logged to a sharded group's rows replica before a new base
+RANGE_SHARD_COMPACTION_ROWS = 200_000
+#: message rows logged to a subscription shard before a new base: a shard's base costs a result query per
+#: subscription on the driver (top-k: 100,000 subscriptions ~ 10 s), a cold worker's replay ~25 us per message, and a
+#: batch of 2,000 top-k updates is ~80,000 Paint-Dense messages (bench/range_shards.py) -- so rarely
+RANGE_SHARD_COMPACTION_MESSAGES = 2_000_000
+
+
+@dataclass
+class RangeShardState:
+    """One sharded range group as the driver keeps it: its rows' replica and its subscription shards."""
+
+    group_id: str
+    table: str
+    kind: str
+    rows: spark_replicas.Replica | None = None     # <group>#r0: stage 1
+    ks: frozenset = frozenset()                    # top-k: the k values the rows paint for
+    log_rows: int = 0
+    rows_stale: bool = True                        # the rows changed behind the replica's back
+    shards: list = field(default_factory=list)     # Replica per shard (<group>#q<j>): stage 2
+    n_shards: int = 0
+    shard_members: list = field(default_factory=list)   # per shard: (ids, x1, x2, k) its base holds, by id
+    shards_stale: bool = True                      # every shard's base out of date (their results are)
+    stateless_shards: bool = False                 # DISTINCT's subscribers keep no state: nothing logged
+    subscriptions_changed: bool = False
+    rebuilds: int = 0                              # rows bases built from the table's rows
+    shard_rebuilds: int = 0                        # shard bases written
+    folder: str | None = None                      # this publish's messages
+    timings: dict = field(default_factory=dict)    # the last publish's wall seconds per stage
+
+
+def _members(ids, x1, x2, k) -> tuple:
+    """A shard's subscriptions in id order (what tells whether its base still holds them)."""
+    order = np.argsort(np.asarray(ids, dtype=object).astype(str), kind="stable")
+    return (np.asarray(ids, dtype=object)[order], np.asarray(x1)[order], np.asarray(x2)[order], np.asarray(k)[order])
+
+
+def _same_members(a: tuple, b: tuple) -> bool:
+    return len(a[0]) == len(b[0]) and all(np.array_equal(u, v) for u, v in zip(a, b))
+
+
+class RangeShardGroups:
+    """The Engine's sharded RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG groups (a mixin of ``engine.Engine``, before the
+    mixins whose methods it follows: ``_changed``, ``_rows_changed``, ``_zoned_view``)."""
+
+    @property
+    def _range_shard_states(self) -> dict:
+        return self.__dict__.setdefault("_range_shard_state_map", {})
+
+    # ---- which groups run sharded ----------------------------------------------------------------------
+    def _range_shard_count(self, entry, mode) -> int:
+        """How many subscription shards ``entry`` runs with in a ``mode`` publish; 0: whole (a reformulated
+        publish's output is the rows' messages alone: the group runs whole, as before)."""
+        if mode != "unicast" or getattr(entry.physical, "klass", None) not in RANGE_SHARD_CLASSES:
+            return 0
+        return range_shard_count(getattr(self, "range_subscription_shards", None), len(entry.registry),
+                                 self._parallelism())
+
+    def _range_shards_select(self, state, groups, mode) -> dict:
+        """``{group id: shards}`` of the groups on ``state``'s table that run sharded in this publish.  One that
+        does not (it runs whole now, or is skipped) misses the batch: its rows and shards are rebuilt from the rows
+        when it runs sharded again."""
+        counts = {e.group_id: self._range_shard_count(e, mode) for e in groups}
+        chosen = {gid: n for gid, n in counts.items() if n}
+        table = state.definition.name.lower()
+        for rs in self._range_shard_states.values():
+            rs.rows_stale |= rs.table == table and rs.group_id not in chosen
+        return chosen
+
+    # ---- the engine's methods it follows --------------------------------------------------------------
+    def _changed(self, entry, subscriptions: bool = False) -> None:
+        super()._changed(entry, subscriptions)
+        rs = self._range_shard_states.get(entry.group_id)
+        if rs is not None and subscriptions:
+            rs.subscriptions_changed = True    # the shards whose members changed get new bases; never the rows
+
+    def _rows_changed(self, table: str) -> None:
+        for rs in self._range_shard_states.values():
+            if rs.table == table.lower():
+                rs.rows_stale = True
+        super()._rows_changed(table)
+
+    def _zoned_view(self, entry):
+        """A sharded range group as of now (``result``, EXPLAIN, stats) through its rows and the registry; else
+        the zones' view, if any (``control/zones.py``)."""
+        rs = self._range_shard_states.get(entry.group_id)
+        if rs is None or rs.rows_stale or rs.rows is None:
+            return super()._zoned_view(entry)
+        rows_group = self._range_rows_group(rs)
+        reg, family = entry.registry, entry.family
+
+        def bounds_of(sub_id):
+            slot = reg.slot(sub_id)
+            return float(reg.x1[slot]), float(reg.x2[slot]), int(family.limits(reg, np.array([slot]))[0])
+        if rs.shards and not rs.subscriptions_changed:
+            sizes = [len(m[0]) for m in rs.shard_members]
+        else:
+            _, ids, _, _ = family.live(reg)
+            sizes = np.bincount(subscription_shard(ids.tolist(), max(rs.n_shards, 1)),
+                                minlength=max(rs.n_shards, 1)).tolist()
+        shards = [{"shard": j, "subscriptions": int(n), "logged_messages": r.logged_rows}
+                  for j, (n, r) in enumerate(zip(sizes, rs.shards))] or \
+            [{"shard": j, "subscriptions": int(n)} for j, n in enumerate(sizes)]
+        info = {"rows_replica": rs.rows.replica_id, "rows_rebuilds": rs.rebuilds, "shard_rebuilds": rs.shard_rebuilds,
+                "timings": dict(rs.timings)}
+        return ShardedRangeView(rows_group, bounds_of, len(reg), shards, info)
+
+    # ---- the replicas ----------------------------------------------------------------------------------
+    def _range_state(self, entry) -> RangeShardState:
+        rs = self._range_shard_states.get(entry.group_id)
+        if rs is None:
+            rs = self._range_shard_states[entry.group_id] = RangeShardState(
+                entry.group_id, entry.family.tables(entry.physical)[0], entry.physical.klass)
+        return rs
+
+    def _range_rows(self, entry) -> RangeShardState:
+        """The group's rows (stage 1), the base rebuilt from the table's rows when stale or (a compaction) when the
+        log grew long; a k the rows do not paint for yet is a log entry (``PaintedKs``)."""
+        rs = self._range_state(entry)
+        family, node = entry.family, entry.physical
+        slots = entry.registry.live_slots()
+        ks = frozenset(family.limits(entry.registry, slots).tolist()) if rs.kind == "RANGE_TOPK" else frozenset()
+        if rs.rows is None or rs.rows_stale or rs.log_rows > RANGE_SHARD_COMPACTION_ROWS:
+            # only the log's length: the new base is the old one with its log applied, nothing else changed
+            compaction = rs.rows is not None and not rs.rows_stale
+            # a worker's cached rows continue only if they paint for every k the new base does
+            continues = compaction and ks <= rs.ks
+            rs.ks = (ks | rs.ks) if compaction else ks
+            keys, xs, ys = family.table_rows(node, self._tables, text=family.object_values)
+            empty = np.zeros(0)
+            snap = family.snapshot_class(entry.group_id, node.table, node.x, node.y, family.option(node),
+                                         np.zeros(0, dtype=object), empty, empty, np.zeros(0, dtype=np.int64),
+                                         keys, xs, ys, extra=rows_extra(rs.kind, rs.ks))
+            rs.rows = spark_replicas.new_base(self.directory, self.uid, f"{entry.group_id}#r0", snap,
+                                              replaces=rs.rows, continues=continues, one_per_worker=True)
+            if not compaction:
+                rs.shards_stale = True     # the shards' results were of the rows as they were
+                rs.rebuilds += 1
+            rs.rows_stale, rs.log_rows = False, 0
+        elif not ks <= rs.ks:
+            # a subscription with a new k: the rows paint for it from now on, a log entry, no new base
+            rs.ks = ks | rs.ks
+            rs.rows = rs.rows.append(PaintedKs(tuple(sorted(rs.ks))))
+        return rs
+
+    def _range_rows_group(self, rs: RangeShardState):
+        """The rows' operator as of now, in this (driver) process (the runtime's cache + log replay)."""
+        group = spark_replicas.materialize(rs.rows)
+        spark_replicas.remember(rs.rows, rs.rows.log_length, group)
+        return group
+
+    def _range_shard_replicas(self, entry, rs: RangeShardState, n_shards: int) -> list:
+        """The group's subscription shards (stage 2) as of before this batch: a new base for each shard whose
+        subscriptions changed (every shard when the rows changed behind them or the count changed), or whose log
+        grew long (a compaction the workers' cached shards continue)."""
+        family, reg = entry.family, entry.registry
+        if rs.n_shards != n_shards or len(rs.shards) != n_shards:
+            rs.shards_stale = True
+        rebuild: dict = {}   # shard -> continues (a compaction)
+        if rs.shards_stale or rs.subscriptions_changed:
+            slots, ids, x1, x2 = family.live(reg)
+            k = family.limits(reg, slots)
+            which = subscription_shard(ids.tolist(), n_shards)
+            members = [_members(ids[which == j], x1[which == j], x2[which == j], k[which == j])
+                       for j in range(n_shards)]
+            for j in range(n_shards):
+                if rs.shards_stale or not _same_members(members[j], rs.shard_members[j]):
+                    rebuild[j] = False
+            rs.shard_members = members
+        for j, r in enumerate(rs.shards if not rs.shards_stale else []):
+            if j not in rebuild and r.logged_rows > RANGE_SHARD_COMPACTION_MESSAGES:
+                rebuild[j] = True
+        if rebuild:
+            rows_group = self._range_rows_group(rs)
+            key_type = family_key_type(self._tables[rs.table].definition)
+            m = rs.shard_members
+            old = rs.shards if len(rs.shards) == n_shards else []
+            if not old:    # another shard count: every id moves, the old shards' files go
+                for r in rs.shards:
+                    spark_replicas.discard(r)
+            new = list(old) + [None] * (n_shards - len(old))
+            for j in sorted(rebuild):   # one base at a time: the driver holds one shard's results at most
+                base = shard_bases(rows_group, entry.group_id, m[j][0], m[j][1], m[j][2], m[j][3], 1, key_type)[0]
+                base.shard = j
+                rs.stateless_shards = base.stateless
+                new[j] = spark_replicas.new_base(self.directory, self.uid, f"{entry.group_id}#q{j}", base,
+                                                 replaces=old[j] if j < len(old) else None, continues=rebuild[j])
+                rs.shard_rebuilds += 1
+            rs.shards = new
+        rs.n_shards, rs.shards_stale, rs.subscriptions_changed = n_shards, False, False
+        return rs.shards
+
+    # ---- one publish (unicast: two stages) ---------------------------------------------------------------
+    def _range_shards_run(self, entries: list, sharded: dict, group_batches: dict, schema):
+        """Stage 1 (the rows, collected) and stage 2 (the subscription shards, lazy, checkpointed) of the sharded
+        range groups in ``entries`` over their batches.  Returns ``(DataFrame, failed group ids)``."""
+        replicas, tables, folders, seq_of, parts_of = {}, {}, {}, {}, {}
+        for e in entries:
+            rs = self._range_rows(e)
+            parts_of[e.group_id] = self._range_shard_replicas(e, rs, sharded[e.group_id])
+            rs.folder, first_seq = spark_range_shards.publish_folder(self.directory, e.group_id)
+            batch = group_batches[e.group_id]
+            seq_of[e.group_id] = first_seq(batch)
+            replicas[rs.rows.replica_id], tables[rs.rows.replica_id] = rs.rows, batch
+            folders[rs.rows.replica_id] = rs.folder
+        t0 = time.perf_counter()
+        records = spark_range_shards.run_rows(self.spark, replicas, tables, folders,
+                                              keepalive.slots_of(self.spark) or 1) if tables else {}
+        t1 = time.perf_counter()
+        parts = []
+        for e in entries:
+            rs = self._range_shard_states[e.group_id]
+            error = records.get(rs.rows.replica_id, (None, 0))[0]
+            if error is not None:   # DESIGN §7: the group's 'error' row; its rows and shards rebuilt next time
+                parts.append(spark_range_shards.ShardPart(e.group_id, rs.folder, seq_of[e.group_id], error=error))
+                continue
+            parts += [spark_range_shards.ShardPart(e.group_id, rs.folder, seq_of[e.group_id], shard=r)
+                      for r in parts_of[e.group_id]]
+        df = spark_range_shards.output_frame(self.spark, parts, schema).localCheckpoint(eager=False)
+        failed = spark_groups.failed_groups(df)    # the one job that computes stage 2
+        t2 = time.perf_counter()
+        for e in entries:
+            self._range_shard_states[e.group_id].timings = {"rows_job_s": t1 - t0, "shards_job_s": t2 - t1}
+        return df, failed
+
+    def _range_shards_commit(self, entry, group_batch, failed: set, rows: int) -> None:
+        """After the batch committed: the rows' replica logs the batch and each stateful shard the messages it
+        delivered (their tasks moved their caches one step); a failed group's rows and shards are rebuilt from
+        the rows next time.  The whole group's replica (every subscription) no longer follows the table."""
+        rs = self._range_shard_states[entry.group_id]
+        entry.version += 1
+        entry.base_stale = True
+        if entry.group_id in failed:
+            rs.rows_stale = True
+            return
+        if group_batch.num_rows:
+            rs.rows = rs.rows.append(group_batch)
+            rs.log_rows += rows
+        messages = spark_range_shards.messages_in(rs.folder) if rs.folder else None
+        if messages is not None and not rs.stateless_shards:
+            messages = messages.replace_schema_metadata(None)
+            rs.shards = [r.append(messages) for r in rs.shards]
+
+    def _range_shards_done(self, entries) -> None:
+        """The publish's message files are no longer read (its output is checkpointed and kept)."""
+        states = [self._range_shard_states.get(e.group_id) for e in entries]
+        for rs in [rs for rs in states if rs is not None and rs.folder is not None]:
+            spark_groups.remove_folder(rs.folder)
+            rs.folder = None
+

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
+import uuid
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -40,7 +42,7 @@ from sparksub.runtime.groups import (
 )
 from sparksub.runtime.replicas import Replica, keep_one_per_group, materialize, remember
 
-__all__ = ["ShardPart", "messages_in", "output_frame", "run_row_partitions"]
+__all__ = ["ShardPart", "messages_in", "output_frame", "publish_folder", "run_row_partitions"]
 
 _STAGE1_SCHEMA = pa.schema([("replica", pa.string()), ("error", pa.string()), ("messages", pa.int64())])
 
@@ -55,6 +57,19 @@ class ShardPart:
     seq: int = 0
     shard: Replica | None = None
     error: str | None = None
+
+
+def publish_folder(directory, group_id: str) -> tuple[str, object]:
+    """A new folder for one publish's messages of a sharded group (``groups/<group>/publish/<id>``, under the engine's
+    ``directory``), the folders of earlier publishes removed (a failed one's); and ``first_seq(batch)``, the seq of
+    the group's ``op = 'error'`` row should it fail."""
+    shutil.rmtree(directory.area("groups", group_id, "publish"), ignore_errors=True)
+    return str(directory.area("groups", group_id, "publish", uuid.uuid4().hex)), _first_seq
+
+
+def _first_seq(batch: pa.Table) -> int:
+    seqs = batch.column("seq").to_numpy()
+    return int(seqs.min()) if seqs.size else 0
 
 
 def _message_file(folder: str, replica: Replica) -> str:
@@ -76,12 +91,13 @@ def _row_partition_body(folders: dict):
     return body
 
 
-def run_row_partitions(spark, replicas: dict, tables: dict, folders: dict, slots: int = 1) -> dict:
+def run_row_partitions(spark, replicas: dict, tables: dict, folders: dict, slots: int = 1,
+                       name: str = "select_join_row_partitions_reformulated") -> dict:
     """Stage 1 of every sharded group's row partitions (``tables``: replica id -> its part of the batch, sorted by
     seq; ``folders``: replica id -> the group's publish folder): ``{replica id: (error or None, messages)}`` of
-    the partitions that ran."""
+    the partitions that ran.  (A sharded range group's rows run here too: ``runtime/range_shards.py``.)"""
     df, board = placed_frame(spark, replicas, tables, _row_partition_body(folders), _ddl_of(_STAGE1_SCHEMA),
-                             "select_join_row_partitions_reformulated", slots)
+                             name, slots)
     try:
         return {r["replica"]: (r["error"], r["messages"]) for r in df.collect()}
     finally:
@@ -115,7 +131,10 @@ def _shard_task(parts: list, schema: pa.Schema):
                     shard = materialize(p.shard)
                     messages = messages_in(p.folder)
                     out = shard.unicast(messages) if messages is not None else None
-                    remember(p.shard, p.shard.log_length, shard)   # no log: the next task hits
+                    # a stateless shard has no log: the next task hits; a stateful one (a range group's
+                    # subscribers) moved one step, which the driver logs when the publish commits
+                    step = 0 if getattr(shard, "stateless", False) or messages is None else 1
+                    remember(p.shard, p.shard.log_length + step, shard)
                 except Exception as err:  # noqa: BLE001 - reported as a row, which the driver reads
                     yield _error_batch(schema, p.group_id, p.seq, err)
                     continue
@@ -124,10 +143,13 @@ def _shard_task(parts: list, schema: pa.Schema):
     return select_join_shards_unicast
 
 
-def output_frame(spark, parts: list, schema: pa.Schema):
-    """The sharded groups' unicast rows: one task per shard (explicit partitions), lazily."""
+def output_frame(spark, parts: list, schema: pa.Schema, name: str = "select_join_shards_unicast"):
+    """The sharded groups' unicast rows: one task per shard (explicit partitions), lazily; ``name``: what Spark's
+    EXPLAIN prints for the task."""
     n = len(parts)
-    return spark.range(0, n, 1, n).mapInArrow(_shard_task(parts, schema), _ddl(schema))
+    task = _shard_task(parts, schema)
+    task.__name__ = name
+    return spark.range(0, n, 1, n).mapInArrow(task, _ddl(schema))
 
 
 def _ddl_of(schema: pa.Schema) -> str:

@@ -11,6 +11,7 @@ from typing import ClassVar
 import numpy as np
 
 from sparksub.operators.agg import core as range_agg
+from sparksub.operators.agg.subscribers import AggSubscribers
 from sparksub.operators.shared.range_classes import RangeClassGroup, RangeClassSnapshot
 
 __all__ = ["AggGroup", "AggSnapshot"]
@@ -58,9 +59,16 @@ class AggGroup(RangeClassGroup):
     def _delete(self, key):
         return self.core.delete(key)
 
-    def result(self, sub_id):
-        i = self.slot[sub_id]
-        return self.core.value(self.x1[i], self.x2[i])
+    def result_of(self, x1: float, x2: float, k: int = 1):
+        return self.core.value(x1, x2)
+
+    subscribers_class = AggSubscribers
+
+    def shard_seed(self, x1, x2, k) -> tuple:
+        return self.core.states(x1, x2)     # exact (count, scaled sum) per range; an empty range holds nothing
+
+    def subscriber_option(self):
+        return self.func
 
     def _notifications(self, outcome, seq: int, mode: str) -> list[dict]:
         if mode == "reformulated":

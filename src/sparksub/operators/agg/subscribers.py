@@ -66,14 +66,26 @@ class AggSubscribers(RangeRegistry):
             s[: self.sums.size] = self.sums
             self.counts, self.sums = c, s
 
-    def add(self, ids, x1, x2, core=None) -> None:
-        """Register subscribers with their current state from ``core`` (a ``RangeAggCore``), else empty."""
+    @classmethod
+    def from_seed(cls, group_id, func, key_type, ids, x1, x2, k, seed) -> AggSubscribers:
+        """A subscription shard's subscribers (``shared/range_shards.py``): ``seed`` their exact states
+        ``(counts, scaled sums)`` as of the shard's base."""
+        subs = cls(func, group_id=group_id)
+        subs.add(ids, x1, x2, states=seed)
+        return subs
+
+    def add(self, ids, x1, x2, core=None, states=None) -> None:
+        """Register subscribers with their current state from ``core`` (a ``RangeAggCore``), else from ``states``
+        (``(counts, scaled sums)`` per id), else empty."""
         ids, x1, x2, sel, slots = self._register(ids, x1, x2)
         self._fit()
         if core is not None and slots.size:
             c, s = core.states(x1[sel], x2[sel])
             self.counts[slots] = c
             self.sums[slots] = s
+        elif states is not None and slots.size:
+            self.counts[slots] = np.asarray(states[0], dtype=np.int64)[sel]
+            self.sums[slots] = np.asarray(states[1], dtype=object)[sel]
         else:
             self.counts[slots] = 0
             self.sums[slots] = 0

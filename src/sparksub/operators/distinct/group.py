@@ -47,9 +47,12 @@ class DistinctGroup(RangeClassGroup):
     def _delete(self, key):
         return self.core.delete(key)
 
-    def result(self, sub_id) -> list:
-        i = self.slot[sub_id]
-        return sorted(self.core.distinct_values(self.x1[i], self.x2[i]), key=lambda v: (isinstance(v, str), v))
+    def result_of(self, x1: float, x2: float, k: int = 1) -> list:
+        return sorted(self.core.distinct_values(x1, x2), key=lambda v: (isinstance(v, str), v))
+
+    # a shard's subscribers keep no sets: every match of a per-update Mar message is a change (000 §4)
+    subscribers_class = DistinctSubscribers
+    shard_stateless = True
 
     @staticmethod
     def _value_columns(v) -> dict:

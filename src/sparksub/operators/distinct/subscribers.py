@@ -43,6 +43,14 @@ class DistinctSubscribers(RangeRegistry):
         subs.add(group.ids, group.x1, group.x2, core=group.core)
         return subs
 
+    @classmethod
+    def from_seed(cls, group_id, option, key_type, ids, x1, x2, k, seed) -> DistinctSubscribers:
+        """A subscription shard's subscribers (``shared/range_shards.py``): no sets, as the group's own unicast
+        side (every match of a per-update message is a change), so no seed either."""
+        subs = cls(keep_sets=False, group_id=group_id)
+        subs.add(ids, x1, x2)
+        return subs
+
     def add(self, ids, x1, x2, core=None, results=None) -> None:
         """Register subscribers with their current sets: from ``core`` (a ``RangeDistinctCore``), else
         ``results`` (an iterable of values per id), else empty."""

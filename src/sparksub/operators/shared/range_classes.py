@@ -56,8 +56,8 @@ from sparksub.errors import DuplicateSubscription, UnknownSubscription
 from sparksub.operators.shared.arrays import id_list
 from sparksub.operators.shared.schemas import DELETE, ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA, UNICAST_ITEMS_SCHEMA
 
-__all__ = ["RangeClassSnapshot", "RangeClassGroup", "RangeRegistry", "RegionStats", "Counting", "batch_columns",
-           "by_seq", "check_new", "is_null", "key_text", "notification_table", "rows_table",
+__all__ = ["RangeClassSnapshot", "RangeClassGroup", "RangeRegistry", "RegionStats", "Counting", "FlatLists",
+           "batch_columns", "by_seq", "check_new", "is_null", "key_text", "notification_table", "rows_table",
            "with_range_class_columns"]
 
 
@@ -208,6 +208,29 @@ class RangeClassGroup:
     def stats(self) -> dict:
         return {**self.core.counters, **self.counters, "subscriptions": len(self), "tuples": len(self.core)}
 
+    # ---- the subscriber side in shards (``shared/range_shards.py``) -------------------------------------
+    #: the class's subscriber side (``XSubscribers.from_seed`` builds a shard's) and whether it keeps a result
+    #: per subscription (DISTINCT's does not: a match is a change, 000 §4)
+    subscribers_class: ClassVar[type]
+    shard_stateless: ClassVar[bool] = False
+
+    def result(self, sub_id):
+        i = self.slot[sub_id]
+        return self.result_of(self.x1[i], self.x2[i], int(self.k[i]) if getattr(self, "k", None) is not None else 1)
+
+    def result_of(self, x1: float, x2: float, k: int = 1):
+        """The result of a subscription ``[x1, x2]`` (top-k: and ``k``) over the core's rows now, registered or
+        not (a sharded group's rows hold no subscription: ``result()`` reads the bounds from the registry)."""
+        raise NotImplementedError  # abstract: each class's core
+
+    def shard_seed(self, x1: np.ndarray, x2: np.ndarray, k: np.ndarray):
+        """What a subscription shard's subscribers start from, per subscription ``(x1, x2, k)``: their results
+        over the core's rows now (``XSubscribers.from_seed``); none by default (DISTINCT's keep no result)."""
+
+    def subscriber_option(self):
+        """What the class's subscriber side reads beyond the ranges (top-k: descending; aggregates: the function);
+        nothing by default."""
+
 
 def batch_columns(batch, text: bool = False) -> dict:
     """``key, x, y, op, seq`` as Python lists; ``text``: y from ``y_text`` where the engine put a
@@ -234,6 +257,29 @@ def notification_table(rows: list[dict], schema: pa.Schema, group_id) -> pa.Tabl
 
 
 # -------------------------------------------------------------------------------------------------- subscribers
+class FlatLists:
+    """Lists of ``(key, x, y)`` items kept flat -- the items of list i are ``keys[offsets[i]:offsets[i+1]]`` and the
+    same slices of ``xs`` and ``ys`` -- as a read-only sequence of lists.  A subscription shard's seed of top-k
+    results (``shared/range_shards.py``): a few arrays pickle and load in a fraction of the time and memory of a
+    list of tuples per subscription, which a worker would hold beside the subscribers it builds from them."""
+
+    def __init__(self, lists):
+        lists = list(lists)
+        self.offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+        self.offsets[1:] = np.cumsum([len(items) for items in lists])
+        flat = [item for items in lists for item in items]
+        self.keys = np.array([item[0] for item in flat], dtype=object)
+        self.xs = np.array([item[1] for item in flat], dtype=np.float64)
+        self.ys = np.array([item[2] for item in flat], dtype=np.float64)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> list[tuple]:
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return list(zip(self.keys[a:b].tolist(), self.xs[a:b].tolist(), self.ys[a:b].tolist()))
+
+
 def key_text(key) -> str:
     """An object key as the ``item_key`` text of a row or message."""
     return key if isinstance(key, str) else str(key)
@@ -249,9 +295,14 @@ def check_new(ids: list, registry) -> None:
 
 
 def rows_table(rows: list[dict], group_id) -> pa.Table:
-    out = {f.name: [r.get(f.name) for r in rows] for f in UNICAST_ITEMS_SCHEMA}
-    out["group_id"] = [r.get("group_id", group_id) for r in rows]
-    return pa.table(out, schema=UNICAST_ITEMS_SCHEMA)
+    """Unicast rows (dicts; a column a row lacks is null, ``group_id`` defaults to ``group_id``) as a table of
+    ``UNICAST_ITEMS_SCHEMA``: through one struct array, as :func:`notification_table` (a subscription shard's
+    output, ``shared/range_shards.py``, is all of them)."""
+    schema = UNICAST_ITEMS_SCHEMA
+    fields = [f for f in schema if f.name != "group_id"]
+    given = dict(zip([f.name for f in fields], pa.array(rows, type=pa.struct(fields)).flatten()))
+    given["group_id"] = pa.array([r.get("group_id", group_id) for r in rows], schema.field("group_id").type)
+    return pa.Table.from_arrays([given[f.name] for f in schema], schema=schema)
 
 
 def by_seq(messages: pa.Table, names: Iterable[str]):

@@ -16,13 +16,22 @@ from typing import ClassVar
 
 import numpy as np
 
-from sparksub.operators.shared.range_classes import RangeClassGroup, RangeClassSnapshot, key_text
+from sparksub.operators.shared.range_classes import FlatLists, RangeClassGroup, RangeClassSnapshot, key_text
 from sparksub.operators.shared.schemas import DELETE
 from sparksub.operators.shared.variants import paint_of, variant_of
 from sparksub.operators.topk import core as topk
 from sparksub.operators.topk.subscribers import TopkSubscribers
 
-__all__ = ["TopkGroup", "TopkSnapshot"]
+__all__ = ["PaintedKs", "TopkGroup", "TopkSnapshot"]
+
+
+@dataclass(frozen=True)
+class PaintedKs:
+    """A log entry of a sharded group's rows (``control/range_shards.py``): paint for these k values from now on
+    (a subscription with a new k joined a shard).  The core's messages for a k depend on the rows alone (002
+    §II-A: one sweep per k), so the rows take it without a new base."""
+
+    ks: tuple
 
 
 class TopkGroup(RangeClassGroup):
@@ -36,17 +45,26 @@ class TopkGroup(RangeClassGroup):
         super().__init__(snap)
         self.descending = bool(snap.option)
         self.k = np.asarray(snap.sub_k, dtype=np.int64)
-        # the reformulated form paints for the k values in use (002 §II-A, one sweep for the largest)
-        self.core = topk.TopkCore("dense", descending=self.descending, ks=sorted(set(self.k.tolist())) or [1])
+        # the reformulated form paints for the k values in use (002 §II-A, one sweep for the largest); a sharded
+        # group's rows hold no subscription and paint for the k values the snapshot names (``extra['ks']``)
+        ks = snap.extra.get("ks") or sorted(set(self.k.tolist())) or [1]
+        self.core = topk.TopkCore("dense", descending=self.descending, ks=sorted(ks))
+        #: the Paint variant of a reformulated batch whose mode names none: Paint-Batch, or, for a sharded
+        #: group's rows (stage 1), Paint-Dense -- per update, so that its shards' union is unicast exactly
+        self.default_variant = snap.extra.get("variant") or "Paint-Batch"
         self._in_core = False          # the subscriptions registered in the core (Paint-Sparse needs them)
         self._paint_batch = True       # the reformulated form of the batch being applied: Paint-Batch
         self.variants: dict = {}       # reformulated variant -> batches this copy applied in it (tests)
 
     def apply(self, batch, mode: str = "unicast"):
         """The frame's ``apply`` with the Paint variant the mode names set on the core for a reformulated batch
-        (module docstring); unicast always routes Paint-Dense's exact messages."""
+        (module docstring); unicast always routes Paint-Dense's exact messages.  A :class:`PaintedKs` entry
+        (replayed from a sharded group's log) sets the k values painted for."""
+        if isinstance(batch, PaintedKs):
+            self.core._fixed_ks = sorted(batch.ks)
+            return None
         if mode == "reformulated":
-            variant = variant_of(mode, "topk") or "Paint-Batch"
+            variant = variant_of(mode, "topk") or self.default_variant
             paint, epsilon, self._paint_batch = paint_of(variant)
             self.variants[variant] = self.variants.get(variant, 0) + 1
         else:
@@ -92,9 +110,18 @@ class TopkGroup(RangeClassGroup):
     def _delete(self, key):
         return self.core.delete(key)
 
-    def result(self, sub_id) -> list[tuple]:
-        i = self.slot[sub_id]
-        return self.core.top_k(self.x1[i], self.x2[i], int(self.k[i]))
+    def result_of(self, x1: float, x2: float, k: int = 1) -> list[tuple]:
+        return self.core.top_k(x1, x2, int(k))
+
+    subscribers_class = TopkSubscribers
+
+    def shard_seed(self, x1, x2, k) -> list:
+        # each subscription's top-k list [(key, x, y)] now (an empty range's is empty: x1 > x2 holds nothing)
+        return FlatLists(self.core.top_k(a, b, int(kk)) if a <= b else [] for a, b, kk in zip(x1.tolist(), x2.tolist(),
+                                                                                              k.tolist()))
+
+    def subscriber_option(self):
+        return self.descending
 
     def _batch_messages(self, cols) -> list[dict]:
         """A whole batch through Paint-Batch (002 §IV-A): subscribers are exact at the batch's end;

@@ -98,6 +98,14 @@ class TopkSubscribers(Counting):
         subs.add(group.ids, group.x1, group.x2, group.k, core=core)
         return subs
 
+    @classmethod
+    def from_seed(cls, group_id, descending, key_type: Callable, ids, x1, x2, k, seed) -> TopkSubscribers:
+        """A subscription shard's subscribers (``shared/range_shards.py``): ``seed`` their lists [(key, x, y)]
+        as of the shard's base; any k (the rows' group paints for every k of the group)."""
+        subs = cls(descending, key_type=key_type, group_id=group_id)
+        subs.add(ids, x1, x2, k, results=seed)
+        return subs
+
     def __len__(self) -> int:
         return len(self._where)
 

@@ -1,0 +1,184 @@
+#!/usr/bin/env python
+"""Range groups with their subscriptions in shards (issue 16 item 4; control/range_shards.py) against the whole
+group (one task holding the rows and every subscription), through the engine and Spark ``local[2]`` or ``local-cluster[2,1,2048]`` (``--master``).
+
+    flock /tmp/sparksub-bench.lock nice -n 5 python bench/range_shards.py --klass RANGE_TOPK     # publish
+    flock /tmp/sparksub-bench.lock nice -n 5 python bench/range_shards.py --klass RANGE_MIN      # stream()
+    python bench/range_shards.py --klass RANGE_AGG --quick
+
+RANGE_TOPK, RANGE_DISTINCT and RANGE_AGG run sharded in a ``unicast`` publish (stage 1 the rows, emitting the
+class's reformulated messages; stage 2 one task per shard of subscribers, each holding its subscriptions' results);
+RANGE_MIN runs sharded in a ``unicast`` ``stream()`` (the stream's stateful stage the rows, the shards a second
+stage of the same query).  Each form runs in a child process of its own (a fresh Spark session): load ``--rows``
+rows, subscribe ``--subs`` subscriptions in bulk (ranges of X as ``bench/range_min.py``'s: centres ~N(5000, 1500),
+lengths ~|N(1000, 1000)|), then ``--batches`` timed batches of ``--batch`` upserts of existing keys (each moves its
+row in X and Y): publishes, each timed end to end (``publish`` + counting its checkpointed output) after one
+warm-up publish, or one micro-batch each of a bounded file stream into a ``noop`` sink (the first micro-batch, which
+seeds the state, reported apart).  Reported per form: rows/s, notifications/s, the driver's RSS, each Python
+worker's PSS (what its tasks cache), the cache outcomes.  Writes ``docs/benchmarks/range_shards_<class>.md``, its
+JSON and PNG (``--out``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import forms
+from common import machine
+
+REPO = Path(__file__).resolve().parent.parent
+OUT_DIR = REPO / "docs" / "benchmarks"
+DOMAIN = 10_000.0
+TEMPLATES = {
+    "RANGE_TOPK": "SELECT sym, per FROM stock WHERE risk BETWEEN :lo AND :hi ORDER BY per LIMIT 5",
+    "RANGE_DISTINCT": "SELECT DISTINCT sector FROM stock WHERE risk BETWEEN :lo AND :hi",
+    "RANGE_AGG": "SELECT SUM(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
+    "RANGE_MIN": "SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
+}
+SECTORS = np.array([f"sector{i:02d}" for i in range(40)])
+
+
+def rows_table(keys: np.ndarray, rng) -> pa.Table:
+    n = len(keys)
+    return pa.table({"sym": keys.astype(np.int64), "risk": rng.uniform(0.0, DOMAIN, n),
+                     "per": rng.normal(50.0, 15.0, n).round(3), "sector": SECTORS[rng.integers(0, len(SECTORS), n)]})
+
+
+def subscriptions(m: int) -> dict:
+    r = np.random.default_rng(11)
+    mid, length = r.normal(5000.0, 1500.0, m), np.abs(r.normal(1000.0, 1000.0, m))
+    return {"id": np.char.add("q", np.arange(m).astype(str)),
+            "lo": np.clip(mid - length / 2, 0.0, DOMAIN), "hi": np.clip(mid + length / 2, 0.0, DOMAIN)}
+
+
+def child(args) -> dict:
+    spark, baseline = forms.child_session(args, "range-shards")
+    from runtime import rss_mb
+
+    from sparksub import Engine
+    rng = np.random.default_rng(3)
+    e = Engine(spark)
+    e.keep_workers_warm = None
+    e.range_subscription_shards = args.shards if args.form == "sharded" else 0
+    e.sql("CREATE TABLE stock (sym BIGINT PRIMARY KEY, risk DOUBLE, per DOUBLE, sector STRING)")
+    e.load("stock", rows_table(np.arange(args.rows), rng))
+    rss0 = rss_mb()
+    e.subscribe_many(TEMPLATES[args.klass], subscriptions(args.subs))
+    urng = np.random.default_rng(4)
+    batches = [rows_table(urng.integers(0, args.rows, args.batch), urng) for _ in range(args.batches + 1)]
+    out = {"form": args.form, "klass": args.klass, "rows": args.rows, "subs": args.subs, "batch": args.batch,
+           "batches": args.batches}
+    if args.klass == "RANGE_MIN":
+        out.update(_stream(spark, e, batches))
+    else:
+        out.update(_publishes(e, batches))
+    out.update({"driver_rss_subscribed_mb": rss0, **forms.memory(e, baseline, args)})
+    spark.stop()
+    return out
+
+
+def _publishes(e, batches: list) -> dict:
+    t0 = time.perf_counter()
+    warm = e.publish("stock", batches[0]).count()
+    warm_s = time.perf_counter() - t0
+    times, notes = [], 0
+    for b in batches[1:]:
+        t0 = time.perf_counter()
+        notes += e.publish("stock", b).count()
+        times.append(time.perf_counter() - t0)
+    n = sum(b.num_rows for b in batches[1:])
+    return {"path": "publish", "warm_s": warm_s, "warm_notifications": warm, "times": times, "notifications": notes,
+            "rows_per_s": n / sum(times), "notes_per_s": notes / sum(times)}
+
+
+def _stream(spark, e, batches: list) -> dict:
+    """One file per micro-batch (``maxFilesPerTrigger`` 1), oldest first; a noop sink counts nothing, so the
+    notifications are counted by the stream's own counters."""
+    work = Path(tempfile.mkdtemp(prefix="range-shards-"))
+    src, ck = work / "src", work / "ck"
+    src.mkdir()
+    now = time.time() - 1000
+    for j, b in enumerate(batches):
+        path = src / f"part-{j:03d}.parquet"
+        pq.write_table(b, path)
+        os.utime(path, (now + j, now + j))
+    sdf = spark.readStream.schema("sym bigint, risk double, per double, sector string") \
+        .option("maxFilesPerTrigger", 1).parquet(str(src))
+    q = e.stream("stock", sdf).writeStream.format("noop").option("checkpointLocation", str(ck)) \
+        .outputMode("append").start()
+    try:
+        q.processAllAvailable()
+        prog = [p for p in q.recentProgress if p.get("numInputRows", 0) > 0]
+        times = [p["durationMs"]["triggerExecution"] / 1000 for p in prog]
+        rows = [p["numInputRows"] for p in prog]
+        outs = [p.get("sink", {}).get("numOutputRows", -1) for p in prog]
+        return {"path": "stream", "warm_s": times[0] if times else None, "times": times[1:],
+                "rows_per_s": sum(rows[1:]) / max(sum(times[1:]), 1e-9) if len(times) > 1 else None,
+                "median_rows_per_s": statistics.median(r / t for r, t in zip(rows[1:], times[1:]))
+                if len(times) > 1 else None, "notifications": sum(x for x in outs[1:] if x >= 0),
+                "notes_per_s": sum(x for x in outs[1:] if x >= 0) / max(sum(times[1:]), 1e-9)}
+    finally:
+        q.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--klass", choices=sorted(TEMPLATES), default="RANGE_TOPK")
+    forms.add_arguments(ap, OUT_DIR)
+    args = forms.parse(ap)
+    if args.form:
+        print("RESULT " + json.dumps(child(args)))
+        return
+    results = forms.run_forms(__file__, args, ["--klass", args.klass])
+    path = results[0]["path"]
+    unit = "publish" if path == "publish" else "micro-batch"
+    table = forms.results_table(results, args, unit, f"first {unit}")
+    m = machine()
+    how = ("`publish(..., 'unicast')` calls, each timed end to end (publish + count of its output) after one warm-up "
+           "publish" if path == "publish" else
+           "micro-batches of one bounded file stream through `Engine.stream(..., 'unicast')` into a `noop` sink (one "
+           "file a trigger), each its `triggerExecution` time; the first micro-batch seeds the state store and is "
+           "reported apart")
+    text = f"""# {args.klass}: subscriptions in shards vs the whole group ({path}; issue 16 item 4)
+
+`bench/range_shards.py --klass {args.klass}` (`flock /tmp/sparksub-bench.lock nice -n 5`): {args.rows:,} rows,
+{args.subs:,} subscriptions `{TEMPLATES[args.klass]}` (X ranges: centres ~N(5000, 1500), lengths ~|N(1000, 1000)|
+over [0, 10,000]), `{args.master}`; {args.batches} timed batches of {args.batch:,} upserts of existing keys (each moves its
+row in X and Y): {how}.  Each form in a fresh process.  Machine: {m.get('cpu', '')}, {m.get('cpu_count', '')} cores,
+shared with other work (the load is in the table).
+
+{table}
+
+Notifications in the timed batches: whole {results[0]['notifications']:,}, sharded {results[1]['notifications']:,}
+(`tests/test_range_shards_engine.py` / `tests/test_stream_range_shards.py` check the two forms row for row).  The
+driver's RSS is taken after `stats()`.  A Python worker of the whole form caches the group with every
+subscription; of the sharded form, the rows' replica (no subscription) or one shard's subscribers
+({args.subs // args.shards:,} each), so a worker's share of the subscription side falls with the shard count.  The
+sharded form pays a second stage per batch (the messages written between the stages); on 2 shared cores its
+throughput is not a settled comparison.
+"""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"range_shards_{args.klass.lower()}"
+    stem += "" if args.master == "local[2]" else "_local_cluster"
+    (out / f"{stem}.json").write_text(json.dumps({"args": vars(args), "machine": m, "results": results}, indent=1))
+    forms.plot_forms(results, out / f"{stem}.png", f"{args.klass}: the whole group vs its subscriptions in shards ({path})",
+               rate_title=f"updates/s ({path})")
+    text += f"\n![rows/s, driver RSS and Python worker PSS, whole vs sharded]({stem}.png)\n"
+    (out / f"{stem}.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

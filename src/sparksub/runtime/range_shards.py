@@ -1,0 +1,42 @@
+"""RANGE_TOPK, RANGE_DISTINCT and RANGE_AGG groups with their subscriptions split into shards, in Spark (issue 16
+item 4): the two stages of a ``unicast`` publish.  The pure parts are ``operators/shared/range_shards.py`` (the
+rows' per-update messages, a shard's subscribers); the driver's orchestration is ``control/range_shards.py``.
+
+The stages are the SELECT_JOIN shards' jobs (``runtime/join_shards.py``), which they share:
+
+* **Stage 1** (:func:`run_rows`, one job, collected): one task per sharded group, its rows' replica placed as any
+  replica (``groups.placed_frame``: claimed by the task whose worker caches it).  The rows hold **no
+  subscription**; the task applies the group's part of the batch in ``reformulated`` form -- per update (top-k:
+  Paint-Dense, 002 §III-A; the rows' snapshot says so) -- and writes the messages to
+  ``<publish folder>/m-r0.arrow``.
+* **Stage 2** (:func:`output_frame`, lazy, checkpointed by the caller): one task per subscription shard
+  (``spark.range(0, n, 1, n)``, the shard claimed through ``placement.claim``: never two in one task).  A shard is a
+  replica whose base is its subscriptions with their results and whose log is the message batches it applied; its
+  worker caches it (hit / catch-up / rebuild, counted as for every replica), delivers the publish's messages to its
+  subscribers (the group's unicast rows for them) and stands one log entry further, which the driver logs when the
+  publish commits.
+
+A Python worker keeps one rows replica and one shard per group (``replicas.keep_one_per_group``, as the zones and
+the join shards), so an executor holds its share of the subscriptions, not all of them.
+"""
+from __future__ import annotations
+
+from sparksub.runtime import join_shards
+
+__all__ = ["ShardPart", "messages_in", "output_frame", "publish_folder", "run_rows"]
+
+ShardPart = join_shards.ShardPart
+messages_in = join_shards.messages_in
+publish_folder = join_shards.publish_folder
+
+
+def run_rows(spark, replicas: dict, tables: dict, folders: dict, slots: int = 1) -> dict:
+    """Stage 1 of the sharded range groups (``replicas``: ``<group>#r0`` -> the rows' replica; ``tables``: its batch,
+    in seq order; ``folders``: the group's publish folder): ``{replica id: (error or None, messages)}``."""
+    return join_shards.run_row_partitions(spark, replicas, tables, folders, slots,
+                                          name="range_rows_per_update_messages")
+
+
+def output_frame(spark, parts: list, schema):
+    """The sharded range groups' unicast rows: one task per subscription shard (``parts``: ``ShardPart`` each)."""
+    return join_shards.output_frame(spark, parts, schema, name="range_subscription_shards_unicast")
