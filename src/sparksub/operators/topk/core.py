@@ -934,6 +934,11 @@ class TopkCore:
     def _ks(self) -> list[int]:
         return self._fixed_ks if self._fixed_ks is not None else self.subscriptions.ks()
 
+    def paint_for(self, ks) -> None:
+        """Paint for these k values from now on, whatever subscriptions the core holds (a core without any: the
+        rows of a sharded group, whose messages for a k depend on the rows alone, 002 §II-A)."""
+        self._fixed_ks = sorted({int(k) for k in ks})
+
     # ---- online updates -----------------------------------------------------------------------------------
     def upsert(self, key, x: float, y: float) -> Outcome:
         """Insert object ``key`` at (x, y) or update it; an x-move is a deletion step then an insertion step."""

@@ -61,7 +61,7 @@ class TopkGroup(RangeClassGroup):
         (module docstring); unicast always routes Paint-Dense's exact messages.  A :class:`PaintedKs` entry
         (replayed from a sharded group's log) sets the k values painted for."""
         if isinstance(batch, PaintedKs):
-            self.core._fixed_ks = sorted(batch.ks)
+            self.core.paint_for(batch.ks)
             return None
         if mode == "reformulated":
             variant = variant_of(mode, "topk") or self.default_variant
