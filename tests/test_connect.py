@@ -70,26 +70,16 @@ def _rows(df) -> list:
 
 
 def scenario(spark, tmp: str) -> dict:
-    """Publish to each class and stream a range-min group; everything the engine answered, comparable."""
+    """Publish to each class and stream a range-min group; everything the engine answered, comparable.  Then the
+    range-min, top-k and select-join workloads and the stream again on an engine with every split forced (X zones,
+    the range classes' and the select-join's subscription shards, the stream's two stages), whose rows must equal
+    the whole groups' (``split_*``)."""
     from sparksub import Engine
 
     out: dict = {}
     e = Engine(spark, catalyst="auto", path=os.path.join(tmp, "engine"))
     out["catalyst"] = e.catalyst if is_connect_session(spark) else None
-    # range-min: unicast, reformulated (+ deliver), result
-    e.sql("CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)")
-    e.load("stock", [{"symbol": f"t{i}", "risk": float(10 * i), "per": float((7 * i) % 13)} for i in range(12)])
-    e.subscribe_many("SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
-                     {"id": [f"m{i}" for i in range(8)], "lo": [float(5 * i) for i in range(8)],
-                      "hi": [float(5 * i + 40) for i in range(8)]})
-    out["range_unicast"] = _rows(e.publish("stock", [{"symbol": "t3", "risk": 30.0, "per": 0.5},
-                                                     {"symbol": "t20", "risk": 25.0, "per": 1.5},
-                                                     {"symbol": "t5", "_op": "delete"}]))
-    reformulated = e.publish("stock", [{"symbol": "t3", "risk": 30.0, "per": 9.0},
-                                       {"symbol": "t7", "risk": 55.0, "per": 0.25}], mode="reformulated")
-    out["range_reformulated"] = _rows(reformulated)
-    out["range_delivered"] = _rows(e.deliver(reformulated))
-    out["range_results"] = {f"m{i}": e.result(f"m{i}") for i in range(8)}
+    _range_part(e, out, "")
     # FILTER
     e.sql("CREATE TABLE trades (name STRING, price DOUBLE, volume BIGINT)")
     e.sql("CREATE SUBSCRIPTION ibm AS SELECT * FROM trades WHERE name = 'IBM' AND price > 50")
@@ -99,25 +89,65 @@ def scenario(spark, tmp: str) -> dict:
     out["filter"] = _rows(e.publish("trades", [{"name": n, "price": float(p), "volume": v}
                                               for n, p, v in (("IBM", 60, 1), ("SAP", 15, 2), ("IBM", 30, 3),
                                                               ("ORCL", 55, 4))]))
-    # SELECT_JOIN
-    e.sql("CREATE TABLE r (rk INT PRIMARY KEY, a DOUBLE, b BIGINT)")
-    e.sql("CREATE TABLE s (sk INT PRIMARY KEY, b DOUBLE, c DOUBLE)")
-    e.load("r", [{"rk": k, "a": float(k % 5), "b": k % 3} for k in range(9)])
-    e.load("s", [{"sk": k, "b": float(k % 3), "c": float(k % 4)} for k in range(7)])
-    e.sql("CREATE SUBSCRIPTION j1 AS SELECT * FROM r JOIN s ON r.b = s.b WHERE r.a BETWEEN 1 AND 3")
-    e.sql("CREATE SUBSCRIPTION j2 AS SELECT r.a, s.c FROM r JOIN s ON r.b = s.b WHERE s.c >= 2")
-    out["join_r"] = _rows(e.publish("r", [{"rk": 1, "a": 2.0, "b": 2}, {"rk": 30, "a": 3.0, "b": 0}]))
-    out["join_s"] = _rows(e.publish("s", [{"sk": 2, "b": 1.0, "c": 3.0}, {"sk": 4, "_op": "delete"}]))
-    out["join_results"] = {s: e.result(s) for s in ("j1", "j2")}
+    _join_part(e, out, "")
     # an event query
     e.sql("CREATE TABLE Ticks (Name STRING, Price BIGINT)")
     e.register_event_query("up", "SELECT * FROM Ticks NEXT{$1.Name = $2.Name AND $2.Price > $1.Price} Ticks")
     ticks = [{"Name": n, "Price": p} for n, p in (("A", 1), ("B", 5), ("A", 3), ("B", 4), ("A", 2), ("B", 9))]
     out["events"] = _rows(e.publish("Ticks", ticks))
     out["matches"] = e.matches("up")
-    # stream() of the range-min group over a bounded file source
-    src = Path(tmp, "stream_in")
-    src.mkdir()
+    _stream_part(spark, e, out, "", Path(tmp, "stream"))
+    runtime = e.stats()["runtime"]
+    out["counted"] = {"rebuilds": runtime["rebuilds"] > 0, "stream_micro_batches": runtime["streams"].get(
+        "micro_batches", 0) > 0}
+    split = Engine(spark, catalyst="auto", path=os.path.join(tmp, "engine_split"))
+    split.range_zones = split.range_subscription_shards = split.join_subscription_shards = 2
+    _range_part(split, out, "split_")
+    split.sql("CREATE TABLE ranked (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)")
+    split.load("ranked", [{"symbol": f"t{i}", "risk": float(10 * i), "per": float((7 * i) % 13)} for i in range(12)])
+    split.subscribe_many("SELECT symbol, per FROM ranked WHERE risk BETWEEN :lo AND :hi ORDER BY per LIMIT 2",
+                         {"id": [f"k{i}" for i in range(5)], "lo": [float(10 * i) for i in range(5)],
+                          "hi": [float(10 * i + 50) for i in range(5)]})
+    out["split_topk"] = _rows(split.publish("ranked", [{"symbol": "t4", "risk": 45.0, "per": 0.2},
+                                                       {"symbol": "t9", "_op": "delete"}]))
+    _join_part(split, out, "split_")
+    _stream_part(spark, split, out, "split_", Path(tmp, "stream_split"))
+    return out
+
+
+def _range_part(e, out: dict, prefix: str) -> None:
+    """range-min: unicast, reformulated (+ deliver), result."""
+    e.sql("CREATE TABLE stock (symbol STRING PRIMARY KEY, risk DOUBLE, per DOUBLE)")
+    e.load("stock", [{"symbol": f"t{i}", "risk": float(10 * i), "per": float((7 * i) % 13)} for i in range(12)])
+    e.subscribe_many("SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
+                     {"id": [f"m{i}" for i in range(8)], "lo": [float(5 * i) for i in range(8)],
+                      "hi": [float(5 * i + 40) for i in range(8)]})
+    out[prefix + "range_unicast"] = _rows(e.publish("stock", [{"symbol": "t3", "risk": 30.0, "per": 0.5},
+                                                              {"symbol": "t20", "risk": 25.0, "per": 1.5},
+                                                              {"symbol": "t5", "_op": "delete"}]))
+    reformulated = e.publish("stock", [{"symbol": "t3", "risk": 30.0, "per": 9.0},
+                                       {"symbol": "t7", "risk": 55.0, "per": 0.25}], mode="reformulated")
+    out[prefix + "range_reformulated"] = _rows(reformulated)
+    out[prefix + "range_delivered"] = _rows(e.deliver(reformulated))
+    out[prefix + "range_results"] = {f"m{i}": e.result(f"m{i}") for i in range(8)}
+
+
+def _join_part(e, out: dict, prefix: str) -> None:
+    e.sql("CREATE TABLE r (rk INT PRIMARY KEY, a DOUBLE, b BIGINT)")
+    e.sql("CREATE TABLE s (sk INT PRIMARY KEY, b DOUBLE, c DOUBLE)")
+    e.load("r", [{"rk": k, "a": float(k % 5), "b": k % 3} for k in range(9)])
+    e.load("s", [{"sk": k, "b": float(k % 3), "c": float(k % 4)} for k in range(7)])
+    e.sql("CREATE SUBSCRIPTION j1 AS SELECT * FROM r JOIN s ON r.b = s.b WHERE r.a BETWEEN 1 AND 3")
+    e.sql("CREATE SUBSCRIPTION j2 AS SELECT r.a, s.c FROM r JOIN s ON r.b = s.b WHERE s.c >= 2")
+    out[prefix + "join_r"] = _rows(e.publish("r", [{"rk": 1, "a": 2.0, "b": 2}, {"rk": 30, "a": 3.0, "b": 0}]))
+    out[prefix + "join_s"] = _rows(e.publish("s", [{"sk": 2, "b": 1.0, "c": 3.0}, {"sk": 4, "_op": "delete"}]))
+    out[prefix + "join_results"] = {s: e.result(s) for s in ("j1", "j2")}
+
+
+def _stream_part(spark, e, out: dict, prefix: str, where: Path) -> None:
+    """stream() of the range-min group over a bounded file source."""
+    src = Path(where, "in")
+    src.mkdir(parents=True)
     for n, batch in enumerate(([{"symbol": "t1", "risk": 12.0, "per": 0.1, "_seq": 100},
                                 {"symbol": "t9", "risk": 35.0, "per": 3.0, "_seq": 101}],
                                [{"symbol": "t1", "_op": "delete", "_seq": 102},
@@ -128,15 +158,11 @@ def scenario(spark, tmp: str) -> dict:
     stream_in = (spark.readStream.schema("symbol STRING, risk DOUBLE, per DOUBLE, _op STRING, _seq BIGINT")
                  .option("maxFilesPerTrigger", 1).json(str(src)))
     query = (e.stream("stock", stream_in).writeStream.format("parquet")
-             .option("path", os.path.join(tmp, "stream_out"))
-             .option("checkpointLocation", os.path.join(tmp, "stream_ck"))
+             .option("path", str(Path(where, "out")))
+             .option("checkpointLocation", str(Path(where, "ck")))
              .trigger(availableNow=True).start())
     query.awaitTermination()
-    out["stream"] = _rows(spark.read.parquet(os.path.join(tmp, "stream_out")))
-    runtime = e.stats()["runtime"]
-    out["counted"] = {"rebuilds": runtime["rebuilds"] > 0, "stream_micro_batches": runtime["streams"].get(
-        "micro_batches", 0) > 0}
-    return out
+    out[prefix + "stream"] = _rows(spark.read.parquet(str(Path(where, "out"))))
 
 
 def test_the_classic_session_is_not_connect(spark):
@@ -174,4 +200,15 @@ def test_publish_and_stream_on_spark_connect_equal_the_classic_session(spark, tm
     for part in classic:
         assert connect[part] == classic[part], part
     assert classic["range_unicast"] and classic["filter"] and classic["join_r"] and classic["matches"]
-    assert classic["stream"]
+    assert classic["stream"] and classic["split_topk"]
+    # every split gives the whole groups' rows (the stream in two stages too); the join publishes' seqs differ by
+    # the rows each engine published before them (the split engine has no FILTER or event table)
+    for part in ("range_unicast", "range_reformulated", "range_delivered", "range_results", "join_results",
+                 "stream"):
+        assert classic["split_" + part] == classic[part], part
+    for part in ("join_r", "join_s"):
+        assert _without_seq(classic["split_" + part]) == _without_seq(classic[part]), part
+
+
+def _without_seq(rows: list) -> list:
+    return sorted(json.dumps({k: v for k, v in json.loads(r).items() if k != "seq"}, sort_keys=True) for r in rows)
