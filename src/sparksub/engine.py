@@ -142,15 +142,16 @@ class Engine(RangeShardGroups, JoinShardGroups, ZonedGroups, Statements, Subscri
         #: (stage 2, unicast).  None: whole (every partition holds every subscription) below
         #: ``control.join_shards.JOIN_SHARD_SUBSCRIPTIONS`` (200,000) subscriptions, ``parallelism`` shards from
         #: there; an int >= 2 forces that many; 0 or 1: whole.  The output is the same either way (not journaled);
-        #: ``stream()`` runs a group whole.
+        #: ``stream()`` decides the same way when it starts (runtime/join_stream.py).
         self.join_subscription_shards: int | None = None
         #: subscription shards of a range group (issue 16 item 4; control/range_shards.py): RANGE_TOPK,
-        #: RANGE_DISTINCT and RANGE_AGG in a ``unicast`` publish, RANGE_MIN / RANGE_MAX in a ``unicast`` ``stream()``
-        #: run their rows as one replica that holds no subscription (the class's reformulated messages) and their
-        #: subscriptions split by a hash of their id into this many shards, one Spark task and one replica each.
-        #: None: whole below ``control.range_shards.RANGE_SHARD_SUBSCRIPTIONS`` (200,000) subscriptions,
-        #: ``parallelism`` shards from there; an int >= 2 forces that many; 0 or 1: whole.  The output is the same
-        #: either way (not journaled).
+        #: RANGE_DISTINCT and RANGE_AGG in a ``unicast`` publish run their rows as one replica that holds no
+        #: subscription (the class's per-update messages) and their subscriptions split by a hash of their id into
+        #: this many shards, one Spark task and one replica each; RANGE_MIN / RANGE_MAX in a ``unicast`` ``stream()``
+        #: hold their rows in the stream's state and their subscriptions in this many x1 shards, a second stage of
+        #: the query (decided when the stream starts).  None: whole below
+        #: ``control.range_shards.RANGE_SHARD_SUBSCRIPTIONS`` (200,000) subscriptions, ``parallelism`` shards from
+        #: there; an int >= 2 forces that many; 0 or 1: whole.  The output is the same either way (not journaled).
         self.range_subscription_shards: int | None = None
         #: keep the Python workers that cache the groups alive through pauses (``runtime/keepalive.py``: Spark
         #: ends a worker idle for 60 s, and every group would be rebuilt at the next publish): a small job runs

@@ -2,7 +2,7 @@
 makes, shared by ``publish`` (RANGE_TOPK, RANGE_DISTINCT, RANGE_AGG in ``unicast``: stage 1 the group's rows, which
 hold no subscription and emit the class's reformulated messages; stage 2 the subscriptions by a hash of their id,
 each shard's subscribers a logged replica) and ``stream()`` (RANGE_MIN / RANGE_MAX in ``unicast``: the stream's
-stateful stage the rows, the shards a second stage in the same query).
+stateful stage the rows, the x1 shards a second stage in the same query: ``runtime/stream.py``).
 
 Why subscription shards and not X zones for these: the reformulated messages do not depend on the subscriptions
 (000 §2.3.1, 002 §II-C), so the subscriber side -- each subscription's point in the subscription space and, for the
