@@ -226,21 +226,42 @@ def test_sharded_range_groups_equal_whole_and_the_oracle(spark, n_shards):
     assert f"rows in 1 replica × {n_shards} subscription shards" in sharded.explain("best")
     runtime = sharded.stats()["runtime"]
     assert runtime["hits"] + runtime["catch_ups"] + runtime["rebuilds"] > 0
-    # a reformulated publish runs the group whole: the same messages as the whole engine's, and deliver() works
-    batch = gen_batch(rnd, 6, rows)
-    frames = [e.publish("t", batch, mode="reformulated") for e in engs]
-    got = [f.collect() for f in frames]
-    assert full_rows(got[0]) == full_rows(got[1])
-    apply_rows(rows, batch)
-    delivered = [e.deliver(f.filter("op != 'rejected'")).collect() for e, f in zip(engs, frames)]
-    assert full_rows(delivered[0]) == full_rows(delivered[1])
-    # and the next unicast publish shards again, from the rows as they are now
-    batch = gen_batch(rnd, 8, rows)
-    got = [e.publish("t", batch).collect() for e in engs]
-    assert full_rows(got[0]) == full_rows(got[1])
-    apply_rows(rows, batch)
+    # reformulated publishes run sharded too: the rows alone, in the publish's Paint variant (Paint-Batch by
+    # default), their messages the output -- the whole engine's row for row; no shard is rebuilt, the stateful
+    # shards log the messages; a variant whose server needs the subscriptions (Paint-Sparse) runs the group whole
+    states = sharded._range_shard_states
+    shard_rebuilds = {gid: rs.shard_rebuilds for gid, rs in states.items()}
+    for variant in (None, "Paint-Dense", "Paint-Sparse"):
+        if variant == "Paint-Dense":   # a subscription change first: its shard is rebuilt at the next unicast
+            subscribe_all(engs, rnd, queries, "c", 2)
+        logged = {gid: rs.rows.log_length for gid, rs in states.items()}
+        batch = gen_batch(rnd, 6, rows)
+        frames = [e.publish("t", batch, mode="reformulated", variant=variant) for e in engs]
+        got = [f.collect() for f in frames]
+        assert [r.reason for r in got[0] if r.op == "error"] == []
+        assert full_rows(got[0]) == full_rows(got[1])
+        apply_rows(rows, batch)
+        delivered = [e.deliver(f.filter("op != 'rejected'")).collect() for e, f in zip(engs, frames)]
+        assert full_rows(delivered[0]) == full_rows(delivered[1])
+        ran_sharded = {gid: gid in states and not states[gid].rows_stale and states[gid].rows.log_length
+                       == logged[gid] + 1 for gid in logged}
+        expect = variant != "Paint-Sparse"
+        for g in range_groups(sharded):
+            # Paint-Sparse: the top-k group runs whole; the others have no variant and shard
+            assert ran_sharded[g.group_id] == (expect or g.physical.klass != "RANGE_TOPK"), (variant, g.group_id)
+        assert {gid: rs.shard_rebuilds for gid, rs in states.items()} == shard_rebuilds
+    # the next unicast publishes shard again: the shards replay the logged messages (or, the top-k group, which
+    # ran whole, and the shards the new subscriptions hash to, are rebuilt from the rows as they are now)
+    for _ in range(2):
+        batch = gen_batch(rnd, 8, rows)
+        got = [e.publish("t", batch).collect() for e in engs]
+        assert full_rows(got[0]) == full_rows(got[1])
+        apply_rows(rows, batch)
     for sid, (kind, lo, hi, k, desc) in queries.items():
         assert result_of(sharded, sid, kind) == result_of(whole, sid, kind), sid
+        want = oracle(rows, kind, lo, hi, k, desc)
+        got = result_of(sharded, sid, kind)
+        assert (math.isclose(got, want) if kind == "sum" and want is not None else got == want), sid
 
 
 def test_only_the_changed_shards_get_new_bases_and_a_durable_engine_reopens(spark, tmp_path):

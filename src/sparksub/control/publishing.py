@@ -196,7 +196,7 @@ class Publishing:
             sharded = self._join_shards_select(state, groups)
             two_stage = set(sharded) if mode == "unicast" else set()
             # RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG groups with their subscriptions in shards
-            # (control/range_shards.py): unicast only -- the rows' per-update messages, then one task per shard
+            # (control/range_shards.py): the rows' messages, then (unicast) one task per shard
             range_sharded = self._range_shards_select(state, groups, mode)
             replicas, parts, owner = {}, [], {}
             for e in groups:
@@ -264,7 +264,7 @@ class Publishing:
                     df, failed = (sdf if df is None else df.unionByName(sdf)), failed | sfailed
                 if range_sharded:
                     rdf, rfailed = self._range_shards_run([e for e in groups if e.group_id in range_sharded],
-                                                          range_sharded, group_batches, schema)
+                                                          range_sharded, group_batches, schema, mode)
                     df, failed = (rdf if df is None else df.unionByName(rdf)), failed | rfailed
                 df = _rename_event_columns(df, state.definition)
             else:
@@ -300,7 +300,7 @@ class Publishing:
                     self._zones_commit(e, failed, mode)   # each zone's task logged its steps: move past them
                     continue
                 if e.group_id in range_sharded:   # its rows log the batch, its shards the messages
-                    self._range_shards_commit(e, group_batches[e.group_id], failed, batch.num_rows)
+                    self._range_shards_commit(e, group_batches[e.group_id], failed, batch.num_rows, mode)
                     continue
                 if e.group_id in sharded:   # its row partitions log their parts of the batch
                     self._join_shards_commit(e, group_batches[e.group_id], failed, mode, batch.num_rows)

@@ -1,7 +1,7 @@
 """How many subscription shards a range group runs with (issue 16 item 4): the decision ``Engine.range_subscription_shards``
-makes, shared by ``publish`` (RANGE_TOPK, RANGE_DISTINCT, RANGE_AGG in ``unicast``: stage 1 the group's rows, which
-hold no subscription and emit the class's reformulated messages; stage 2 the subscriptions by a hash of their id,
-each shard's subscribers a logged replica) and ``stream()`` (RANGE_MIN / RANGE_MAX in ``unicast``: the stream's
+makes, shared by ``publish`` (RANGE_TOPK, RANGE_DISTINCT, RANGE_AGG: stage 1 the group's rows, which hold no
+subscription and emit the class's reformulated messages -- a ``reformulated`` publish's output; in ``unicast``,
+stage 2 the subscriptions by a hash of their id, each shard's subscribers a logged replica) and ``stream()`` (RANGE_MIN / RANGE_MAX in ``unicast``: the stream's
 stateful stage the rows, the x1 shards a second stage in the same query: ``runtime/stream.py``).
 
 Why subscription shards and not X zones for these: the reformulated messages do not depend on the subscriptions
@@ -22,7 +22,9 @@ Below it, :class:`RangeShardGroups`, the driver's side of ``publish`` for the th
   (``topk.group.PaintedKs``), not a new base;
 * **the subscription shards** (stage 2): ``<group>#q<j>``, the subscriptions by a CRC32 of their id, each base its
   subscriptions with their results as of the base (seeded from the rows' core, here on the driver, where
-  ``result()`` reads it too) and each log the message batches it applied, logged when the publish commits.  A
+  ``result()`` reads it too) and each log the message batches it applied, logged when the publish commits (a
+  reformulated publish runs no shard: its messages are logged all the same, and a worker's cached shard replays
+  them when it next runs; a subscription change waits for the next unicast publish to rebuild a shard).  A
   subscription change rebuilds only the bases of the shards whose subscriptions changed (the ids it added or
   dropped hash to them); a change of the rows behind the shards' back rebuilds every shard's base (their results
   would be stale); a shard's log past ``RANGE_SHARD_COMPACTION_MESSAGES`` messages gets a new base continuing it.
@@ -43,7 +45,9 @@ from sparksub.operators.shared.range_shards import (
     RANGE_SHARD_CLASSES,
     ShardedRangeView,
     rows_extra,
+    rows_mode,
     shard_bases,
+    shardable,
 )
 from sparksub.operators.topk.group import PaintedKs
 from sparksub.runtime import groups as spark_groups
@@ -132,8 +136,9 @@ class RangeShardGroups:
     # ---- which groups run sharded ----------------------------------------------------------------------
     def _range_shard_count(self, entry, mode) -> int:
         """How many subscription shards ``entry`` runs with in a ``mode`` publish; 0: whole (a reformulated
-        publish's output is the rows' messages alone: the group runs whole, as before)."""
-        if mode != "unicast" or getattr(entry.physical, "klass", None) not in RANGE_SHARD_CLASSES:
+        publish in a variant whose server needs the subscriptions: ``range_shards.shardable``)."""
+        klass = getattr(entry.physical, "klass", None)
+        if klass not in RANGE_SHARD_CLASSES or not shardable(mode, klass):
             return 0
         return range_shard_count(getattr(self, "range_subscription_shards", None), len(entry.registry),
                                  self._parallelism())
@@ -186,6 +191,19 @@ class RangeShardGroups:
         info = {"rows_replica": rs.rows.replica_id, "rows_rebuilds": rs.rebuilds, "shard_rebuilds": rs.shard_rebuilds,
                 "timings": dict(rs.timings)}
         return ShardedRangeView(rows_group, bounds_of, len(reg), shards, info)
+
+    def _subscribers_of(self, entry):
+        """deliver()'s subscriber side of a sharded group: one shard of every subscription, seeded from the rows'
+        core (what each shard's base is); else the engine's."""
+        view = self._zoned_view(entry) if entry.group_id in self._range_shard_states else None
+        if not isinstance(view, ShardedRangeView):
+            return super()._subscribers_of(entry)
+        rs = self._range_shard_states[entry.group_id]
+        slots, ids, x1, x2 = entry.family.live(entry.registry)
+        key_type = family_key_type(self._tables[rs.table].definition)
+        base = shard_bases(view.rows_group, entry.group_id, ids, x1, x2, entry.family.limits(entry.registry, slots),
+                           1, key_type)[0]
+        return base.build().subscribers
 
     # ---- the replicas ----------------------------------------------------------------------------------
     def _range_state(self, entry) -> RangeShardState:
@@ -273,13 +291,17 @@ class RangeShardGroups:
         return rs.shards
 
     # ---- one publish (unicast: two stages) ---------------------------------------------------------------
-    def _range_shards_run(self, entries: list, sharded: dict, group_batches: dict, schema):
+    def _range_shards_run(self, entries: list, sharded: dict, group_batches: dict, schema, mode="unicast"):
         """Stage 1 (the rows, collected) and stage 2 (the subscription shards, lazy, checkpointed) of the sharded
-        range groups in ``entries`` over their batches.  Returns ``(DataFrame, failed group ids)``."""
+        range groups in ``entries`` over their batches; a ``reformulated`` publish: stage 1's messages are the
+        output, no shard runs.  Returns ``(DataFrame, failed group ids)``."""
         replicas, tables, folders, seq_of, parts_of = {}, {}, {}, {}, {}
         for e in entries:
             rs = self._range_rows(e)
-            parts_of[e.group_id] = self._range_shard_replicas(e, rs, sharded[e.group_id])
+            # a reformulated publish leaves the shards as they are: a subscription change waits for the next
+            # unicast publish to rebuild the shards it touched (seeded from the rows then), and the others log
+            # this publish's messages
+            parts_of[e.group_id] = self._range_shard_replicas(e, rs, sharded[e.group_id]) if mode == "unicast" else []
             rs.folder, first_seq = spark_range_shards.publish_folder(self.directory, e.group_id)
             batch = group_batches[e.group_id]
             seq_of[e.group_id] = first_seq(batch)
@@ -287,28 +309,32 @@ class RangeShardGroups:
             folders[rs.rows.replica_id] = rs.folder
         t0 = time.perf_counter()
         records = spark_range_shards.run_rows(self.spark, replicas, tables, folders,
-                                              keepalive.slots_of(self.spark) or 1) if tables else {}
+                                              keepalive.slots_of(self.spark) or 1, rows_mode(mode)) if tables else {}
         t1 = time.perf_counter()
         parts = []
         for e in entries:
             rs = self._range_shard_states[e.group_id]
             error = records.get(rs.rows.replica_id, (None, 0))[0]
-            if error is not None:   # DESIGN §7: the group's 'error' row; its rows and shards rebuilt next time
+            if error is not None or mode != "unicast":
+                # DESIGN §7: the group's 'error' row, its rows and shards rebuilt next time; or the group's
+                # reformulated output, its messages
                 parts.append(spark_range_shards.ShardPart(e.group_id, rs.folder, seq_of[e.group_id], error=error))
                 continue
             parts += [spark_range_shards.ShardPart(e.group_id, rs.folder, seq_of[e.group_id], shard=r)
                       for r in parts_of[e.group_id]]
-        df = spark_range_shards.output_frame(self.spark, parts, schema).localCheckpoint(eager=False)
+        frame = spark_range_shards.output_frame if mode == "unicast" else spark_range_shards.messages_frame
+        df = frame(self.spark, parts, schema).localCheckpoint(eager=False)
         failed = spark_groups.failed_groups(df)    # the one job that computes stage 2
         t2 = time.perf_counter()
         for e in entries:
             self._range_shard_states[e.group_id].timings = {"rows_job_s": t1 - t0, "shards_job_s": t2 - t1}
         return df, failed
 
-    def _range_shards_commit(self, entry, group_batch, failed: set, rows: int) -> None:
+    def _range_shards_commit(self, entry, group_batch, failed: set, rows: int, mode="unicast") -> None:
         """After the batch committed: the rows' replica logs the batch and each stateful shard the messages it
-        delivered (their tasks moved their caches one step); a failed group's rows and shards are rebuilt from
-        the rows next time.  The whole group's replica (every subscription) no longer follows the table."""
+        delivered (unicast: their tasks moved their caches one step; reformulated: no shard ran, a worker's cached
+        shard replays the entry when it next runs); a failed group's rows and shards are rebuilt from the rows next
+        time.  The whole group's replica (every subscription) no longer follows the table."""
         rs = self._range_shard_states[entry.group_id]
         entry.version += 1
         entry.base_stale = True
@@ -322,6 +348,8 @@ class RangeShardGroups:
         if messages is not None and not rs.stateless_shards:
             messages = messages.replace_schema_metadata(None)
             rs.shards = [r.append(messages) for r in rs.shards]
+        if mode == "reformulated" and (entry.subscribers is not None or entry.subscribers_seed is not None):
+            entry.subscribers_version = entry.version   # deliver()'s side follows these messages
 
     def _range_shards_done(self, entries) -> None:
         """The publish's message files are no longer read (its output is checkpointed and kept)."""

@@ -49,8 +49,9 @@ _STAGE1_SCHEMA = pa.schema([("replica", pa.string()), ("error", pa.string()), ("
 
 @dataclass(frozen=True)
 class ShardPart:
-    """One stage-2 task: match ``folder``'s messages against one subscription shard (``shard``); ``error``: the
-    group failed in stage 1 (one ``op = 'error'`` row, ``seq`` its batch's first)."""
+    """One stage-2 task: match ``folder``'s messages against one subscription shard (``shard``; None: the messages
+    are the output); ``error``: the group failed in stage 1 (one ``op = 'error'`` row, ``seq`` its batch's
+    first)."""
 
     group_id: str
     folder: str
@@ -76,12 +77,12 @@ def _message_file(folder: str, replica: Replica) -> str:
     return os.path.join(folder, f"m-{replica.replica_id.rpartition('#')[2]}.arrow")
 
 
-def _row_partition_body(folders: dict):
+def _row_partition_body(folders: dict, mode: str = "reformulated"):
     def body(replica: Replica, table: pa.Table):
         try:
             keep_one_per_group(replica)   # one row partition per group in a worker: an executor holds its share
             group = materialize(replica)
-            messages = group.apply(table, "reformulated")   # 000 §4: the messages, whatever the subscriptions
+            messages = group.apply(table, mode)   # 000 §4: the messages, whatever the subscriptions
             write_table(_message_file(folders[replica.replica_id], replica), messages)
             remember(replica, replica.log_length + 1, group)   # the driver logs the batch when the publish commits
             row = {"replica": [replica.replica_id], "error": [None], "messages": [messages.num_rows]}
@@ -92,11 +93,12 @@ def _row_partition_body(folders: dict):
 
 
 def run_row_partitions(spark, replicas: dict, tables: dict, folders: dict, slots: int = 1,
-                       name: str = "select_join_row_partitions_reformulated") -> dict:
+                       name: str = "select_join_row_partitions_reformulated", mode: str = "reformulated") -> dict:
     """Stage 1 of every sharded group's row partitions (``tables``: replica id -> its part of the batch, sorted by
     seq; ``folders``: replica id -> the group's publish folder): ``{replica id: (error or None, messages)}`` of
-    the partitions that ran.  (A sharded range group's rows run here too: ``runtime/range_shards.py``.)"""
-    df, board = placed_frame(spark, replicas, tables, _row_partition_body(folders), _ddl_of(_STAGE1_SCHEMA),
+    the partitions that ran.  (A sharded range group's rows run here too: ``runtime/range_shards.py``; ``mode``:
+    the reformulated form they apply the batch in, a variant in it.)"""
+    df, board = placed_frame(spark, replicas, tables, _row_partition_body(folders, mode), _ddl_of(_STAGE1_SCHEMA),
                              name, slots)
     try:
         return {r["replica"]: (r["error"], r["messages"]) for r in df.collect()}
@@ -119,6 +121,11 @@ def _shard_task(parts: list, schema: pa.Schema):
                 p = parts[i]
                 if p.error is not None:
                     yield _error_batch(schema, p.group_id, p.seq, RuntimeError(p.error))
+                    continue
+                if p.shard is None:   # no second stage: the messages are the output (runtime/range_shards.py)
+                    messages = messages_in(p.folder)
+                    if messages is not None and messages.num_rows:
+                        yield from _conform(messages, schema).to_batches()
                     continue
                 try:
                     # the shard this task's worker holds, else its own, else any left (placement.claim: one task

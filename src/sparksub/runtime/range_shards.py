@@ -16,6 +16,11 @@ The stages are the SELECT_JOIN shards' jobs (``runtime/join_shards.py``), which 
   subscribers (the group's unicast rows for them) and stands one log entry further, which the driver logs when the
   publish commits.
 
+* **A ``reformulated`` publish** (:func:`messages_frame`): stage 1 alone, in the mode's Paint variant (the default
+  Paint-Batch, as the whole group): its messages are the output, one task per group reading its folder.  No shard
+  runs; the driver appends the messages to each stateful shard's log, which a worker's cached shard replays when
+  it next runs (a catch-up), so the shards follow the rows without a rebuild.
+
 A Python worker keeps one rows replica and one shard per group (``replicas.keep_one_per_group``, as the zones and
 the join shards), so an executor holds its share of the subscriptions, not all of them.
 """
@@ -23,20 +28,29 @@ from __future__ import annotations
 
 from sparksub.runtime import join_shards
 
-__all__ = ["ShardPart", "messages_in", "output_frame", "publish_folder", "run_rows"]
+__all__ = ["ShardPart", "messages_frame", "messages_in", "output_frame", "publish_folder", "run_rows"]
 
 ShardPart = join_shards.ShardPart
 messages_in = join_shards.messages_in
 publish_folder = join_shards.publish_folder
 
 
-def run_rows(spark, replicas: dict, tables: dict, folders: dict, slots: int = 1) -> dict:
+def run_rows(spark, replicas: dict, tables: dict, folders: dict, slots: int = 1, mode: str = "reformulated") -> dict:
     """Stage 1 of the sharded range groups (``replicas``: ``<group>#r0`` -> the rows' replica; ``tables``: its batch,
-    in seq order; ``folders``: the group's publish folder): ``{replica id: (error or None, messages)}``."""
+    in seq order; ``folders``: the group's publish folder; ``mode``: plain for a unicast publish -- the rows' own
+    per-update variant --, or the reformulated publish's mode and variant): ``{replica id: (error or None,
+    messages)}``."""
     return join_shards.run_row_partitions(spark, replicas, tables, folders, slots,
-                                          name="range_rows_per_update_messages")
+                                          name="range_rows_per_update_messages", mode=mode)
 
 
 def output_frame(spark, parts: list, schema):
     """The sharded range groups' unicast rows: one task per subscription shard (``parts``: ``ShardPart`` each)."""
     return join_shards.output_frame(spark, parts, schema, name="range_subscription_shards_unicast")
+
+
+
+def messages_frame(spark, parts: list, schema):
+    """A reformulated publish's output of the sharded range groups: each group's stage-1 messages (``parts``:
+    ``ShardPart`` each, no shard), one task per group, lazily."""
+    return join_shards.output_frame(spark, parts, schema, name="range_rows_reformulated")

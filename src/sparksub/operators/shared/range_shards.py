@@ -13,6 +13,8 @@ A sharded range group runs a ``unicast`` publish in two stages (``control/range_
    seq: the group's own unicast is each update's Paint-Dense messages routed to the subscribers they reach, so
    only per-update messages make the shards' union that output row for row.  For top-k the rows paint for every
    k of the group's subscriptions (``extra['ks']``: a subscriber only hears messages painted for its k).
+   In a ``reformulated`` publish the rows run alone, in the publish's Paint variant (Paint-Batch by default, as the
+   whole group), and their messages are the output (:func:`rows_mode`); the stateful shards log them.
 2. **Subscription shards** (stage 2): the subscriptions split by a CRC32 of their id
    (``joins.shards.subscription_shard``, the SELECT_JOIN shards' hash: every shard gets 1/Q of them whatever the
    workload, and a subscription change touches only the shards its ids hash to).  A shard (:class:`RangeShard`)
@@ -36,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparksub.operators.joins.shards import subscription_shard
+from sparksub.operators.shared.variants import Mode, variant_of
 
 __all__ = [
     "PER_UPDATE_VARIANT",
@@ -44,6 +47,8 @@ __all__ = [
     "RangeShardBase",
     "ShardedRangeView",
     "rows_extra",
+    "rows_mode",
+    "shardable",
     "shard_bases",
     "shards_layout",
 ]
@@ -60,6 +65,39 @@ def rows_extra(kind: str, ks) -> dict:
     if kind != "RANGE_TOPK":
         return {}
     return {"ks": sorted({int(k) for k in ks}) or [1], "variant": PER_UPDATE_VARIANT}
+
+
+#: the top-k variants a sharded group's rows can paint for a reformulated publish: the subscription-oblivious
+#: exact ones (002 §III-A, §IV-A).  Paint-Sparse needs the subscriptions in the server's core (§III-B), which the
+#: rows do not hold; the ε forms (§IV-B) send objects ranked past k that the shards' subscribers would have to
+#: drop by a rule the shards are not tested for -- a group runs those whole
+SHARDED_PAINT_VARIANTS = (None, "Paint-Batch", "Paint-Dense")
+
+
+def shardable(mode: str, kind: str) -> bool:
+    """Whether a sharded ``kind`` group runs a ``mode`` publish in its rows and shards (else whole).
+
+    >>> from sparksub.operators.shared.variants import with_variant
+    >>> sparse = with_variant("reformulated", "paint-sparse")
+    >>> shardable("unicast", "RANGE_TOPK"), shardable(sparse, "RANGE_TOPK"), shardable(sparse, "RANGE_AGG")
+    (True, False, True)
+    """
+    if mode == "unicast":
+        return True
+    return mode == "reformulated" and (kind != "RANGE_TOPK" or variant_of(mode, "topk") in SHARDED_PAINT_VARIANTS)
+
+
+def rows_mode(mode: str) -> str:
+    """The mode a sharded group's rows apply a ``mode`` publish's batch in: for ``unicast`` plain ``reformulated``,
+    the rows' own per-update form (module docstring); for ``reformulated`` the publish's variant, Paint-Batch when
+    it names none -- the whole group's messages, so the output is the same.
+
+    >>> rows_mode("unicast"), rows_mode("reformulated").variants
+    ('reformulated', {'topk': 'Paint-Batch'})
+    """
+    if mode == "unicast":
+        return "reformulated"
+    return Mode("reformulated", {**getattr(mode, "variants", {}), "topk": variant_of(mode, "topk") or "Paint-Batch"})
 
 
 def shards_layout(n_shards: int) -> str:
