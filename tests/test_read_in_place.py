@@ -53,9 +53,13 @@ def _engine(spark, limit):
     return e
 
 
-def test_reads_in_the_workers_equal_the_rows_and_the_driver_built_twin(spark):
+@pytest.mark.parametrize("shards", [0, 2])
+def test_reads_in_the_workers_equal_the_rows_and_the_driver_built_twin(spark, shards):
+    """``shards = 2``: the top-k, DISTINCT and COUNT groups run with their subscriptions in shards
+    (control/range_shards.py): their rows' replica is read where it is cached and their shards are seeded there."""
     rng = random.Random(7)
     remote, local = _engine(spark, 0), _engine(spark, None)
+    remote.range_subscription_shards = shards
     rows = {f"k{i}": (float(rng.randint(0, 10)), float(rng.randint(0, 6))) for i in range(12)}
     for e in (remote, local):
         e.load("t", [{"k": k, "x": x, "y": y} for k, (x, y) in rows.items()])
@@ -84,6 +88,11 @@ def test_reads_in_the_workers_equal_the_rows_and_the_driver_built_twin(spark):
     assert spark_ids(remote.explain("lo_min")) == spark_ids(local.explain("lo_min").replace(local.uid, remote.uid))
     remote_stats, local_stats = remote.stats(), local.stats()
     groups = [g for g in remote_stats if g not in ("runtime", "engine") and not g.startswith(("events:", "stream:"))]
+    if shards:   # the sharded groups' stats are their rows' and their layout's, read in the worker
+        sharded = [g for g in groups if "subscription_shards" in remote_stats[g]]
+        assert len(sharded) == 3 and all(remote_stats[g]["subscription_shards"] == shards for g in sharded)
+        assert "× 2 subscription shards" in remote.explain("top2")
+        groups = [g for g in groups if g not in sharded]
     # the state's counters agree; the output counters (unicast_*, reformulated_*) are the live operator's in the
     # worker, which produced the output, and stay 0 in a copy the driver replays from the log without output
     # -- as are a top-k group's Paint cost counters (002: messages built, First-k and find queries), counted where

@@ -21,16 +21,17 @@ Below it, :class:`RangeShardGroups`, the driver's side of ``publish`` for the th
   ``replicas.new_base(continues=True)``); a subscription with a k the rows do not paint for yet is a log entry
   (``topk.group.PaintedKs``), not a new base;
 * **the subscription shards** (stage 2): ``<group>#q<j>``, the subscriptions by a CRC32 of their id, each base its
-  subscriptions with their results as of the base (seeded from the rows' core, here on the driver, where
-  ``result()`` reads it too) and each log the message batches it applied, logged when the publish commits (a
+  subscriptions with their results as of the base (seeded from the rows' core where the rows are cached, in a
+  Spark task: ``runtime/range_shards.seed_shards``) and each log the message batches it applied, logged when the publish commits (a
   reformulated publish runs no shard: its messages are logged all the same, and a worker's cached shard replays
   them when it next runs; a subscription change waits for the next unicast publish to rebuild a shard).  A
   subscription change rebuilds only the bases of the shards whose subscriptions changed (the ids it added or
   dropped hash to them); a change of the rows behind the shards' back rebuilds every shard's base (their results
   would be stale); a shard's log past ``RANGE_SHARD_COMPACTION_MESSAGES`` messages gets a new base continuing it.
 
-``result()``, ``stats()`` and EXPLAIN read a sharded group through ``ShardedRangeView``: the rows' operator on the
-driver (rows only, no subscriber state) with each subscription's bounds from the registry.
+``result()``, ``stats()`` and EXPLAIN read a sharded group through ``ShardedRangeView``: the rows' operator (rows
+only, no subscriber state) with each subscription's bounds from the registry -- on the driver, or, a group past
+``driver_operator_limit``, where the rows are cached, each read a Spark task (``runtime/remote.py``).
 """
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ from sparksub.operators.topk.group import PaintedKs
 from sparksub.runtime import groups as spark_groups
 from sparksub.runtime import keepalive
 from sparksub.runtime import range_shards as spark_range_shards
+from sparksub.runtime import remote as spark_remote
 from sparksub.runtime import replicas as spark_replicas
 
 __all__ = [
@@ -173,7 +175,7 @@ class RangeShardGroups:
         rs = self._range_shard_states.get(entry.group_id)
         if rs is None or rs.rows_stale or rs.rows is None:
             return super()._zoned_view(entry)
-        rows_group = self._range_rows_group(rs)
+        rows_group = self._range_rows_group(entry, rs)
         reg, family = entry.registry, entry.family
 
         def bounds_of(sub_id):
@@ -201,8 +203,11 @@ class RangeShardGroups:
         rs = self._range_shard_states[entry.group_id]
         slots, ids, x1, x2 = entry.family.live(entry.registry)
         key_type = family_key_type(self._tables[rs.table].definition)
-        base = shard_bases(view.rows_group, entry.group_id, ids, x1, x2, entry.family.limits(entry.registry, slots),
-                           1, key_type)[0]
+        k = entry.family.limits(entry.registry, slots)
+        if isinstance(view.rows_group, spark_remote.RemoteOperator):   # read in place: seeded where the rows are
+            base = spark_range_shards.seeded_base(self.spark, rs.rows, entry.group_id, key_type, ids, x1, x2, k)
+        else:
+            base = shard_bases(view.rows_group, entry.group_id, ids, x1, x2, k, 1, key_type)[0]
         return base.build().subscribers
 
     # ---- the replicas ----------------------------------------------------------------------------------
@@ -243,8 +248,11 @@ class RangeShardGroups:
             rs.rows = rs.rows.append(PaintedKs(tuple(sorted(rs.ks))))
         return rs
 
-    def _range_rows_group(self, rs: RangeShardState):
-        """The rows' operator as of now, in this (driver) process (the runtime's cache + log replay)."""
+    def _range_rows_group(self, entry, rs: RangeShardState):
+        """The rows' operator as of now: in this (driver) process (the runtime's cache + log replay), or, a group
+        past ``driver_operator_limit``, where the rows are cached -- each call a Spark task (``runtime/remote.py``)."""
+        if self._read_in_place(self._tables[rs.table], entry):
+            return spark_remote.RemoteOperator(self.spark, rs.rows)
         group = spark_replicas.materialize(rs.rows)
         spark_replicas.remember(rs.rows, rs.rows.log_length, group)
         return group
@@ -271,7 +279,6 @@ class RangeShardGroups:
             if j not in rebuild and r.logged_rows > RANGE_SHARD_COMPACTION_MESSAGES:
                 rebuild[j] = True
         if rebuild:
-            rows_group = self._range_rows_group(rs)
             key_type = family_key_type(self._tables[rs.table].definition)
             m = rs.shard_members
             old = rs.shards if len(rs.shards) == n_shards else []
@@ -279,12 +286,14 @@ class RangeShardGroups:
                 for r in rs.shards:
                     spark_replicas.discard(r)
             new = list(old) + [None] * (n_shards - len(old))
-            for j in sorted(rebuild):   # one base at a time: the driver holds one shard's results at most
-                base = shard_bases(rows_group, entry.group_id, m[j][0], m[j][1], m[j][2], m[j][3], 1, key_type)[0]
-                base.shard = j
-                rs.stateless_shards = base.stateless
-                new[j] = spark_replicas.new_base(self.directory, self.uid, f"{entry.group_id}#q{j}", base,
-                                                 replaces=old[j] if j < len(old) else None, continues=rebuild[j])
+            places = {j: (spark_replicas.base_place(self.directory, f"{entry.group_id}#q{j}"), *m[j])
+                      for j in sorted(rebuild)}
+            # seeded where the rows are cached, not here: the driver holds neither the rows' core nor a result
+            rs.stateless_shards = spark_range_shards.seed_shards(self.spark, rs.rows, entry.group_id, key_type,
+                                                                 places)
+            for j in sorted(rebuild):
+                new[j] = spark_replicas.adopt_base(self.uid, f"{entry.group_id}#q{j}", places[j][0],
+                                                   replaces=old[j] if j < len(old) else None, continues=rebuild[j])
                 rs.shard_rebuilds += 1
             rs.shards = new
         rs.n_shards, rs.shards_stale, rs.subscriptions_changed = n_shards, False, False

@@ -21,14 +21,24 @@ The stages are the SELECT_JOIN shards' jobs (``runtime/join_shards.py``), which 
   runs; the driver appends the messages to each stateful shard's log, which a worker's cached shard replays when
   it next runs (a catch-up), so the shards follow the rows without a rebuild.
 
+* **A shard's new base** (:func:`seed_shards`) is seeded where the rows are cached: one task on the rows' replica
+  computes each rebuilt shard's results from the rows' core and writes its base; the driver names the base
+  directories and adopts them.  So the driver never holds the rows' core nor the shards' results (issue 16 item 3;
+  it did, ~10 s and +58 MB at 200K top-k subscriptions).  Past ``driver_operator_limit`` ``result()``, ``stats()``,
+  EXPLAIN and deliver()'s seed read the rows there too (:func:`seeded_base`, ``remote.RemoteOperator``).
+
 A Python worker keeps one rows replica and one shard per group (``replicas.keep_one_per_group``, as the zones and
 the join shards), so an executor holds its share of the subscriptions, not all of them.
 """
 from __future__ import annotations
 
+from sparksub.operators.shared.range_shards import RangeShardBase, shard_bases
 from sparksub.runtime import join_shards
+from sparksub.runtime.remote import call_on_each
+from sparksub.runtime.replicas import Replica, write_base
 
-__all__ = ["ShardPart", "messages_frame", "messages_in", "output_frame", "publish_folder", "run_rows"]
+__all__ = ["ShardPart", "messages_frame", "messages_in", "output_frame", "publish_folder", "run_rows", "seed_shards",
+           "seeded_base"]
 
 ShardPart = join_shards.ShardPart
 messages_in = join_shards.messages_in
@@ -54,3 +64,31 @@ def messages_frame(spark, parts: list, schema):
     """A reformulated publish's output of the sharded range groups: each group's stage-1 messages (``parts``:
     ``ShardPart`` each, no shard), one task per group, lazily."""
     return join_shards.output_frame(spark, parts, schema, name="range_rows_reformulated")
+
+
+def _shard_base(rows_group, group_id: str, key_type, shard: int, ids, x1, x2, k) -> RangeShardBase:
+    base = shard_bases(rows_group, group_id, ids, x1, x2, k, 1, key_type)[0]
+    base.shard = shard
+    return base
+
+
+def _written_bases(rows_group, group_id: str, key_type, places: dict) -> bool:
+    # in the task that holds the rows: one base at a time, so the worker holds one shard's results at most
+    for j, (where, ids, x1, x2, k) in places.items():
+        write_base(where, _shard_base(rows_group, group_id, key_type, j, ids, x1, x2, k))
+    return bool(rows_group.shard_stateless)
+
+
+def seed_shards(spark, rows: Replica, group_id: str, key_type, places: dict) -> bool:
+    """Write the bases of a sharded group's rebuilt shards where its rows are cached (``places``: shard ->
+    ``(base directory, ids, x1, x2, k)``, the directories from ``replicas.base_place``), one task on the rows'
+    replica; whether the shards are stateless (DISTINCT: no results kept)."""
+    return call_on_each(spark, [rows], (), (group_id, key_type, places), name="range_shard_seeds",
+                        function=_written_bases)[0]
+
+
+def seeded_base(spark, rows: Replica, group_id: str, key_type, ids, x1, x2, k) -> RangeShardBase:
+    """One shard of the subscriptions ``ids`` seeded from the rows' core, computed where the rows are cached and
+    sent back (deliver()'s side of a group read in place)."""
+    return call_on_each(spark, [rows], (), (group_id, key_type, 0, ids, x1, x2, k), name="range_shard_seed",
+                        function=_shard_base)[0]

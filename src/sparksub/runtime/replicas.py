@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-__all__ = ["Replica", "new_base", "discard", "cold", "pin", "materialize", "cached_position", "keep_one_per_group",
+__all__ = ["Replica", "new_base", "base_place", "write_base", "adopt_base", "discard", "cold", "pin", "materialize", "cached_position", "keep_one_per_group",
            "remember", "CounterFile", "StoredValue", "read_counts", "write_value", "link_value", "CACHE_OUTCOMES"]
 
 BASE_FILE = "base.pickle"
@@ -129,15 +129,33 @@ def new_base(directory, engine_uid: str, replica_id: str, value, replaces: Repli
     deleted.  ``continues`` (a compaction: ``value`` is ``replaces``' state with its whole log applied, nothing
     else changed): a worker whose cache holds ``replaces`` at the end of its log goes on from there instead of
     rebuilding (:func:`cached_position`) -- a 100K-row batch every few publishes otherwise paid a rebuild."""
-    base_id = uuid.uuid4().hex
-    where = replica_root(directory, replica_id) / base_id
+    where = base_place(directory, replica_id)
+    write_base(where, value)
+    return adopt_base(engine_uid, replica_id, where, replaces, continues, one_per_worker)
+
+
+def base_place(directory, replica_id: str) -> str:
+    """A new, empty base directory for ``replica_id`` (its name is the base's id): where :func:`write_base` puts
+    the base -- in this process, or in a Spark task that has what the base is made of (``runtime/range_shards.py``:
+    a shard's base seeded where its group's rows are cached) -- before :func:`adopt_base` makes it the replica's."""
+    where = replica_root(directory, replica_id) / uuid.uuid4().hex
     where.mkdir(parents=True, exist_ok=True)
-    raw = value if isinstance(value, (bytes, bytearray)) else pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    write_value(where / BASE_FILE, raw)
+    return str(where)
+
+
+def write_base(where: str, value) -> None:
+    """``value`` as the base in ``where`` (a :func:`base_place`)."""
+    write_value(Path(where) / BASE_FILE, value)
+
+
+def adopt_base(engine_uid: str, replica_id: str, where: str, replaces: Replica | None = None,
+               continues: bool = False, one_per_worker: bool = False) -> Replica:
+    """The replica whose base was written to ``where`` (see :func:`new_base` for ``replaces`` and ``continues``)."""
     after = (replaces.base_id, replaces.log_length) if continues and replaces is not None else None
     if replaces is not None:
         discard(replaces)
-    return Replica(engine_uid, replica_id, str(where), base_id, continues=after, one_per_worker=one_per_worker)
+    return Replica(engine_uid, replica_id, where, os.path.basename(where), continues=after,
+                   one_per_worker=one_per_worker)
 
 
 def discard(replica: Replica) -> None:
