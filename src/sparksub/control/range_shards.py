@@ -1,8 +1,9 @@
-"""How many subscription shards a range group runs with (issue 16 item 4): the decision ``Engine.range_subscription_shards``
-makes, shared by ``publish`` (RANGE_TOPK, RANGE_DISTINCT, RANGE_AGG: stage 1 the group's rows, which hold no
-subscription and emit the class's reformulated messages -- a ``reformulated`` publish's output; in ``unicast``,
-stage 2 the subscriptions by a hash of their id, each shard's subscribers a logged replica) and ``stream()`` (RANGE_MIN / RANGE_MAX in ``unicast``: the stream's
-stateful stage the rows, the x1 shards a second stage in the same query: ``runtime/stream.py``).
+"""How many subscription shards a range group runs with (issue 16 item 4): the decision
+``Engine.range_subscription_shards`` makes, shared by ``publish`` (RANGE_TOPK, RANGE_DISTINCT, RANGE_AGG: stage 1 the
+group's rows, which hold no subscription and emit the class's reformulated messages -- a ``reformulated`` publish's
+output; in ``unicast``, stage 2 the subscriptions by a hash of their id, each shard's subscribers a logged replica)
+and ``stream()`` (RANGE_MIN / RANGE_MAX in ``unicast``: the stream's stateful stage the rows, the x1 shards a second
+stage in the same query: ``runtime/stream.py``).
 
 Why subscription shards and not X zones for these: the reformulated messages do not depend on the subscriptions
 (000 §2.3.1, 002 §II-C), so the subscriber side -- each subscription's point in the subscription space and, for the
@@ -22,9 +23,10 @@ Below it, :class:`RangeShardGroups`, the driver's side of ``publish`` for the th
   (``topk.group.PaintedKs``), not a new base;
 * **the subscription shards** (stage 2): ``<group>#q<j>``, the subscriptions by a CRC32 of their id, each base its
   subscriptions with their results as of the base (seeded from the rows' core where the rows are cached, in a
-  Spark task: ``runtime/range_shards.seed_shards``) and each log the message batches it applied, logged when the publish commits (a
-  reformulated publish runs no shard: its messages are logged all the same, and a worker's cached shard replays
-  them when it next runs; a subscription change waits for the next unicast publish to rebuild a shard).  A
+  Spark task: ``runtime/range_shards.seed_shards``) and each log the message batches it applied, logged when the
+  publish commits (a reformulated publish runs no shard: its messages are logged all the same, and a worker's
+  cached shard replays them when it next runs; a subscription change waits for the next unicast publish to
+  rebuild a shard).  A
   subscription change rebuilds only the bases of the shards whose subscriptions changed (the ids it added or
   dropped hash to them); a change of the rows behind the shards' back rebuilds every shard's base (their results
   would be stale); a shard's log past ``RANGE_SHARD_COMPACTION_MESSAGES`` messages gets a new base continuing it.

@@ -37,8 +37,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-__all__ = ["Replica", "new_base", "base_place", "write_base", "adopt_base", "discard", "cold", "pin", "materialize", "cached_position", "keep_one_per_group",
-           "remember", "CounterFile", "StoredValue", "read_counts", "write_value", "link_value", "CACHE_OUTCOMES"]
+__all__ = ["Replica", "new_base", "base_place", "write_base", "adopt_base", "discard", "cold", "pin", "materialize",
+           "cached_position", "keep_one_per_group", "remember", "CounterFile", "StoredValue", "read_counts",
+           "write_value", "link_value", "CACHE_OUTCOMES"]
 
 BASE_FILE = "base.pickle"
 #: the counters :func:`materialize` keeps per replica
