@@ -4,7 +4,8 @@ shards whose subscribers (``XSubscribers.from_seed``) keep their results -- and 
 equals the whole group's unicast rows, row for row, on random batches (upserts, deletes, X-moves, a key repeated
 in a batch, NULL x and y, ties, empty ranges x1 > x2, k larger than the range), batch after batch, with
 subscriptions added (a new k: the rows' ``PaintedKs`` entry) and shards rebuilt from the rows' core between
-batches.  No Spark."""
+batches; reformulated batches (the rows in ``rows_mode``) equal the whole group's, and logged to the shards.
+No Spark."""
 from __future__ import annotations
 
 import random
@@ -22,8 +23,10 @@ from sparksub.operators.shared.range_shards import (
     RangeShardBase,
     ShardedRangeView,
     rows_extra,
+    rows_mode,
     shard_bases,
 )
+from sparksub.operators.shared.variants import with_variant
 from sparksub.operators.topk.group import PaintedKs, TopkSnapshot
 
 SNAPSHOTS = {"topk": (TopkSnapshot, True), "topk_asc": (TopkSnapshot, False), "distinct": (DistinctSnapshot, None),
@@ -130,6 +133,41 @@ def test_shards_union_is_the_whole_groups_unicast(seed, kind, n_shards, key):
         assert view.result(sid) == whole.result(sid)
     assert view.stats()["layout"] == f"rows in 1 replica × {n_shards} subscription shards"
     assert "rows in 1 replica" in view.explain()["layout"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 10**6), kind=st.sampled_from(sorted(SNAPSHOTS)), n_shards=st.integers(1, 3),
+       variant=st.sampled_from([None, "Paint-Dense"]))
+def test_reformulated_batches_are_the_whole_groups_and_the_shards_follow_them(seed, kind, n_shards, variant):
+    """A reformulated publish of a sharded group: the rows' messages in ``rows_mode`` equal the whole group's
+    reformulated output row for row (Paint-Batch by default), and shards that only *apply* them (the log entry a
+    worker's cached shard replays) go on to give the whole group's unicast rows."""
+    rnd = random.Random(seed)
+    distinct = kind == "distinct"
+    rows = {}
+    apply_rows(rows, gen_batch(rnd, int, 0, 8, distinct, kind == "count"), distinct)
+    ids, x1, x2, k = subscriptions(rnd, "s", rnd.randint(1, 12))
+    whole = snapshot(kind, rows, ids, x1, x2, k).build()
+    rows_group = snapshot(kind, rows, [], [], [], [], rows_extra(whole.kind, k)).build()
+    shards = [b.build() for b in shard_bases(rows_group, "g", ids, x1, x2, k, n_shards, int).values()]
+    mode = with_variant("reformulated", variant)
+    seq = 100
+    for step in range(5):
+        batch = gen_batch(rnd, int, seq, rnd.randint(1, 12), distinct, kind == "count")
+        seq += batch.num_rows
+        if step % 2 == 0:
+            want = whole.apply(batch, mode)
+            messages = rows_group.apply(batch, rows_mode(mode))
+            assert rows_table_counter(messages) == rows_table_counter(want), (kind, step)
+            for s in shards:
+                if not s.stateless:
+                    s.apply(messages)
+        else:
+            want = whole.apply(batch, "unicast")
+            messages = rows_group.apply(batch, rows_mode("unicast"))
+            got = pa.concat_tables([s.unicast(messages) for s in shards])
+            assert rows_table_counter(got) == rows_table_counter(want), (kind, step)
+        apply_rows(rows, batch, distinct)
 
 
 @pytest.mark.parametrize("kind", ["topk", "avg"])
