@@ -16,6 +16,10 @@ from sparksub.errors import (InvalidArgument,
                              SparksubError)
 from sparksub.jvm.bridge import subscription_group
 from sparksub.control.range_shards import range_shard_count
+from sparksub.operators.shared.families import key_type as family_key_type
+from sparksub.operators.shared.range_shard_stream import members_after
+from sparksub.operators.shared.range_shards import RANGE_SHARD_CLASSES, rows_extra
+from sparksub.operators.shared.range_shards import shard_bases as range_class_shard_bases
 from sparksub.operators.contract import ONE, ROW_PARTITIONS, SUBSCRIPTION_SHARDS
 from sparksub.operators.range_min.subscription_shards import shard_bases, shard_bases_at, shard_digest
 from sparksub.operators.shared.schemas import (DELETE, mode_schema, publish_schema,
@@ -91,10 +95,12 @@ class Streaming:
         (``transformWithStateInPandas``, one state partition per group); a micro-batch is one batch
         for them, so in ``'reformulated'`` mode a top-k group sends Paint-Batch's messages for the
         whole micro-batch (002 §IV-A), each carrying the micro-batch's last ``seq``.  In a ``'unicast'`` stream a
-        RANGE_MIN / RANGE_MAX group past ``Engine.range_subscription_shards`` (decided here, when the stream starts)
-        runs in two stages: its state partition holds the rows and no subscription and emits S-CN's messages, and
-        one task per x1 subscription shard matches them, in the same streaming query (``runtime/stream.py``); the
-        output is the same, row for row.
+        RANGE_MIN / RANGE_MAX / RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG group past
+        ``Engine.range_subscription_shards`` (decided here, when the stream starts) runs in two stages: its state
+        partition holds the rows and no subscription and emits their messages (S-CN's; top-k, DISTINCT and
+        aggregates: per update, as publish's sharded groups), and one task per subscription shard (x1 shards;
+        top-k, DISTINCT, aggregates: by a hash of the id, each shard's results kept in the stream's directory)
+        matches them, in the same streaming query (``runtime/stream.py``); the output is the same, row for row.
 
         Join groups (SELECT_JOIN, BAND_JOIN) that read the table run as *stream-static* joins
         (``runtime/join_stream.py``): the stream updates this table, the join partner is the other
@@ -179,9 +185,13 @@ class Streaming:
                 specs, staged = {}, {}
                 for n, e in enumerate(ranges):
                     shards = self._range_stream_shard_count(e, mode)
-                    if shards:   # a large RANGE_MIN / RANGE_MAX group in two stages (runtime/stream.py)
+                    if shards and e.family.name == "range_min":   # a large group in two stages (runtime/stream.py)
                         specs[e.group_id], staged[e.group_id], live.range_shards[e.group_id] = \
                             self._range_stream_stages(state, e, shards, where, n)
+                        continue
+                    if shards:   # top-k, DISTINCT, aggregates: their shards by a hash of the id
+                        specs[e.group_id], staged[e.group_id], live.range_class_shards[e.group_id] = \
+                            self._range_class_stream_stages(state, e, shards, where, n)
                         continue
                     if e.replica is not None and e.replica.log_length:
                         e.base_stale = True  # the stream seeds its state from the base: make it current
@@ -213,9 +223,11 @@ class Streaming:
             return out
 
     def _range_stream_shard_count(self, entry, mode: str) -> int:
-        """How many subscription shards a RANGE_MIN / RANGE_MAX group runs with in a ``mode`` stream (0: whole):
-        ``Engine.range_subscription_shards``, in a unicast stream (a reformulated one has no subscription side)."""
-        if mode != "unicast" or entry.family.name != "range_min":
+        """How many subscription shards a RANGE_MIN / RANGE_MAX / RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG group runs
+        with in a ``mode`` stream (0: whole): ``Engine.range_subscription_shards``, in a unicast stream (a
+        reformulated one has no subscription side)."""
+        klass = getattr(entry.physical, "klass", None)
+        if mode != "unicast" or (entry.family.name != "range_min" and klass not in RANGE_SHARD_CLASSES):
             return 0
         return range_shard_count(getattr(self, "range_subscription_shards", None), len(entry.registry),
                                  self._parallelism())
@@ -238,6 +250,31 @@ class Streaming:
                                             [v.path for v in stored], [0] * len(bases))
         x, y, y_is_text, x2 = entry.family.stream_columns(entry.physical, state.definition)
         return (x, y, base, y_is_text, x2), (record.cuts, stored), record
+
+    def _range_class_stream_stages(self, state: TableState, entry, shards: int, where, n: int) -> tuple:
+        """A RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG group the stream runs in two stages (``runtime/stream.py``, "a
+        large top-k, DISTINCT or aggregate group in two stages"): ``(its run_stream entry, (None, its shards' stored
+        bases, the k values stage 1 paints for), its stream_control.RangeClassShards)``.  Stage 1's base holds the
+        table's rows and no subscription (``rows_extra``: top-k paints per update, Paint-Dense, 002 §III-A); the
+        subscriptions go to shards by a CRC32 of their id, as publish's (``shared/range_shards.py``), each base its
+        subscriptions with their results as of now (seeded here from the rows' operator, as publish's driver does)."""
+        family = entry.family
+        snap = self._snapshot(state, entry)
+        ks = sorted(set(np.asarray(snap.sub_k).tolist())) if entry.physical.klass == "RANGE_TOPK" else []
+        empty = np.empty(0)
+        rows_only = dataclasses.replace(snap, sub_ids=np.empty(0, dtype=object), sub_x1=empty, sub_x2=empty,
+                                        sub_k=np.empty(0, dtype=np.int64),
+                                        extra={**snap.extra, **rows_extra(entry.physical.klass, ks)})
+        base = spark_replicas.write_value(f"{where}/range-{n}.pickle", rows_only)
+        ids, x1, x2, k = snap.sub_ids, snap.sub_x1, snap.sub_x2, snap.sub_k
+        key_type = family_key_type(state.definition)
+        bases = range_class_shard_bases(rows_only.build(), entry.group_id, ids, x1, x2, k, shards, key_type)
+        del snap, rows_only
+        stored = [spark_replicas.write_value(f"{where}/range-{n}-q{j}.pickle", bases[j]) for j in range(shards)]
+        _, record = members_after({}, ids, x1, x2, k, 0, shards)
+        x, y, y_is_text, x2_column = family.stream_columns(entry.physical, state.definition)
+        return ((x, y, base, y_is_text, x2_column), (None, stored, ks),
+                stream_control.RangeClassShards(shards, record))
 
     def _stream_events(self, state: TableState, classes: list, streaming_df, where=None, stream_id=None,
                        control=None):
@@ -368,6 +405,14 @@ class Streaming:
                 bases = shard_bases_at(ids, x1, x2, record.cuts)
                 stream_control.publish_range_shards(live.directory, gid, live.next_version(), record, bases,
                                                     [shard_digest(b) for b in bases])
+            elif placement == ONE and gid in live.range_class_shards:   # two stages: the set with births
+                record = live.range_class_shards[gid]
+                slots, ids, x1, x2 = entry.family.live(entry.registry)
+                version = live.next_version()
+                members, record.members = members_after(record.members, ids, x1, x2,
+                                                        entry.family.limits(entry.registry, slots), version,
+                                                        record.shards)
+                stream_control.publish_subscriptions(live.directory, gid, version, members)
             elif placement == ONE and gid in live.ranges:
                 snap = entry.family.snapshot(entry.registry, entry.physical, gid,
                                              {live.table: TableState(state.definition)})   # no rows: the stream has them

@@ -1,7 +1,7 @@
 """Thin Spark wrapper: the second stage of a stream that runs a large group in two stages (issue 16 item 4) --
 every message of the stateful stage to the subscription shards it concerns, one Spark task per shard, in the
-same streaming query.  Shared by the SELECT_JOIN stream (``runtime/join_stream.py``) and the RANGE_MIN /
-RANGE_MAX stream (``runtime/stream.py``)::
+same streaming query.  Shared by the SELECT_JOIN stream (``runtime/join_stream.py``) and the range groups' stream
+(``runtime/stream.py``: RANGE_MIN / RANGE_MAX by x1 shards; RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG by id)::
 
     MapInArrow <name>_shards(...)              one task per slot: its shard matches the messages it got
     +- Exchange hashpartitioning(j_slot, n)
@@ -12,7 +12,10 @@ A *slot* is one subscription shard of one group (slot i of n).  ``j_slot`` holds
 Spark's hash partitioning sends to partition i (:func:`partition_keys`), so no two shards share a task.  Why
 not a second stateful operator keyed by shard: a shard must see *every* stage-1 partition's messages, and it
 keeps no state worth a checkpoint (its truth is its base file and the stream's change versions: the shards are
-cached in the Python worker, :func:`cached_shard`).
+cached in the Python worker, :func:`cached_shard`).  The stateful subscribers of a top-k or aggregate shard keep
+theirs in files too -- a base and one log file per micro-batch, written by the shard's task under the micro-batch's
+id, which a replay rewrites alike (``runtime/stream.py``) -- not in a state store, which would tie the shard's rows
+to one state partition's exchange.
 
 What a kind decides: which slots a row goes to (``targets``) and what a slot's task makes of its rows
 (``match``); the plumbing -- the slot column, the exchange, one group of rows per slot -- is here.

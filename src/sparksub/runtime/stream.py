@@ -88,6 +88,35 @@ interval (the cuts stay while the stream runs).  Like the join stream's, whether
 fixed at the ``stream()`` call; the state store holds the same rows either way, but a stream restarted from
 its checkpoint with the other decision is not covered by the tests.
 
+**A large RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG group in two stages** (issue 16 item 4; the same setting, a
+``unicast`` stream; the pure parts in ``operators/shared/range_shard_stream.py``).  The stages are publish's sharded
+form (``operators/shared/range_shards.py``) in one query, through the same stage 2 (``runtime/shard_stage.py``):
+*stage 1* is the stateful operator, the group built from a base with the rows and no subscription (``GroupSpec.hashed``;
+``rows_extra``: top-k paints per update, Paint-Dense, 002 §III-A), its micro-batch applied in ``reformulated`` form,
+each update's messages out in :data:`CLASS_MESSAGE_FIELDS` (:func:`stage_one_classes`); *stage 2* is one task per
+subscription shard by a CRC32 of the id, every message to every shard of its group (a hash leaves no shard a narrower
+band of the messages), each shard delivering them to its subscribers (002 §II-A; 000 §4): the union of the shards'
+rows is the whole group's, row for row.  Top-k and aggregate subscribers are stateful (each list, each exact count
+and sum) and a shard is no state-store partition (it sees every stage-1 partition's messages), so a shard's state is
+files of the stream's directory (``StreamControl``'s ``range_class_shards/<group>/<shard>/``): a base -- the driver's
+``RangeShardBase`` at the stream's start, later a compaction its task wrote (``base-<micro-batch>``, every
+:data:`SHARD_COMPACTION_BATCHES` micro-batches or :data:`SHARD_COMPACTION_MESSAGES` logged messages) -- and one log
+file per micro-batch it applied (``log-<micro-batch>``: the change it took, and its messages but for DISTINCT's,
+whose subscribers keep nothing), written by its task under the micro-batch's id.  A replayed micro-batch rewrites
+the same file: stage 1's state store rolls back with it and the batch file pins its subscriptions.  The worker caches
+the shard per streaming-query run with the micro-batch it stands before (:func:`_class_shard`): there, used; behind,
+caught up from the logs between; ahead (a retried or replayed micro-batch) or missing (a cold worker, a restart),
+rebuilt from the newest base at or before the micro-batch and the logs after it (``stream_stats``:
+``shard_cache_hits``, ``shard_caught_up``, ``shard_builds``, ``shard_compactions``).  A subscription change reaches
+the shards through stage 1 (:func:`_stage_one_change`): the engine publishes the group's whole set with each id's
+*birth* (the change version since which it holds its bounds); the micro-batch that applies a version finds the
+subscriptions born after the version its state store says the group last applied, seeds them from its rows before
+the micro-batch's rows (``group.shard_seed``, as the whole group rebuilds its subscriptions before its rows), writes
+each shard its ``ShardChange`` (its ids after the change, the added with their seeds; ``change-<micro-batch>``: the
+stateful output has no binary column) and sends it a row (``op`` :data:`SHARD_CHANGE`) through the exchange; the
+shard drops what the set no longer holds and adds the seeded, before the messages.  A top-k stage 1 paints for the k
+values of the change's subscriptions too.
+
 **Order.** Every row gets its ``seq`` in ``checked_updates``, before any path sees it (the range groups
 here, FILTER, joins and event queries alike): ``_seq`` when the stream has that integer column; without
 it ``(micro-batch id << 32) + rank``, the rank in input order -- ``(input partition id << 33) + row position
@@ -128,8 +157,16 @@ from sparksub.operators.range_min.subscription_shards import (
     visited_shards,
 )
 from sparksub.operators.shared import row_validation
+from sparksub.operators.shared.range_shard_stream import (
+    ShardLogEntry,
+    painted_ks,
+    shard_changes,
+    shard_of_base,
+)
 from sparksub.operators.shared.schemas import (
     DELETE,
+    RANGE_MESSAGE_SCHEMA,
+    UNICAST_ITEMS_SCHEMA,
     UNICAST_SCHEMA,
     UPSERT,
     with_reason,
@@ -143,7 +180,8 @@ __all__ = ["run_stream", "stream_stats", "output_schema", "checked_updates", "va
 
 REJECTED = row_validation.REJECTED
 STAT_NAMES = ("micro_batches", "seeded", "cache_hits", "caught_up", "rebuilt", "updates", "rejected",
-              "notifications", "subscription_changes", "groups_added", "shard_builds", "shard_cache_hits")
+              "notifications", "subscription_changes", "groups_added", "shard_builds", "shard_cache_hits",
+              "shard_caught_up", "shard_compactions")
 #: Micro-batches of valid rows kept in the state (a ring of ListStates), to bring a stale cached index
 #: up to date instead of rebuilding it: Spark hands a group's task to any idle Python worker.
 LOG_SLOTS = 4
@@ -172,6 +210,26 @@ MESSAGE_FIELDS = (pa.field("m_step", pa.int8()), pa.field("m_new_value", pa.floa
                   pa.field("m_old_value", pa.float64()), pa.field("m_msg_no", pa.int64()))
 #: a message's value and rectangle (``MESSAGE_SCHEMA``), ``m_``-prefixed between the stages
 _RECTANGLE = ("new_value", "inner_l", "inner_r", "outer_l", "outer_r")
+#: Stage 1's columns beyond those, for a RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG group in two stages: the rest of a
+#: per-update message (``RANGE_MESSAGE_SCHEMA``: 002 §II-A's object, k and new value; DISTINCT's value; the
+#: aggregate delta's count) and, on a micro-batch that applies a subscription change, one row per shard naming it
+#: (``m_shard``): its ``ShardChange`` -- the added subscriptions' seeds -- is a file stage 1 wrote
+#: (``StreamControl.write_shard_change``: Spark's stateful output has no binary column)
+CLASS_MESSAGE_FIELDS = (pa.field("m_k", pa.int64()), pa.field("m_item_text", pa.string()),
+                        pa.field("m_item_key", pa.string()), pa.field("m_item_x", pa.float64()),
+                        pa.field("m_d_count", pa.int64()), pa.field("m_shard", pa.int32()))
+#: a range-class message's columns, ``m_``-prefixed between the stages (all but group_id, seq and op)
+_CLASS_MESSAGE = tuple(f.name for f in RANGE_MESSAGE_SCHEMA if f.name not in ("group_id", "seq", "op"))
+#: stage 1's row that tells a shard its micro-batch applies a subscription change (``op``)
+SHARD_CHANGE = "shard_change"
+#: a two-stage top-k / DISTINCT / aggregate shard writes a new base (a compaction) when the micro-batches or the
+#: messages logged since its base reach these: a cold worker replays them (~25 us a top-k message)
+SHARD_COMPACTION_BATCHES = 64
+SHARD_COMPACTION_MESSAGES = 2_000_000
+#: those shards cached per Python worker, per streaming query run: (engine uid, stream id, group id, shard) ->
+#: (the micro-batch it stands before, (StreamRangeShard, its base's micro-batch, messages logged since))
+_CLASS_SHARDS: dict = {}
+_CLASS_SHARD_WORKER = stateful.StreamCache(SHARD_CACHE_ENTRIES, lambda: _CLASS_SHARDS)
 
 #: Driver side: stream id -> the stream's counters (a CounterFile in its directory: every task adds to it,
 #: from any process, without an accumulator -- Spark Connect has none).
@@ -223,6 +281,10 @@ class GroupSpec:
     # None: the group runs whole
     shards: tuple | None = None
     cuts: tuple = ()
+    # a RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG group run in two stages: its shards are by a CRC32 of the id (each a
+    # ``RangeShardBase``), not x1 cuts; ``ks`` the k values its stage 1 painted for at the start (top-k)
+    hashed: bool = False
+    ks: tuple = ()
 
     def snapshot(self):
         return _loaded(self.base.get())
@@ -583,8 +645,9 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
     stream's directory (``stream_control.StreamControl``), through which the engine adds groups and changes
     subscriptions while the stream runs; each micro-batch's rows go to every group it hosts then
     (``<name>_route``, a ``mapInArrow`` that reads the micro-batch's plan there).  ``shards``: group_id -> (x1 cut
-    points, the stored ``ShardBase`` of each shard) of the RANGE_MIN / RANGE_MAX groups run in two stages (their
-    ``base`` without subscriptions; a ``unicast`` stream: :func:`range_shard_stage`)."""
+    points, the stored ``ShardBase`` of each shard) of the RANGE_MIN / RANGE_MAX groups run in two stages, (None,
+    the stored ``RangeShardBase`` of each shard, the k values stage 1 paints for) of the top-k / DISTINCT / aggregate
+    ones (their ``base`` without subscriptions; a ``unicast`` stream: :func:`range_shard_stage`)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
@@ -593,13 +656,11 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
         stream_id = new_stream_id()
     shards = shards or {}
     spec = StreamSpec(engine_uid, stream_id, table_def.name, u.key_type, mode, output_schema(schema),
-                      {gid: GroupSpec(gid, x, y, base, text, x2,
-                                      **({"shards": tuple(shards[gid][1]), "cuts": tuple(shards[gid][0])}
-                                         if gid in shards else {}))
+                      {gid: GroupSpec(gid, x, y, base, text, x2, **_staged_fields(shards.get(gid)))
                        for gid, (x, y, base, text, x2) in groups.items()},
                       min(groups), u.seq_given, _STATS.get(stream_id), control, table_def.key)
-    staged = any(g.staged(mode) for g in spec.groups.values())
-    first = dataclasses.replace(spec, schema=pa.schema([*spec.schema, *MESSAGE_FIELDS])) if staged else spec
+    first = stage_one_spec(spec)
+    staged = first is not spec
     routed = StructType([StructField("group_id", StringType(), False), StructField("key", _spark_type(u.key_type)),
                          StructField("x", DoubleType()), StructField("y", DoubleType()), StructField("t", StringType()),
                          StructField("x2", DoubleType()), StructField("op", StringType(), False),
@@ -614,12 +675,36 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
 
 
 # ---- a large RANGE_MIN / RANGE_MAX group in two stages (unicast; issue 16 item 4) -----------------------------
+def _staged_fields(shards: tuple | None) -> dict:
+    """A GroupSpec's two-stage fields from ``run_stream``'s ``shards`` entry: ``(x1 cuts, stored ShardBases)`` for
+    RANGE_MIN / RANGE_MAX, ``(None, stored RangeShardBases, painted k values)`` for top-k, DISTINCT, aggregates."""
+    if shards is None:
+        return {}
+    cuts, stored, *ks = shards
+    if cuts is None:
+        return {"shards": tuple(stored), "hashed": True, "ks": tuple(ks[0]) if ks else ()}
+    return {"shards": tuple(stored), "cuts": tuple(cuts)}
+
+
+def stage_one_spec(spec: StreamSpec) -> StreamSpec:
+    """The stateful operator's spec: ``spec`` itself, or, with groups in two stages, its schema with the message
+    columns stage 2 reads (:data:`MESSAGE_FIELDS`; :data:`CLASS_MESSAGE_FIELDS` too for a top-k, DISTINCT or
+    aggregate group)."""
+    staged = [g for g in spec.groups.values() if g.staged(spec.mode)]
+    if not staged:
+        return spec
+    more = CLASS_MESSAGE_FIELDS if any(g.hashed for g in staged) else ()
+    return dataclasses.replace(spec, schema=pa.schema([*spec.schema, *MESSAGE_FIELDS, *more]))
+
+
 def range_shard_stage(stage1, spec: StreamSpec, schema: pa.Schema, name: str):
     """Stage 2 over the stateful operator's output ``stage1`` (``spec.schema``: the stream's columns and
     :data:`MESSAGE_FIELDS`; module docstring): each message of a group run in two stages to the subscription
     shards whose x1 interval meets its ``(OUTER_L, INNER_L]`` (``visited_shards``), one Spark task per shard, which
-    matches them (S-UN, 000 §3.3: ``ShardOperator.unicast``); every other row (another group's notification, a
-    rejected row) passes through a shard's task, spread over them.  The result in ``schema``, the stream's."""
+    matches them (S-UN, 000 §3.3: ``ShardOperator.unicast``) -- a top-k / DISTINCT / aggregate group's to every
+    shard of the group, its change rows each to its own shard (:func:`_class_shard_rows`); every other row (another
+    group's notification, a rejected row) passes through a shard's task, spread over them.  The result in
+    ``schema``, the stream's."""
     slots = [(gid, j) for gid in sorted(spec.groups) if spec.groups[gid].staged(spec.mode)
              for j in range(len(spec.groups[gid].shards))]
     return shard_stage.shard_stage(stage1, spec.schema, len(slots), _range_targets(spec, slots),
@@ -630,7 +715,8 @@ def _range_targets(spec: StreamSpec, slots: list):
     first = {}
     for i, (gid, _) in enumerate(slots):
         first.setdefault(gid, i)
-    cuts = {gid: np.asarray(spec.groups[gid].cuts, dtype=np.float64) for gid in first}
+    hashed = {gid for gid in first if spec.groups[gid].hashed}
+    cuts = {gid: np.asarray(spec.groups[gid].cuts, dtype=np.float64) for gid in first if gid not in hashed}
 
     def targets(rb):
         """A message to the shards it can match in (000 §2.3.2: a message's rectangle meets few x1 intervals when
@@ -642,6 +728,15 @@ def _range_targets(spec: StreamSpec, slots: list):
         for gid, at in first.items():
             rows = rb.filter(pc.and_(message, pc.fill_null(pc.equal(gids, gid), False)))
             if not rows.num_rows:
+                continue
+            if gid in hashed:   # shards by id: every message to every shard (as publish), a change row to its own
+                change = pc.is_valid(rows.column("m_shard"))
+                signals = rows.filter(change)
+                if signals.num_rows:
+                    yield signals, at + signals.column("m_shard").to_numpy().astype(np.int64)
+                rows = rows.filter(pc.invert(change))
+                for j in range(len(spec.groups[gid].shards)):
+                    yield rows, at + j
                 continue
             lo, hi = visited_shards(cuts[gid], pa.table({"outer_l": rows.column("m_outer_l"),
                                                          "inner_l": rows.column("m_inner_l")}))
@@ -661,6 +756,12 @@ def _range_match(spec: StreamSpec, slots: list, schema: pa.Schema):
         if not mine.num_rows:
             return
         gid, j = slots[i]
+        if spec.groups[gid].hashed:
+            rows = _class_shard_rows(spec, gid, j, mine)
+            if spec.stats is not None:
+                spec.stats.add({"notifications": rows.num_rows})
+            yield stateful.output_table(schema, rows.select(UNICAST_ITEMS_SCHEMA.names).cast(UNICAST_ITEMS_SCHEMA))
+            return
         old = {q: v for q, v in zip(mine.column("seq").to_pylist(), mine.column("m_old_value").to_pylist())
                if v is not None}
         messages = pa.table({"group_id": mine.column("group_id"), "seq": mine.column("seq"),
@@ -671,6 +772,63 @@ def _range_match(spec: StreamSpec, slots: list, schema: pa.Schema):
             spec.stats.add({"notifications": rows.num_rows})
         yield stateful.output_table(schema, rows.select(UNICAST_SCHEMA.names).cast(UNICAST_SCHEMA))
     return match
+
+
+def _class_shard_rows(spec: StreamSpec, gid: str, j: int, mine: pa.Table) -> pa.Table:
+    """Shard ``j`` of a two-stage top-k / DISTINCT / aggregate group over its rows of the micro-batch (``mine``, in
+    the group's message order): the subscription change stage 1 sent it first (its ``ShardChange``), then the
+    messages (002 §II-A: each subscriber applies them in order) -> its subscriptions' unicast rows.  The shard is
+    the worker's, brought to this micro-batch (:func:`_class_shard`); what it applied is logged under the
+    micro-batch's id, and the worker keeps it one micro-batch on."""
+    batch = stream_control.batch_id()
+    if batch is None:
+        raise RuntimeError("a two-stage range group's shard runs in a streaming task only")
+    shard, base_at, logged = _class_shard(spec, gid, j, batch)
+    change = spec.control.shard_change(gid, j, batch) if pc.any(pc.is_valid(mine.column("m_shard"))).as_py() else None
+    if change is not None:
+        shard.change(change)
+    mine = mine.filter(pc.is_null(mine.column("m_shard")))
+    messages = pa.table({"group_id": mine.column("group_id"), "seq": mine.column("seq"), "op": mine.column("op"),
+                         **{c: mine.column(f"m_{c}") for c in _CLASS_MESSAGE}}).cast(RANGE_MESSAGE_SCHEMA)
+    rows = shard.unicast(messages) if messages.num_rows else UNICAST_ITEMS_SCHEMA.empty_table()
+    kept = None if shard.stateless else messages
+    spec.control.write_shard_log(gid, j, batch, ShardLogEntry(change, kept))
+    logged += 0 if kept is None else kept.num_rows
+    if batch + 1 - base_at >= SHARD_COMPACTION_BATCHES or logged >= SHARD_COMPACTION_MESSAGES:
+        # a compaction: the shard as it stands is the base of the next micro-batch (its logs before it go)
+        spec.control.write_shard_base(gid, j, batch + 1, shard)
+        base_at, logged = batch + 1, 0
+        if spec.stats is not None:
+            spec.stats.add({"shard_compactions": 1})
+    _CLASS_SHARD_WORKER.keep((spec.engine_uid, spec.stream_id, gid, j), batch + 1, (shard, base_at, logged))
+    return rows
+
+
+def _class_shard(spec: StreamSpec, gid: str, j: int, batch: int) -> tuple:
+    """``(shard, its base's micro-batch, messages logged since)``: shard ``j`` of a two-stage top-k / DISTINCT /
+    aggregate group as of the start of micro-batch ``batch``.  The worker's copy (this streaming query run's) when
+    it stands there; one behind (another worker ran the shard's last tasks) caught up from the shard's logs; one
+    ahead (a retried or replayed micro-batch) or none rebuilt: the newest base at or before ``batch`` (a compaction,
+    else the stream's start) and the logs from it (``stream_stats``: ``shard_cache_hits``, ``shard_caught_up``,
+    ``shard_builds``)."""
+    got = _CLASS_SHARD_WORKER.take((spec.engine_uid, spec.stream_id, gid, j))
+    if got is not None and got[0] <= batch:
+        at, (shard, base_at, logged) = got
+        how = "shard_cache_hits" if at == batch else "shard_caught_up"
+    else:
+        stored = spec.control.shard_base(gid, j, batch)
+        if stored is None:
+            at, base_at, shard = 0, 0, shard_of_base(_loaded(spec.groups[gid].shards[j].get()))
+        else:
+            at = base_at = stored[0]
+            shard = shard_of_base(stored[1])
+        logged, how = 0, "shard_builds"
+    for _, entry in spec.control.shard_logs(gid, j, at, batch):
+        shard.replay(entry)
+        logged += 0 if entry.messages is None else entry.messages.num_rows
+    if spec.stats is not None:
+        spec.stats.add({how: 1})
+    return shard, base_at, logged
 
 
 def _range_shard(spec: StreamSpec, gid: str, j: int):
@@ -738,8 +896,9 @@ def stream_stats(df_or_id) -> dict:
     another subscription set than its previous one: ``stream_control``), groups_added (groups the stream
     took on while it ran), shard_builds / shard_cache_hits (a two-stage join or range group's subscription shard
     built from its base file / found in the worker, ``join_stream``, :func:`range_shard_stage`; a two-stage range
-    group's notifications are counted by its shards).  Read from the stream's counter files
-    (``replicas.CounterFile``), which every task adds to."""
+    group's notifications are counted by its shards), shard_caught_up / shard_compactions (a two-stage top-k,
+    DISTINCT or aggregate shard brought up to date from its logs / given a new base, :func:`_class_shard`).  Read
+    from the stream's counter files (``replicas.CounterFile``), which every task adds to."""
     sid = df_or_id if isinstance(df_or_id, str) else df_or_id.sparksub_stream_id
     counters = _STATS.get(sid)
     value = counters.read() if counters is not None else {}
@@ -822,10 +981,20 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
     version = max(gspec.version, spec.control.version(gid, batch) if changes else 0)
     group, null_keys, applied, rebuilds, how, skip = _group_for(spec, gid, gspec, state, ident, version, batch, stats)
     stats[how] = 1
-    stats["subscription_changes"] = note_subscriptions(state.subs, spec.stream_id, version)
+    signals, applies = None, version
+    if gspec.staged(spec.mode) and gspec.hashed:
+        # a top-k / DISTINCT / aggregate group in two stages: its change goes to the shards, seeded from these rows
+        # (its stage-1 index holds no subscription: cached as of version 0 whatever the shards apply)
+        applies = spec.control.version(gid, batch) if spec.control is not None else 0
+        signals = _stage_one_change(spec, gid, gspec, group, _version_applied(state.subs, spec.stream_id), applies,
+                                    batch)
+    stats["subscription_changes"] = note_subscriptions(state.subs, spec.stream_id, applies)
 
     # a group added while the stream runs whose base already holds this micro-batch's rows: nothing to apply
     done = _apply_frame(spec, gid, gspec, group, null_keys, pdf.iloc[:0] if skip else pdf, applied, spec.mode)
+    if signals is not None:
+        done.notes = signals if done.notes is None else pa.concat_tables([signals, done.notes],
+                                                                         promote_options="default")
     _write_rows(state.rows, done.final)
     slot = state.log[applied % LOG_SLOTS]
     if done.logged:
@@ -889,6 +1058,8 @@ def _apply_frame(spec: StreamSpec, gid: str, gspec: GroupSpec, group, null_keys:
                    x2s[idx] if gspec.x2 else None, valid_ops[idx], seqs[idx])
     if not len(idx):
         notes = None
+    elif gspec.staged(mode) and gspec.hashed:   # stage 1 of a top-k / DISTINCT / aggregate group: per update
+        notes = stage_one_classes(group, batch)
     elif gspec.staged(mode):   # stage 1: the messages, with what unicast needs beside them
         notes = stage_one(group, batch, step0_old_values(group.core, batch.column("key").to_pylist(), xs[idx],
                                                          ys[idx], valid_ops[idx], seqs[idx]))
@@ -912,6 +1083,45 @@ def stage_one(group, batch: pa.Table, old_values: dict) -> pa.Table:
                      **{f"m_{c}": messages.column(c) for c in _RECTANGLE},
                      "m_old_value": pa.array([old_values.get(q) for q in seqs], pa.float64()),
                      "m_msg_no": pa.array(np.arange(n, dtype=np.int64))})
+
+
+def stage_one_classes(group, batch: pa.Table) -> pa.Table:
+    """Stage 1 of a RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG group in two stages: ``batch`` applied to ``group`` (its
+    rows, no subscription) in ``reformulated`` form, each update's messages at its seq (top-k: Paint-Dense, 002
+    §III-A, which the base's ``rows_extra`` names; DISTINCT's Mar messages and the aggregate deltas, 000 §4, are per
+    update anyway), in the stream's ``group_id``, ``seq``, ``op`` and the ``m_``-prefixed message columns."""
+    messages = group.apply(batch, "reformulated")
+    return pa.table({"group_id": messages.column("group_id"), "seq": messages.column("seq"),
+                     "op": messages.column("op"), **{f"m_{c}": messages.column(c) for c in _CLASS_MESSAGE}})
+
+
+def _version_applied(subs_state, stream_id: str) -> int:
+    """The change version the group's previous micro-batch applied in this stream (0: the stream's start, or a
+    state another stream left: a new stream's shard bases hold every subscription as of its start)."""
+    was = tuple(subs_state.get()) if subs_state is not None and subs_state.exists() else None
+    return int(was[1]) if was is not None and was[0] == stream_id else 0
+
+
+def _stage_one_change(spec: StreamSpec, gid: str, gspec: GroupSpec, group, since: int, version: int,
+                      batch: int | None) -> pa.Table | None:
+    """Before a micro-batch's rows, in stage 1 of a top-k / DISTINCT / aggregate group in two stages: the k values
+    painted for (002 §II-A: those of the change's subscriptions too), and, when the micro-batch moves the group from
+    change ``since`` to ``version``, each shard's ``ShardChange`` -- the subscriptions born after ``since`` seeded
+    from the rows as they stand -- written for the shard (``StreamControl.write_shard_change``) and one row per
+    shard telling it so (``op`` :data:`SHARD_CHANGE`, ``m_shard``; ``m_msg_no`` -1: before the messages)."""
+    members = spec.control.subscriptions(gid, version) if version else None
+    if group.kind == "RANGE_TOPK":
+        group.core.paint_for(painted_ks(members, gspec.ks))
+    if version == since or members is None:
+        return None
+    if batch is None:
+        raise RuntimeError("a subscription change of a two-stage group applies in a streaming task only")
+    n = len(gspec.shards)
+    for j, change in shard_changes(group, members, since, version, n).items():
+        spec.control.write_shard_change(gid, j, batch, change)
+    return pa.table({"group_id": pa.array([gid] * n, pa.string()), "seq": pa.nulls(n, pa.int64()),
+                     "op": pa.array([SHARD_CHANGE] * n, pa.string()),
+                     "m_shard": pa.array(np.arange(n, dtype=np.int32)), "m_msg_no": pa.array(np.full(n, -1))})
 
 
 def _write_rows(rows_state, final: dict) -> None:

@@ -16,6 +16,13 @@ engine's directory (``stream.new_stream_id``); the tasks read them directly (one
         shards.json                  shards, ``ShardBase``, at the stream's cut points; a shard the change
                                      left as it was is a hard link to its previous file, and ``shards.json``
                                      says per shard the change that wrote it, 0: the stream's start)
+                                     (a RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG group the stream runs in two
+                                     stages: ``subscriptions.pickle`` is its whole set with births,
+                                     ``range_shard_stream.ShardMembers``)
+    range_class_shards/<group>/<shard>/   that group's subscription shards' state (``runtime/stream.py``):
+        base-<batch>.pickle          a compaction: the shard as of the start of micro-batch <batch>
+        log-<batch>.pickle           what the shard applied in micro-batch <batch> (its change, its messages)
+        change-<batch>.pickle        the change stage 1 sent it at micro-batch <batch>, with the added seeds
     groups/<group>.pickle            a range group the stream did not host when it started (its GroupSpec:
                                      columns, base, the last micro-batch its base holds)
     batches/<batch>.json             what micro-batch <batch> applies: per group the newest change version,
@@ -57,8 +64,8 @@ from sparksub.runtime.replicas import (
 )
 
 __all__ = ["StreamControl", "LiveStream", "LiveReplicas", "batch_id", "publish_subscriptions", "publish_shards",
-           "publish_join_shards", "publish_range_shards", "RangeShards", "publish_group", "applied_batches",
-           "forget_applied", "mark_stale", "running_query", "KEEP_VERSIONS"]
+           "publish_join_shards", "publish_range_shards", "RangeShards", "RangeClassShards", "publish_group",
+           "applied_batches", "forget_applied", "mark_stale", "running_query", "KEEP_VERSIONS"]
 
 #: change versions kept per group (a task needs the newest; a replayed micro-batch the one it pinned)
 KEEP_VERSIONS = 4
@@ -72,6 +79,7 @@ _MESSAGE_PAYLOAD = "message_payload.pickle"
 _RANGE_SHARDS = "shards.json"
 _STALE = "events-changed"
 _QUERY = "query.json"
+_CLASS_SHARDS = "range_class_shards"
 #: per process: (directory, what) -> value read (change snapshots, group specs, batch plans); bounded
 _READ: dict = {}
 _READ_ENTRIES = 16
@@ -208,6 +216,62 @@ class StreamControl:
         path = self._path("applied", f"{batch:012d}.arrow")
         return _read_arrow(path) if path.exists() else None
 
+    # ---- a two-stage RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG group's shards (``runtime/stream.py``) ----------
+    def _class_shard_dir(self, group_id: str, shard: int) -> Path:
+        return self._path(_CLASS_SHARDS, safe_name(group_id), str(shard))
+
+    def write_shard_change(self, group_id: str, shard: int, batch: int, change) -> None:
+        """What micro-batch ``batch``'s subscription change does to shard ``shard`` (a ``ShardChange``: the ids it
+        keeps, the added ones with their seeds), written by stage 1 before the micro-batch's rows; its replay writes
+        the same (the state store rolls back, the batch file pins the change)."""
+        where = self._class_shard_dir(group_id, shard)
+        where.mkdir(parents=True, exist_ok=True)
+        _write_atomic(where / f"change-{batch:012d}.pickle", lambda fh: pickle.dump(change, fh, protocol=5))
+
+    def shard_change(self, group_id: str, shard: int, batch: int):
+        """The ``ShardChange`` stage 1 wrote for shard ``shard`` at micro-batch ``batch``."""
+        return _read_pickle(self._class_shard_dir(group_id, shard) / f"change-{batch:012d}.pickle")
+
+    def write_shard_log(self, group_id: str, shard: int, batch: int, entry) -> None:
+        """Shard ``shard``'s micro-batch ``batch`` (a ``ShardLogEntry``), written by its task: a replayed
+        micro-batch rewrites the same (stage 1's state store rolls back with it, so its messages are the same)."""
+        where = self._class_shard_dir(group_id, shard)
+        where.mkdir(parents=True, exist_ok=True)
+        _write_atomic(where / f"log-{batch:012d}.pickle", lambda fh: pickle.dump(entry, fh, protocol=5))
+
+    def shard_logs(self, group_id: str, shard: int, after: int, before: int) -> list:
+        """``(micro-batch, ShardLogEntry)`` of the shard's logged micro-batches ``after <= b < before``, in order (a
+        micro-batch without a file gave the shard nothing)."""
+        where = self._class_shard_dir(group_id, shard)
+        found = sorted(b for b in _numbered(where, "log-") if after <= b < before)
+        return [(b, _read_pickle(where / f"log-{b:012d}.pickle")) for b in found]
+
+    def write_shard_base(self, group_id: str, shard: int, as_of: int, value) -> None:
+        """A compaction: the shard as of the start of micro-batch ``as_of`` (its logs before it applied).  The
+        previous base and the logs after it stay (a replay of the micro-batch that wrote this base rebuilds from
+        them); older ones go."""
+        where = self._class_shard_dir(group_id, shard)
+        where.mkdir(parents=True, exist_ok=True)
+        _write_atomic(where / f"base-{as_of:012d}.pickle", lambda fh: pickle.dump(value, fh, protocol=5))
+        bases = sorted(_numbered(where, "base-"))
+        if len(bases) > 2:
+            keep = bases[-2]
+            for b in bases[:-2]:
+                (where / f"base-{b:012d}.pickle").unlink(missing_ok=True)
+            for prefix in ("log-", "change-"):
+                for b in _numbered(where, prefix):
+                    if b < keep:
+                        (where / f"{prefix}{b:012d}.pickle").unlink(missing_ok=True)
+
+    def shard_base(self, group_id: str, shard: int, batch: int) -> tuple | None:
+        """``(as_of, value)`` of the shard's newest compaction base usable by micro-batch ``batch`` (as of it or
+        before), or None: the base the stream started with."""
+        where = self._class_shard_dir(group_id, shard)
+        usable = [b for b in _numbered(where, "base-") if b <= batch]
+        if not usable:
+            return None
+        return usable[-1], _read_pickle(where / f"base-{max(usable):012d}.pickle")
+
     # ---- event streams --------------------------------------------------------------------------------
     def check_stale(self) -> None:
         """Fail the micro-batch when the engine's event queries on the stream changed after it was built."""
@@ -240,6 +304,8 @@ class LiveStream:
     joins: dict = field(default_factory=dict)        # join group -> the side of the join the table is
     join_shards: dict = field(default_factory=dict)  # join group run in two stages -> its subscription shards
     range_shards: dict = field(default_factory=dict)  # range group run in two stages -> its RangeShards
+    range_class_shards: dict = field(default_factory=dict)  # top-k / DISTINCT / agg group in two stages -> its
+    #                                                          RangeClassShards
     events: bool = False
     version: int = 0
     absorbed: int = -1
@@ -300,6 +366,15 @@ class RangeShards:
     digests: list
     files: list
     origins: list
+
+
+@dataclass
+class RangeClassShards:
+    """The engine's record of a RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG group a stream runs in two stages: its
+    subscription shards (by a CRC32 of the id) and, per subscription, ``(x1, x2, k, birth)`` as of the stream's last
+    change (``range_shard_stream.members_after``: what a change publishes is the whole set with births)."""
+    shards: int
+    members: dict
 
 
 def publish_range_shards(directory, group_id: str, version: int, record: RangeShards, bases: list,
@@ -407,6 +482,15 @@ def _create_once(path: Path, raw: bytes) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _numbered(where: Path, prefix: str) -> list[int]:
+    """The numbers of ``<prefix><number>.pickle`` in ``where``, ascending."""
+    if not where.is_dir():
+        return []
+    names = (p.name[len(prefix):-len(".pickle")] for p in where.iterdir()
+             if p.name.startswith(prefix) and p.name.endswith(".pickle"))
+    return sorted(int(n) for n in names if n.isdigit())
 
 
 def _read_pickle(path: Path):
