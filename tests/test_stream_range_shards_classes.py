@@ -422,10 +422,10 @@ def test_births_name_what_a_change_adds_whatever_versions_were_skipped():
     e, *_ = setup(None, SHARDS)
     group = next(g for g in e._groups.values() if g.physical.klass == "RANGE_AGG")
     rows = e._snapshot(e._tables["t"], group).build()
-    _, v1 = members_after({}, ["a", "b", "c"], [0.0, 1.0, 2.0], [5.0, 6.0, 7.0], [1, 1, 1], 1, SHARDS)
+    _, v1 = members_after(None, ["a", "b", "c"], [0.0, 1.0, 2.0], [5.0, 6.0, 7.0], [1, 1, 1], 1, SHARDS)
     _, v2 = members_after(v1, ["a", "b"], [0.0, 1.0], [5.0, 6.0], [1, 1], 2, SHARDS)
     m3, v3 = members_after(v2, ["a", "b", "d"], [0.0, 3.0, 4.0], [5.0, 6.0, 9.0], [1, 1, 1], 3, SHARDS)
-    assert {s: r[3] for s, r in v3.items()} == {"a": 1, "b": 3, "d": 3}
+    assert dict(zip(v3.ids.tolist(), v3.birth.tolist())) == {"a": 1, "b": 3, "d": 3}
     changes = shard_changes(rows, m3, 1, 3, SHARDS)
     assert sorted(s for c in changes.values() for s in c.added_ids.tolist()) == ["b", "d"]
     assert sorted(s for c in changes.values() for s in c.ids.tolist()) == ["a", "b", "d"]

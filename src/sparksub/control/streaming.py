@@ -271,7 +271,7 @@ class Streaming:
         bases = range_class_shard_bases(rows_only.build(), entry.group_id, ids, x1, x2, k, shards, key_type)
         del snap, rows_only
         stored = [spark_replicas.write_value(f"{where}/range-{n}-q{j}.pickle", bases[j]) for j in range(shards)]
-        _, record = members_after({}, ids, x1, x2, k, 0, shards)
+        _, record = members_after(None, ids, x1, x2, k, 0, shards)
         x, y, y_is_text, x2_column = family.stream_columns(entry.physical, state.definition)
         return ((x, y, base, y_is_text, x2_column), (None, stored, ks),
                 stream_control.RangeClassShards(shards, record))

@@ -371,10 +371,10 @@ class RangeShards:
 @dataclass
 class RangeClassShards:
     """The engine's record of a RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG group a stream runs in two stages: its
-    subscription shards (by a CRC32 of the id) and, per subscription, ``(x1, x2, k, birth)`` as of the stream's last
-    change (``range_shard_stream.members_after``: what a change publishes is the whole set with births)."""
+    subscription shards (by a CRC32 of the id) and its subscriptions' ``(x1, x2, k, birth)`` as of the stream's last
+    change (``range_shard_stream.MemberRecord``: what a change publishes is the whole set with births)."""
     shards: int
-    members: dict
+    members: object
 
 
 def publish_range_shards(directory, group_id: str, version: int, record: RangeShards, bases: list,

@@ -31,7 +31,8 @@ import pyarrow as pa
 from sparksub.operators.joins.shards import subscription_shard
 from sparksub.operators.shared.range_shards import RangeShard, RangeShardBase
 
-__all__ = ["ShardChange", "ShardLogEntry", "ShardMembers", "StreamRangeShard", "members_after", "painted_ks",
+__all__ = ["MemberRecord", "ShardChange", "ShardLogEntry", "ShardMembers", "StreamRangeShard", "members_after",
+           "painted_ks",
            "shard_changes", "shard_of_base"]
 
 
@@ -52,20 +53,42 @@ class ShardMembers:
         return len(self.ids)
 
 
-def members_after(previous: dict, ids, x1, x2, k, version: int, shards: int) -> tuple[ShardMembers, dict]:
-    """The subscription set after change ``version`` and the engine's record of it (``{id: (x1, x2, k, birth)}``):
-    an id keeps its birth while its bounds and k stay (``previous``, the record before the change); a new id, or
-    one whose bounds changed (dropped and created again), is born at ``version``."""
+@dataclass
+class MemberRecord:
+    """The engine's record of a two-stage group's subscriptions as of its last change: ids (text, ascending) with
+    their bounds, k and birth -- columns, not a Python object per subscription (issue 16 item 3: the driver's
+    memory does not grow with the subscriptions by more than their constants)."""
+
+    ids: np.ndarray
+    x1: np.ndarray
+    x2: np.ndarray
+    k: np.ndarray
+    birth: np.ndarray
+
+
+def members_after(previous: MemberRecord | None, ids, x1, x2, k, version: int,
+                  shards: int) -> tuple[ShardMembers, MemberRecord]:
+    """The subscription set after change ``version`` and the engine's record of it: an id keeps its birth while its
+    bounds and k stay (``previous``, the record before the change; None: none); a new id, or one whose bounds
+    changed (dropped and created again), is born at ``version``.
+
+    >>> _, v1 = members_after(None, ["a", "b"], [0.0, 1.0], [5.0, 6.0], [1, 1], 1, 2)
+    >>> m, _ = members_after(v1, ["b", "a", "c"], [1.0, 0.5, 2.0], [6.0, 5.0, 7.0], [1, 1, 1], 2, 2)
+    >>> list(zip(m.ids, m.birth.tolist()))
+    [('b', 1), ('a', 2), ('c', 2)]
+    """
     ids = np.asarray(ids, dtype=object)
     x1 = np.asarray(x1, dtype=np.float64)
     x2 = np.asarray(x2, dtype=np.float64)
     k = np.asarray(k, dtype=np.int64)
-    record, births = {}, np.empty(len(ids), dtype=np.int64)
-    for i, (sid, a, b, kk) in enumerate(zip(ids.tolist(), x1.tolist(), x2.tolist(), k.tolist())):
-        was = previous.get(sid)
-        birth = was[3] if was is not None and was[:3] == (a, b, kk) else version
-        record[sid] = (a, b, kk, birth)
-        births[i] = birth
+    text = ids.astype(str)
+    births = np.full(len(ids), version, dtype=np.int64)
+    if previous is not None and len(previous.ids) and len(ids):
+        at = np.minimum(np.searchsorted(previous.ids, text), len(previous.ids) - 1)
+        same = (previous.ids[at] == text) & (previous.x1[at] == x1) & (previous.x2[at] == x2) & (previous.k[at] == k)
+        births = np.where(same, previous.birth[at], births)
+    order = np.argsort(text, kind="stable")
+    record = MemberRecord(text[order], x1[order], x2[order], k[order], births[order])
     which = subscription_shard(ids.tolist(), shards) if len(ids) else np.zeros(0, dtype=np.int64)
     return ShardMembers(ids, x1, x2, k, np.asarray(which, dtype=np.int64), births), record
 
