@@ -45,6 +45,7 @@ from sparksub.control.event_queries import EventClassState, EventQueries, EventQ
 from sparksub.control.groups import (DRIVER_OPERATOR_LIMIT, FILTER_SHARD_SIZE, GroupEntry, SubscriptionGroups,
                                      SubscriptionRecord, TableState)
 from sparksub.control.inputs import arrow_type, to_arrow
+from sparksub.control.box_shards import BoxShardGroups
 from sparksub.control.join_shards import JoinShardGroups
 from sparksub.control.publishing import Publishing, _operator_name
 from sparksub.control.range_shards import RangeShardGroups
@@ -60,8 +61,8 @@ _catalyst_warned = False
 _log = logging.getLogger("sparksub.engine")
 
 
-class Engine(RangeShardGroups, JoinShardGroups, ZonedGroups, Statements, SubscriptionGroups, EventQueries, Publishing,
-             Refreshing, Streaming):
+class Engine(BoxShardGroups, RangeShardGroups, JoinShardGroups, ZonedGroups, Statements, SubscriptionGroups,
+             EventQueries, Publishing, Refreshing, Streaming):
     """The sparksub engine. ``Engine()`` makes a local SparkSession on first use (:func:`spark_session`, with
     its documented defaults and ``conf``, a dict of Spark options); ``Engine(spark)`` uses yours and
     never changes it (no option, no log level).

@@ -198,6 +198,9 @@ class Publishing:
             # RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG groups with their subscriptions in shards
             # (control/range_shards.py): the rows' messages, then (unicast) one task per shard
             range_sharded = self._range_shards_select(state, groups, mode)
+            # BOX_MIN / BOX_MAX / BOX_TOPK groups in subscription shards, the rows copied in each
+            # (control/box_shards.py): one replica per shard in the job below, each seeing the group's whole batch
+            box_sharded = self._box_shards_select(state, groups, mode)
             replicas, parts, owner = {}, [], {}
             for e in groups:
                 if e.group_id in zoned:   # its zones as of before this batch (the deliver() seed reads them)
@@ -227,8 +230,10 @@ class Publishing:
                     parts.append(group_batches[e.group_id])
                     continue
                 # A range group is one replica; a FILTER group one per shard, each shard seeing
-                # every event (001 is stateless per event: shards only split the subscriptions).
-                for rid, replica in self._replicas(state, e).items():  # as of before this batch
+                # every event (001 is stateless per event: shards only split the subscriptions); a sharded box
+                # group one per subscription shard, each seeing the group's batch too (control/box_shards.py).
+                shards = box_sharded.get(e.group_id) or self._replicas(state, e)
+                for rid, replica in shards.items():  # as of before this batch
                     replicas[rid] = replica
                     owner[rid] = e.group_id
                     b = group_batches[e.group_id]
@@ -301,6 +306,9 @@ class Publishing:
                     continue
                 if e.group_id in range_sharded:   # its rows log the batch, its shards the messages
                     self._range_shards_commit(e, group_batches[e.group_id], failed, batch.num_rows, mode)
+                    continue
+                if e.group_id in box_sharded:   # each shard logs the batch
+                    self._box_shards_commit(e, group_batches[e.group_id], failed, mode, batch.num_rows)
                     continue
                 if e.group_id in sharded:   # its row partitions log their parts of the batch
                     self._join_shards_commit(e, group_batches[e.group_id], failed, mode, batch.num_rows)

@@ -269,6 +269,9 @@ class _BoxGroup:
         if len(self.slot) != n:
             raise InvalidSubscription(f"group {self.group_id!r}: a subscription id appears twice")
         self.relax = snap.relax
+        # a subscription shard of a sharded group (operators/box/shards.py) other than shard 0 sends no message in
+        # ``reformulated`` mode: the messages depend only on the rows (002 §II-C), so shard 0's are the group's
+        self.emits_messages = bool(snap.extra.get("emits_messages", True))
         self.index = StabIndex(self.x_lo, self.x_hi, self.x2_lo, self.x2_hi)
         self._ready = False     # kept per-subscription results (unicast) built?
         self.counters = {"batches": 0, "unicast_rows": 0, "reformulated_messages": 0, "recomputed": 0,
@@ -311,6 +314,11 @@ class _BoxGroup:
         """Apply one batch of updates (``key, x, x_2, y, op, seq``) in ``seq`` order (module docstring)."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r} for {self.kind}; expected one of {MODES}")
+        if mode == "reformulated" and not self.emits_messages:
+            # a silent shard (operators/box/shards.py): the same rows and kept results as a log replay leaves them
+            # (the cores' messages change nothing but their counters), no message (shard 0 sends them)
+            self.apply(batch, "none")
+            return notification_table([], BOX_MESSAGE_SCHEMA, self.group_id)
         c = _columns(batch)
         keys = c["key"]
         null = np.isnan(c["x"]) | np.isnan(c["x_2"]) | np.isnan(c["y"])
@@ -528,8 +536,10 @@ class BoxTopkGroup(_BoxGroup):
         self.k = k.astype(np.int64)
         if snap.relax not in (False, True, "cell", "region"):
             raise SparksubError(f"BOX_TOPK relax is False, True / 'cell' or 'region', got {snap.relax!r}")
-        # 002 fixes one k per message: one core (one row copy) per distinct k in use
-        self.cores = {kk: BoxTopkCore(kk, relax=snap.relax) for kk in sorted(set(self.k.tolist())) or [1]}
+        # 002 fixes one k per message: one core (one row copy) per distinct k in use -- a sharded group's shard 0
+        # also for the other shards' k (``extra['ks']``): its messages are the whole group's (operators/box/shards.py)
+        ks = set(self.k.tolist()) | {int(kk) for kk in snap.extra.get("ks", ())}
+        self.cores = {kk: BoxTopkCore(kk, relax=snap.relax) for kk in sorted(ks) or [1]}
         self._store = next(iter(self.cores.values())).store
         self.lists: list[list[tuple]] = [[] for _ in range(len(self.ids))]   # (key, p, q, r) by rank
         self.full = np.zeros(len(self.ids), dtype=bool)
@@ -800,6 +810,19 @@ class BoxSubscribers:
         self.boxes = np.array([(group.x_lo[i], group.x_hi[i], group.x2_lo[i], group.x2_hi[i])
                                for i in range(len(self.ids))], dtype=np.float64).reshape(-1, 4)
         self.ks = np.asarray(group.k if self.topk else np.full(len(self.ids), -1), dtype=np.int64)
+
+    @classmethod
+    def merged(cls, parts: list[BoxSubscribers]) -> BoxSubscribers:
+        """One group's subscribers from its subscription shards' (``operators/box/shards.py``): each receiver
+        depends only on its box and the messages (000 §4), so the shards' receivers side by side are the group's."""
+        out = cls.__new__(cls)
+        out.group_id = parts[0].group_id
+        out.topk = parts[0].topk
+        out.ids = [sid for p in parts for sid in p.ids]
+        out.recv = [r for p in parts for r in p.recv]
+        out.boxes = np.concatenate([p.boxes for p in parts]).reshape(-1, 4)
+        out.ks = np.concatenate([p.ks for p in parts]).astype(np.int64)
+        return out
 
     def result(self, sid):
         r = self.recv[self.ids.index(sid)]
