@@ -93,12 +93,9 @@ def rows_table_counter(t: pa.Table) -> Counter:
     return Counter(tuple(sorted(r.items())) for r in t.to_pylist())
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
-@given(seed=st.integers(0, 10**6), kind=st.sampled_from(sorted(SNAPSHOTS)), n_shards=st.integers(1, 4),
-       key=st.sampled_from(sorted(KEYS)))
-def test_shards_union_is_the_whole_groups_unicast(seed, kind, n_shards, key):
-    rnd = random.Random(seed)
-    key_of, parse = KEYS[key]
+def two_forms(rnd, kind, n_shards, key_of, parse):
+    """Random rows and subscriptions, and the group in both forms: ``(rows, (ids, x1, x2, k), whole group, rows'
+    operator without subscriptions, {shard: RangeShard})``."""
     distinct = kind == "distinct"
     rows = {}
     apply_rows(rows, gen_batch(rnd, key_of, 0, 8, distinct, kind == "count"), distinct)
@@ -106,6 +103,17 @@ def test_shards_union_is_the_whole_groups_unicast(seed, kind, n_shards, key):
     whole = snapshot(kind, rows, ids, x1, x2, k).build()
     rows_group = snapshot(kind, rows, [], [], [], [], rows_extra(whole.kind, k)).build()
     shards = {j: b.build() for j, b in shard_bases(rows_group, "g", ids, x1, x2, k, n_shards, parse).items()}
+    return rows, (ids, x1, x2, k), whole, rows_group, shards
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 10**6), kind=st.sampled_from(sorted(SNAPSHOTS)), n_shards=st.integers(1, 4),
+       key=st.sampled_from(sorted(KEYS)))
+def test_shards_union_is_the_whole_groups_unicast(seed, kind, n_shards, key):
+    rnd = random.Random(seed)
+    key_of, parse = KEYS[key]
+    distinct = kind == "distinct"
+    rows, (ids, x1, x2, k), whole, rows_group, shards = two_forms(rnd, kind, n_shards, key_of, parse)
     seq = 100
     for step in range(4):
         if step == 2:   # new subscriptions (new k values): the rows paint for them, their shards get new bases
@@ -144,12 +152,8 @@ def test_reformulated_batches_are_the_whole_groups_and_the_shards_follow_them(se
     worker's cached shard replays) go on to give the whole group's unicast rows."""
     rnd = random.Random(seed)
     distinct = kind == "distinct"
-    rows = {}
-    apply_rows(rows, gen_batch(rnd, int, 0, 8, distinct, kind == "count"), distinct)
-    ids, x1, x2, k = subscriptions(rnd, "s", rnd.randint(1, 12))
-    whole = snapshot(kind, rows, ids, x1, x2, k).build()
-    rows_group = snapshot(kind, rows, [], [], [], [], rows_extra(whole.kind, k)).build()
-    shards = [b.build() for b in shard_bases(rows_group, "g", ids, x1, x2, k, n_shards, int).values()]
+    rows, _, whole, rows_group, shards = two_forms(rnd, kind, n_shards, int, int)
+    shards = list(shards.values())
     mode = with_variant("reformulated", variant)
     seq = 100
     for step in range(5):
