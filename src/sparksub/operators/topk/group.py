@@ -16,11 +16,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from sparksub.operators.shared.range_classes import FlatLists, RangeClassGroup, RangeClassSnapshot, key_text
+from sparksub.operators.shared.range_classes import RangeClassGroup, RangeClassSnapshot, key_text
 from sparksub.operators.shared.schemas import DELETE
 from sparksub.operators.shared.variants import paint_of, variant_of
 from sparksub.operators.topk import core as topk
-from sparksub.operators.topk.subscribers import TopkSubscribers
+from sparksub.operators.topk.subscribers import TopkLists, TopkSubscribers
 
 __all__ = ["PaintedKs", "TopkGroup", "TopkSnapshot"]
 
@@ -115,10 +115,11 @@ class TopkGroup(RangeClassGroup):
 
     subscribers_class = TopkSubscribers
 
-    def shard_seed(self, x1, x2, k) -> list:
-        # each subscription's top-k list [(key, x, y)] now (an empty range's is empty: x1 > x2 holds nothing)
-        return FlatLists(self.core.top_k(a, b, int(kk)) if a <= b else [] for a, b, kk in zip(x1.tolist(), x2.tolist(),
-                                                                                              k.tolist()))
+    def shard_seed(self, x1, x2, k) -> TopkLists:
+        # each subscription's top-k list [(key, x, y)] now (an empty range's is empty: x1 > x2 holds nothing), flat
+        # with a key object per distinct key: what the shard's worker unpickles and builds its subscribers from
+        return TopkLists(self.core.top_k(a, b, int(kk)) if a <= b else []
+                         for a, b, kk in zip(x1.tolist(), x2.tolist(), k.tolist()))
 
     def subscriber_option(self):
         return self.descending
