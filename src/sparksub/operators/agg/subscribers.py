@@ -71,8 +71,13 @@ class AggSubscribers(RangeRegistry):
         """A subscription shard's subscribers (``shared/range_shards.py``): ``seed`` their exact states
         ``(counts, scaled sums)`` as of the shard's base."""
         subs = cls(func, group_id=group_id)
-        subs.add(ids, x1, x2, states=seed)
+        subs.add_seeded(ids, x1, x2, k, seed)
         return subs
+
+    def add_seeded(self, ids, x1, x2, k, seed) -> None:
+        """Subscriptions with their exact states as ``seed`` gives them (``group.shard_seed``); ``k`` unused (the
+        range classes' common signature)."""
+        self.add(ids, x1, x2, states=seed)
 
     def add(self, ids, x1, x2, core=None, states=None) -> None:
         """Register subscribers with their current state from ``core`` (a ``RangeAggCore``), else from ``states``

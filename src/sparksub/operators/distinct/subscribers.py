@@ -48,8 +48,13 @@ class DistinctSubscribers(RangeRegistry):
         """A subscription shard's subscribers (``shared/range_shards.py``): no sets, as the group's own unicast
         side (every match of a per-update message is a change), so no seed either."""
         subs = cls(keep_sets=False, group_id=group_id)
-        subs.add(ids, x1, x2)
+        subs.add_seeded(ids, x1, x2, k, seed)
         return subs
+
+    def add_seeded(self, ids, x1, x2, k, seed) -> None:
+        """Subscriptions of a shard that keeps no sets (``from_seed``): nothing to seed; ``k`` and ``seed`` unused
+        (the range classes' common signature)."""
+        self.add(ids, x1, x2)
 
     def add(self, ids, x1, x2, core=None, results=None) -> None:
         """Register subscribers with their current sets: from ``core`` (a ``RangeDistinctCore``), else

@@ -165,13 +165,7 @@ class StreamRangeShard:
         for s in gone:
             del self.members[s]
         if len(change.added_ids):
-            kind = subs.kind
-            if kind == "RANGE_TOPK":
-                subs.add(change.added_ids, change.added_x1, change.added_x2, change.added_k, results=change.seed)
-            elif kind == "RANGE_AGG":
-                subs.add(change.added_ids, change.added_x1, change.added_x2, states=change.seed)
-            else:
-                subs.add(change.added_ids, change.added_x1, change.added_x2)
+            subs.add_seeded(change.added_ids, change.added_x1, change.added_x2, change.added_k, change.seed)
             self.members.update(dict.fromkeys(change.added_ids.tolist()))
 
     def unicast(self, messages: pa.Table) -> pa.Table:

@@ -224,9 +224,14 @@ class TopkSubscribers(Counting):
         """A subscription shard's subscribers (``shared/range_shards.py``): ``seed`` their lists [(key, x, y)]
         as of the shard's base; any k (the rows' group paints for every k of the group)."""
         subs = cls(descending, key_type=key_type, group_id=group_id)
-        subs.add(ids, x1, x2, k, results=seed)
+        subs.add_seeded(ids, x1, x2, k, seed)
         release_freed_memory()
         return subs
+
+    def add_seeded(self, ids, x1, x2, k, seed) -> None:
+        """Subscriptions with their lists as ``seed`` gives them (``group.shard_seed``: as of now), the way every
+        range class's subscribers take seeded subscriptions (a shard's base, a stream shard's change)."""
+        self.add(ids, x1, x2, k, results=seed)
 
     def __len__(self) -> int:
         return sum(len(p.points) for p in self._parts.values()) + len(self._empty)
