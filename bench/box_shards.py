@@ -18,7 +18,6 @@ notifications/s, the driver's RSS, each Python worker's PSS (what its tasks cach
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -28,11 +27,8 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import forms
 from common import machine
-from range_shards import _publishes
+from range_shards import DOMAIN, OUT_DIR, _publishes
 
-REPO = Path(__file__).resolve().parent.parent
-OUT_DIR = REPO / "docs" / "benchmarks"
-DOMAIN = 10_000.0
 TEMPLATES = {
     "BOX_MIN": "SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi AND beta BETWEEN :lo2 AND :hi2",
     "BOX_TOPK": "SELECT sym, per FROM stock WHERE risk BETWEEN :lo AND :hi AND beta BETWEEN :lo2 AND :hi2 "
@@ -57,19 +53,9 @@ def subscriptions(m: int) -> dict:
 
 def child(args) -> dict:
     spark, baseline = forms.child_session(args, "box-shards")
-    from runtime import rss_mb
-
-    from sparksub import Engine
-    rng = np.random.default_rng(3)
-    e = Engine(spark)
-    e.keep_workers_warm = None
-    e.range_subscription_shards = args.shards if args.form == "sharded" else 0
-    e.sql("CREATE TABLE stock (sym BIGINT PRIMARY KEY, risk DOUBLE, beta DOUBLE, per DOUBLE)")
-    e.load("stock", rows_table(np.arange(args.rows), rng))
-    rss0 = rss_mb()
-    e.subscribe_many(TEMPLATES[args.klass], subscriptions(args.subs))
-    urng = np.random.default_rng(4)
-    batches = [rows_table(urng.integers(0, args.rows, args.batch), urng) for _ in range(args.batches + 1)]
+    e, batches, rss0 = forms.subscribed_engine(
+        spark, args, "CREATE TABLE stock (sym BIGINT PRIMARY KEY, risk DOUBLE, beta DOUBLE, per DOUBLE)",
+        rows_table, TEMPLATES[args.klass], subscriptions)
     # the timed publishes as the range shards' benchmark times them
     out = {"form": args.form, "klass": args.klass, "rows": args.rows, "subs": args.subs, "batch": args.batch,
            "batches": args.batches, **_publishes(e, batches)}
@@ -81,12 +67,10 @@ def child(args) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--klass", choices=sorted(TEMPLATES), default="BOX_MIN")
-    forms.add_arguments(ap, OUT_DIR)
-    args = forms.parse(ap)
-    if args.form:
-        print("RESULT " + json.dumps(child(args)))
+    started = forms.parent_or_child(ap, __file__, child, OUT_DIR)
+    if started is None:
         return
-    results = forms.run_forms(__file__, args, ["--klass", args.klass])
+    args, results = started
     table = forms.results_table(results, args, "publish", "warm-up publish")
     m = machine()
     whole, sharded = results
@@ -110,16 +94,9 @@ copied in each shard, as BAND_JOIN copies its subscriptions).  The shards run in
 each update is applied by every shard's cores (the rows' work is repeated, the subscriptions' work split); on 2
 shared cores the throughput is not a settled comparison.
 """
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     stem = "box_shards" if args.klass == "BOX_MIN" else f"box_shards_{args.klass.lower()}"
-    stem += "" if args.master == "local[2]" else "_local_cluster"
-    (out / f"{stem}.json").write_text(json.dumps({"args": vars(args), "machine": m, "results": results}, indent=1))
-    forms.plot_forms(results, out / f"{stem}.png", f"{args.klass}: the whole group vs its subscriptions in shards",
-                     rate_title="updates/s (publish + count)")
-    text += f"\n![rows/s, driver RSS and Python worker PSS, whole vs sharded]({stem}.png)\n"
-    (out / f"{stem}.md").write_text(text)
-    print(text)
+    forms.write_outputs(args, stem, results, m, text, f"{args.klass}: the whole group vs its subscriptions in shards",
+                        "updates/s (publish + count)")
 
 
 if __name__ == "__main__":

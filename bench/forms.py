@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 from common import fmt_num, load_avg, md_table
 
 BENCH = Path(__file__).resolve().parent
@@ -58,6 +59,32 @@ def run_forms(script: str, args, extra: list) -> list:
     return results
 
 
+def parent_or_child(ap, script: str, child, out_dir: Path):
+    """A whole-vs-sharded benchmark's start: parse ``ap`` (with ``--klass`` on it); as a child (``--form``), print
+    ``child(args)``'s result and return None; as the parent, ``(args, results)`` of both forms, each run in a fresh
+    process (:func:`run_forms`)."""
+    add_arguments(ap, out_dir)
+    args = parse(ap)
+    if args.form:
+        print("RESULT " + json.dumps(child(args)))
+        return None
+    return args, run_forms(script, args, ["--klass", args.klass])
+
+
+def write_outputs(args, stem: str, results: list, machine: dict, text: str, title: str, rate_title: str) -> None:
+    """The benchmark's Markdown (``text`` and the plot), JSON and PNG under ``args.out``, named
+    ``<stem>[_local_cluster]``."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem += "" if args.master == "local[2]" else "_local_cluster"
+    (out / f"{stem}.json").write_text(json.dumps({"args": vars(args), "machine": machine, "results": results},
+                                                 indent=1))
+    plot_forms(results, out / f"{stem}.png", title, rate_title=rate_title)
+    text += f"\n![rows/s, driver RSS and Python worker PSS, whole vs sharded]({stem}.png)\n"
+    (out / f"{stem}.md").write_text(text)
+    print(text)
+
+
 def child_session(args, app: str):
     """The child's Spark session on ``args.master`` and, on ``local-cluster``, each executor's Python memory before
     any group exists (``runtime._python_baseline``)."""
@@ -67,6 +94,27 @@ def child_session(args, app: str):
     from runtime import _python_baseline, _session
     spark = _session(args.master, f"{app}-{args.form}")
     return spark, (_python_baseline(spark) if args.master != "local[2]" else None)
+
+
+def subscribed_engine(spark, args, table_ddl: str, rows_table, template: str, subscriptions) -> tuple:
+    """The child's engine in its form (``args.form``: whole, or ``args.shards`` subscription shards), the table
+    loaded with ``args.rows`` rows (``rows_table(keys, rng)``), ``template``'s ``args.subs`` subscriptions
+    (``subscriptions(m)``), and the batches to publish (the first a warm-up): ``(engine, batches, the driver's RSS
+    before subscribing)``."""
+    from runtime import rss_mb
+
+    from sparksub import Engine
+    rng = np.random.default_rng(3)
+    e = Engine(spark)
+    e.keep_workers_warm = None
+    e.range_subscription_shards = args.shards if args.form == "sharded" else 0
+    e.sql(table_ddl)
+    e.load("stock", rows_table(np.arange(args.rows), rng))
+    rss0 = rss_mb()
+    e.subscribe_many(template, subscriptions(args.subs))
+    urng = np.random.default_rng(4)
+    batches = [rows_table(urng.integers(0, args.rows, args.batch), urng) for _ in range(args.batches + 1)]
+    return e, batches, rss0
 
 
 def memory(e, baseline, args) -> dict:

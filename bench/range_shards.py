@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Range groups with their subscriptions in shards (issue 16 item 4; control/range_shards.py) against the whole
-group (one task holding the rows and every subscription), through the engine and Spark ``local[2]`` or ``local-cluster[2,1,2048]`` (``--master``).
+group (one task holding the rows and every subscription), through the engine and Spark ``local[2]`` or
+``local-cluster[2,1,2048]`` (``--master``).
 
     flock /tmp/sparksub-bench.lock nice -n 5 python bench/range_shards.py --klass RANGE_TOPK     # publish
     flock /tmp/sparksub-bench.lock nice -n 5 python bench/range_shards.py --klass RANGE_MIN      # stream()
@@ -21,7 +22,6 @@ JSON and PNG (``--out``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -64,19 +64,9 @@ def subscriptions(m: int) -> dict:
 
 def child(args) -> dict:
     spark, baseline = forms.child_session(args, "range-shards")
-    from runtime import rss_mb
-
-    from sparksub import Engine
-    rng = np.random.default_rng(3)
-    e = Engine(spark)
-    e.keep_workers_warm = None
-    e.range_subscription_shards = args.shards if args.form == "sharded" else 0
-    e.sql("CREATE TABLE stock (sym BIGINT PRIMARY KEY, risk DOUBLE, per DOUBLE, sector STRING)")
-    e.load("stock", rows_table(np.arange(args.rows), rng))
-    rss0 = rss_mb()
-    e.subscribe_many(TEMPLATES[args.klass], subscriptions(args.subs))
-    urng = np.random.default_rng(4)
-    batches = [rows_table(urng.integers(0, args.rows, args.batch), urng) for _ in range(args.batches + 1)]
+    e, batches, rss0 = forms.subscribed_engine(
+        spark, args, "CREATE TABLE stock (sym BIGINT PRIMARY KEY, risk DOUBLE, per DOUBLE, sector STRING)",
+        rows_table, TEMPLATES[args.klass], subscriptions)
     out = {"form": args.form, "klass": args.klass, "rows": args.rows, "subs": args.subs, "batch": args.batch,
            "batches": args.batches}
     if args.klass == "RANGE_MIN":
@@ -135,12 +125,10 @@ def _stream(spark, e, batches: list) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--klass", choices=sorted(TEMPLATES), default="RANGE_TOPK")
-    forms.add_arguments(ap, OUT_DIR)
-    args = forms.parse(ap)
-    if args.form:
-        print("RESULT " + json.dumps(child(args)))
+    started = forms.parent_or_child(ap, __file__, child, OUT_DIR)
+    if started is None:
         return
-    results = forms.run_forms(__file__, args, ["--klass", args.klass])
+    args, results = started
     path = results[0]["path"]
     unit = "publish" if path == "publish" else "micro-batch"
     table = forms.results_table(results, args, unit, f"first {unit}")
@@ -154,9 +142,9 @@ def main() -> None:
 
 `bench/range_shards.py --klass {args.klass}` (`flock /tmp/sparksub-bench.lock nice -n 5`): {args.rows:,} rows,
 {args.subs:,} subscriptions `{TEMPLATES[args.klass]}` (X ranges: centres ~N(5000, 1500), lengths ~|N(1000, 1000)|
-over [0, 10,000]), `{args.master}`; {args.batches} timed batches of {args.batch:,} upserts of existing keys (each moves its
-row in X and Y): {how}.  Each form in a fresh process.  Machine: {m.get('cpu', '')}, {m.get('cpu_count', '')} cores,
-shared with other work (the load is in the table).
+over [0, 10,000]), `{args.master}`; {args.batches} timed batches of {args.batch:,} upserts of existing keys (each
+moves its row in X and Y): {how}.  Each form in a fresh process.  Machine: {m.get('cpu', '')},
+{m.get('cpu_count', '')} cores, shared with other work (the load is in the table).
 
 {table}
 
@@ -168,16 +156,8 @@ subscription; of the sharded form, the rows' replica (no subscription) or one sh
 sharded form pays a second stage per batch (the messages written between the stages); on 2 shared cores its
 throughput is not a settled comparison.
 """
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"range_shards_{args.klass.lower()}"
-    stem += "" if args.master == "local[2]" else "_local_cluster"
-    (out / f"{stem}.json").write_text(json.dumps({"args": vars(args), "machine": m, "results": results}, indent=1))
-    forms.plot_forms(results, out / f"{stem}.png", f"{args.klass}: the whole group vs its subscriptions in shards ({path})",
-               rate_title=f"updates/s ({path})")
-    text += f"\n![rows/s, driver RSS and Python worker PSS, whole vs sharded]({stem}.png)\n"
-    (out / f"{stem}.md").write_text(text)
-    print(text)
+    forms.write_outputs(args, f"range_shards_{args.klass.lower()}", results, m, text,
+                        f"{args.klass}: the whole group vs its subscriptions in shards ({path})", f"updates/s ({path})")
 
 
 if __name__ == "__main__":
