@@ -59,16 +59,16 @@ def run_forms(script: str, args, extra: list) -> list:
     return results
 
 
-def parent_or_child(ap, script: str, child, out_dir: Path):
-    """A whole-vs-sharded benchmark's start: parse ``ap`` (with ``--klass`` on it); as a child (``--form``), print
-    ``child(args)``'s result and return None; as the parent, ``(args, results)`` of both forms, each run in a fresh
-    process (:func:`run_forms`)."""
+def parent_or_child(ap, script: str, child, out_dir: Path, passed: tuple = ("klass",)):
+    """A whole-vs-sharded benchmark's start: parse ``ap``; as a child (``--form``), print ``child(args)``'s result
+    and return None; as the parent, ``(args, results)`` of both forms, each run in a fresh process
+    (:func:`run_forms`) with the script's own options ``passed`` on to it."""
     add_arguments(ap, out_dir)
     args = parse(ap)
     if args.form:
         print("RESULT " + json.dumps(child(args)))
         return None
-    return args, run_forms(script, args, ["--klass", args.klass])
+    return args, run_forms(script, args, [a for name in passed for a in (f"--{name}", str(getattr(args, name)))])
 
 
 def write_outputs(args, stem: str, results: list, machine: dict, text: str, title: str, rate_title: str) -> None:

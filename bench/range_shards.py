@@ -46,6 +46,13 @@ TEMPLATES = {
     "RANGE_AGG": "SELECT SUM(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
     "RANGE_MIN": "SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
 }
+#: what a reformulated run's page adds (``--mode reformulated``)
+REFORMULATED_NOTE = """
+
+In a reformulated publish the sharded form runs its rows' replica alone (the publish's Paint variant, Paint-Batch):
+its messages are the output, the whole group's row for row, and the subscription shards run no task -- the
+messages are appended to their logs, replayed when a unicast publish next runs them.  The whole form's task holds
+every subscription."""
 SECTORS = np.array([f"sector{i:02d}" for i in range(40)])
 
 
@@ -72,20 +79,20 @@ def child(args) -> dict:
     if args.klass == "RANGE_MIN":
         out.update(_stream(spark, e, batches))
     else:
-        out.update(_publishes(e, batches))
+        out.update(_publishes(e, batches, args.mode))
     out.update({"driver_rss_subscribed_mb": rss0, **forms.memory(e, baseline, args)})
     spark.stop()
     return out
 
 
-def _publishes(e, batches: list) -> dict:
+def _publishes(e, batches: list, mode: str = "unicast") -> dict:
     t0 = time.perf_counter()
-    warm = e.publish("stock", batches[0]).count()
+    warm = e.publish("stock", batches[0], mode).count()
     warm_s = time.perf_counter() - t0
     times, notes = [], 0
     for b in batches[1:]:
         t0 = time.perf_counter()
-        notes += e.publish("stock", b).count()
+        notes += e.publish("stock", b, mode).count()
         times.append(time.perf_counter() - t0)
     n = sum(b.num_rows for b in batches[1:])
     return {"path": "publish", "warm_s": warm_s, "warm_notifications": warm, "times": times, "notifications": notes,
@@ -125,7 +132,10 @@ def _stream(spark, e, batches: list) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--klass", choices=sorted(TEMPLATES), default="RANGE_TOPK")
-    started = forms.parent_or_child(ap, __file__, child, OUT_DIR)
+    ap.add_argument("--mode", choices=["unicast", "reformulated"], default="unicast",
+                    help="publish's mode (RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG): a reformulated publish of the "
+                         "sharded form runs the rows alone")
+    started = forms.parent_or_child(ap, __file__, child, OUT_DIR, ("klass", "mode"))
     if started is None:
         return
     args, results = started
@@ -133,14 +143,18 @@ def main() -> None:
     unit = "publish" if path == "publish" else "micro-batch"
     table = forms.results_table(results, args, unit, f"first {unit}")
     m = machine()
-    how = ("`publish(..., 'unicast')` calls, each timed end to end (publish + count of its output) after one warm-up "
-           "publish" if path == "publish" else
+    how = (f"`publish(..., '{args.mode}')` calls, each timed end to end (publish + count of its output) after one "
+           "warm-up publish" if path == "publish" else
            "micro-batches of one bounded file stream through `Engine.stream(..., 'unicast')` into a `noop` sink (one "
            "file a trigger), each its `triggerExecution` time; the first micro-batch seeds the state store and is "
            "reported apart")
+    reformulated = path == "publish" and args.mode == "reformulated"
+    if reformulated:   # no subscriber side runs: the output is the rows' messages (control/range_shards.py)
+        path = "publish, reformulated"
     text = f"""# {args.klass}: subscriptions in shards vs the whole group ({path}; issue 16 item 4)
 
-`bench/range_shards.py --klass {args.klass}` (`flock /tmp/sparksub-bench.lock nice -n 5`): {args.rows:,} rows,
+`bench/range_shards.py --klass {args.klass}{' --mode reformulated' if reformulated else ''}`
+(`flock /tmp/sparksub-bench.lock nice -n 5`): {args.rows:,} rows,
 {args.subs:,} subscriptions `{TEMPLATES[args.klass]}` (X ranges: centres ~N(5000, 1500), lengths ~|N(1000, 1000)|
 over [0, 10,000]), `{args.master}`; {args.batches} timed batches of {args.batch:,} upserts of existing keys (each
 moves its row in X and Y): {how}.  Each form in a fresh process.  Machine: {m.get('cpu', '')},
@@ -154,9 +168,10 @@ driver's RSS is taken after `stats()`.  A Python worker of the whole form caches
 subscription; of the sharded form, the rows' replica (no subscription) or one shard's subscribers
 ({args.subs // args.shards:,} each), so a worker's share of the subscription side falls with the shard count.  The
 sharded form pays a second stage per batch (the messages written between the stages); on 2 shared cores its
-throughput is not a settled comparison.
+throughput is not a settled comparison.{REFORMULATED_NOTE if reformulated else ""}
 """
-    forms.write_outputs(args, f"range_shards_{args.klass.lower()}", results, m, text,
+    stem = f"range_shards_{args.klass.lower()}" + ("_reformulated" if reformulated else "")
+    forms.write_outputs(args, stem, results, m, text,
                         f"{args.klass}: the whole group vs its subscriptions in shards ({path})", f"updates/s ({path})")
 
 

@@ -355,8 +355,10 @@ class RangeShardGroups:
         if group_batch.num_rows:
             rs.rows = rs.rows.append(group_batch)
             rs.log_rows += rows
-        messages = spark_range_shards.messages_in(rs.folder) if rs.folder else None
-        if messages is not None and not rs.stateless_shards:
+        # read back only for shards that log them (none built yet: a group that ran reformulated publishes only)
+        logs = rs.folder and rs.shards and not rs.stateless_shards
+        messages = spark_range_shards.messages_in(rs.folder) if logs else None
+        if messages is not None:
             messages = messages.replace_schema_metadata(None)
             rs.shards = [r.append(messages) for r in rs.shards]
         if mode == "reformulated" and (entry.subscribers is not None or entry.subscribers_seed is not None):
