@@ -136,7 +136,8 @@ def memory(e, baseline, args) -> dict:
 
 
 def results_table(results: list, args, unit: str = "publish", first: str = "warm-up") -> str:
-    rows = [[r["form"] + (f" ({args.shards} shards)" if r["form"] == "sharded" else ""),
+    zones = f", {args.zones} X zones" if getattr(args, "zones", 0) else ""
+    rows = [[r["form"] + (f" ({args.shards} shards{zones})" if r["form"] == "sharded" else ""),
              fmt_num(r["rows_per_s"], 0), fmt_num(r["notes_per_s"], 0),
              " / ".join(fmt_num(t, 2) for t in r["times"]), fmt_num(r["warm_s"], 1),
              fmt_num(r["driver_rss_mb"], 0), " / ".join(fmt_num(x, 0) for x in r["worker_pss_mb"]),

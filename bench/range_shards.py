@@ -53,6 +53,12 @@ In a reformulated publish the sharded form runs its rows' replica alone (the pub
 its messages are the output, the whole group's row for row, and the subscription shards run no task -- the
 messages are appended to their logs, replayed when a unicast publish next runs them.  The whole form's task holds
 every subscription."""
+#: what a run with the sharded form's rows in X zones adds (``--zones``)
+ZONES_NOTE = """
+
+The sharded form's rows run in {zones} X zones (`Engine.range_zones`; operators/shared/range_zones.py): a task per
+zone, each holding the rows of its X range and emitting the messages at the X it owns, so no worker holds every
+row either."""
 SECTORS = np.array([f"sector{i:02d}" for i in range(40)])
 
 
@@ -74,6 +80,8 @@ def child(args) -> dict:
     e, batches, rss0 = forms.subscribed_engine(
         spark, args, "CREATE TABLE stock (sym BIGINT PRIMARY KEY, risk DOUBLE, per DOUBLE, sector STRING)",
         rows_table, TEMPLATES[args.klass], subscriptions)
+    if args.form == "sharded":   # RANGE_AGG's rows in X zones too (0: the rows in one replica)
+        e.range_zones = args.zones
     out = {"form": args.form, "klass": args.klass, "rows": args.rows, "subs": args.subs, "batch": args.batch,
            "batches": args.batches}
     if args.klass == "RANGE_MIN":
@@ -135,7 +143,9 @@ def main() -> None:
     ap.add_argument("--mode", choices=["unicast", "reformulated"], default="unicast",
                     help="publish's mode (RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG): a reformulated publish of the "
                          "sharded form runs the rows alone")
-    started = forms.parent_or_child(ap, __file__, child, OUT_DIR, ("klass", "mode"))
+    ap.add_argument("--zones", type=int, default=0,
+                    help="RANGE_AGG: the sharded form's rows in this many X zones (Engine.range_zones; 0: one replica)")
+    started = forms.parent_or_child(ap, __file__, child, OUT_DIR, ("klass", "mode", "zones"))
     if started is None:
         return
     args, results = started
@@ -153,7 +163,8 @@ def main() -> None:
         path = "publish, reformulated"
     text = f"""# {args.klass}: subscriptions in shards vs the whole group ({path}; issue 16 item 4)
 
-`bench/range_shards.py --klass {args.klass}{' --mode reformulated' if reformulated else ''}`
+`bench/range_shards.py --klass {args.klass}{' --mode reformulated' if reformulated else ''}\
+{f' --zones {args.zones}' if args.zones else ''}`
 (`flock /tmp/sparksub-bench.lock nice -n 5`): {args.rows:,} rows,
 {args.subs:,} subscriptions `{TEMPLATES[args.klass]}` (X ranges: centres ~N(5000, 1500), lengths ~|N(1000, 1000)|
 over [0, 10,000]), `{args.master}`; {args.batches} timed batches of {args.batch:,} upserts of existing keys (each
@@ -168,9 +179,11 @@ driver's RSS is taken after `stats()`.  A Python worker of the whole form caches
 subscription; of the sharded form, the rows' replica (no subscription) or one shard's subscribers
 ({args.subs // args.shards:,} each), so a worker's share of the subscription side falls with the shard count.  The
 sharded form pays a second stage per batch (the messages written between the stages); on 2 shared cores its
-throughput is not a settled comparison.{REFORMULATED_NOTE if reformulated else ""}
+throughput is not a settled comparison.{REFORMULATED_NOTE if reformulated else ""}\
+{ZONES_NOTE.format(zones=args.zones) if args.zones else ""}
 """
-    stem = f"range_shards_{args.klass.lower()}" + ("_reformulated" if reformulated else "")
+    stem = f"range_shards_{args.klass.lower()}" + ("_reformulated" if reformulated else "") + \
+        (f"_{args.zones}_zones" if args.zones else "")
     forms.write_outputs(args, stem, results, m, text,
                         f"{args.klass}: the whole group vs its subscriptions in shards ({path})", f"updates/s ({path})")
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sparksub.control.zones import RANGE_ZONE_ROWS
 from sparksub.operators.joins.shards import subscription_shard
 from sparksub.operators.shared.families import key_type as family_key_type
 from sparksub.operators.shared.range_shards import (
@@ -52,6 +53,7 @@ from sparksub.operators.shared.range_shards import (
     shard_bases,
     shardable,
 )
+from sparksub.operators.shared.range_zones import ZONED_ROWS_CLASSES, RowsZoneSnapshot, ZonedRows, zone_cuts, zone_rows
 from sparksub.operators.topk.group import PaintedKs
 from sparksub.runtime import groups as spark_groups
 from sparksub.runtime import keepalive
@@ -88,6 +90,22 @@ def range_shard_count(setting, subscriptions: int, parallelism: int) -> int:
     return int(setting) if int(setting) >= 2 else 0
 
 
+def range_zone_count(setting, rows: int, parallelism: int) -> int:
+    """X zones for a sharded group's rows (``Engine.range_zones``, the setting RANGE_MIN's zones read) over a table
+    of ``rows``; 0: one replica.
+
+    >>> range_zone_count(None, 1_000, 2), range_zone_count(None, 200_000, 2), range_zone_count(3, 10, 2)
+    (0, 2, 3)
+    >>> range_zone_count(1, 10**6, 2), range_zone_count(None, 10**6, 1)
+    (0, 0)
+    """
+    if setting is None:
+        if rows < RANGE_ZONE_ROWS:
+            return 0
+        setting = parallelism
+    return int(setting) if int(setting) >= 2 else 0
+
+
 #: update rows logged to a sharded group's rows replica before a new base
 RANGE_SHARD_COMPACTION_ROWS = 200_000
 #: message rows logged to a subscription shard before a new base: a shard's base costs a result query per
@@ -103,7 +121,9 @@ class RangeShardState:
     group_id: str
     table: str
     kind: str
-    rows: spark_replicas.Replica | None = None     # <group>#r0: stage 1
+    zones: list = field(default_factory=list)      # stage 1: <group>#r0, or one replica <group>#r<i> per X zone
+    n_zones: int = 0                               # the zones asked for (repeated X values may give fewer); 0 whole
+    cuts: tuple = ()                               # the zones' cut points (``shared/range_zones.py``)
     ks: frozenset = frozenset()                    # top-k: the k values the rows paint for
     log_rows: int = 0
     rows_stale: bool = True                        # the rows changed behind the replica's back
@@ -117,6 +137,11 @@ class RangeShardState:
     shard_rebuilds: int = 0                        # shard bases written
     folder: str | None = None                      # this publish's messages
     timings: dict = field(default_factory=dict)    # the last publish's wall seconds per stage
+
+    @property
+    def rows(self) -> spark_replicas.Replica | None:
+        """The rows' first replica (the only one unless zoned): its log length is every zone's."""
+        return self.zones[0] if self.zones else None
 
 
 def _members(ids, x1, x2, k) -> tuple:
@@ -192,9 +217,10 @@ class RangeShardGroups:
         shards = [{"shard": j, "subscriptions": int(n), "logged_messages": r.logged_rows}
                   for j, (n, r) in enumerate(zip(sizes, rs.shards))] or \
             [{"shard": j, "subscriptions": int(n)} for j, n in enumerate(sizes)]
-        info = {"rows_replica": rs.rows.replica_id, "rows_rebuilds": rs.rebuilds, "shard_rebuilds": rs.shard_rebuilds,
+        info = {"rows_replicas": [r.replica_id for r in rs.zones], "rows_rebuilds": rs.rebuilds,
+                "shard_rebuilds": rs.shard_rebuilds,
                 "timings": dict(rs.timings)}
-        return ShardedRangeView(rows_group, bounds_of, len(reg), shards, info)
+        return ShardedRangeView(rows_group, bounds_of, len(reg), shards, info, len(rs.zones) if rs.cuts else 0)
 
     def _subscribers_of(self, entry):
         """deliver()'s subscriber side of a sharded group: one shard of every subscription, seeded from the rows'
@@ -220,26 +246,56 @@ class RangeShardGroups:
                 entry.group_id, entry.family.tables(entry.physical)[0], entry.physical.klass)
         return rs
 
+    def _rows_zone_count(self, entry) -> int:
+        """How many X zones a sharded group's rows run in; 0: one replica (``range_zones.ZONED_ROWS_CLASSES``:
+        the classes whose messages need no second round)."""
+        if entry.physical.klass not in ZONED_ROWS_CLASSES:
+            return 0
+        table = self._tables[entry.family.tables(entry.physical)[0]]
+        try:
+            rows = len(table.rows)
+        except TypeError:   # rows kept off the driver
+            rows = RANGE_ZONE_ROWS
+        return range_zone_count(getattr(self, "range_zones", None), rows, self._parallelism())
+
     def _range_rows(self, entry) -> RangeShardState:
-        """The group's rows (stage 1), the base rebuilt from the table's rows when stale or (a compaction) when the
-        log grew long; a k the rows do not paint for yet is a log entry (``PaintedKs``)."""
+        """The group's rows (stage 1: one replica, or one per X zone), the bases rebuilt from the table's rows
+        when stale or (a compaction) when the log grew long; a k the rows do not paint for yet is a log entry
+        (``PaintedKs``)."""
         rs = self._range_state(entry)
         family, node = entry.family, entry.physical
         slots = entry.registry.live_slots()
         ks = frozenset(family.limits(entry.registry, slots).tolist()) if rs.kind == "RANGE_TOPK" else frozenset()
-        if rs.rows is None or rs.rows_stale or rs.log_rows > RANGE_SHARD_COMPACTION_ROWS:
+        n_zones = self._rows_zone_count(entry)
+        if rs.rows is None or rs.rows_stale or rs.log_rows > RANGE_SHARD_COMPACTION_ROWS or rs.n_zones != n_zones:
             # only the log's length: the new base is the old one with its log applied, nothing else changed
-            compaction = rs.rows is not None and not rs.rows_stale
+            compaction = rs.rows is not None and not rs.rows_stale and rs.n_zones == n_zones
             # a worker's cached rows continue only if they paint for every k the new base does
             continues = compaction and ks <= rs.ks
             rs.ks = (ks | rs.ks) if compaction else ks
             keys, xs, ys = family.table_rows(node, self._tables, text=family.object_values)
             empty = np.zeros(0)
-            snap = family.snapshot_class(entry.group_id, node.table, node.x, node.y, family.option(node),
-                                         np.zeros(0, dtype=object), empty, empty, np.zeros(0, dtype=np.int64),
-                                         keys, xs, ys, extra=rows_extra(rs.kind, rs.ks))
-            rs.rows = spark_replicas.new_base(self.directory, self.uid, f"{entry.group_id}#r0", snap,
-                                              replaces=rs.rows, continues=continues, one_per_worker=True)
+
+            def snapshot(keys, xs, ys):
+                return family.snapshot_class(entry.group_id, node.table, node.x, node.y, family.option(node),
+                                             np.zeros(0, dtype=object), empty, empty, np.zeros(0, dtype=np.int64),
+                                             keys, xs, ys, extra=rows_extra(rs.kind, rs.ks))
+            if n_zones:
+                # a compaction keeps the cut points, so the workers' cached zones go on; else equal-count cuts now
+                cuts = rs.cuts if compaction else zone_cuts(xs, n_zones)
+                bases = [RowsZoneSnapshot(snapshot(*zone_rows(keys, xs, ys, cuts, z)), z, cuts)
+                         for z in range(len(cuts) + 1)]
+            else:
+                cuts, bases = (), [snapshot(keys, xs, ys)]
+            old = rs.zones if len(rs.zones) == len(bases) else []
+            if not old:    # another count of zones: the old replicas' files go
+                for r in rs.zones:
+                    spark_replicas.discard(r)
+            rs.zones = [spark_replicas.new_base(self.directory, self.uid, f"{entry.group_id}#r{z}", base,
+                                                replaces=old[z] if old else None, continues=continues,
+                                                one_per_worker=True)
+                        for z, base in enumerate(bases)]
+            rs.cuts, rs.n_zones = cuts, n_zones
             if not compaction:
                 rs.shards_stale = True     # the shards' results were of the rows as they were
                 rs.rebuilds += 1
@@ -247,16 +303,26 @@ class RangeShardGroups:
         elif not ks <= rs.ks:
             # a subscription with a new k: the rows paint for it from now on, a log entry, no new base
             rs.ks = ks | rs.ks
-            rs.rows = rs.rows.append(PaintedKs(tuple(sorted(rs.ks))))
+            rs.zones = [r.append(PaintedKs(tuple(sorted(rs.ks)))) for r in rs.zones]
         return rs
 
     def _range_rows_group(self, entry, rs: RangeShardState):
         """The rows' operator as of now: in this (driver) process (the runtime's cache + log replay), or, a group
         past ``driver_operator_limit``, where the rows are cached -- each call a Spark task (``runtime/remote.py``)."""
-        if self._read_in_place(self._tables[rs.table], entry):
+        remote = self._read_in_place(self._tables[rs.table], entry)
+        if rs.cuts:    # the zones read as one operator (``range_zones.ZonedRows``)
+            if remote:
+                return spark_range_shards.remote_zones(self.spark, rs.zones, entry.family.snapshot_class.group_class,
+                                                       entry.family.option(entry.physical), rs.cuts)
+            return ZonedRows.of_zones([self._rows_operator(r) for r in rs.zones])
+        if remote:
             return spark_remote.RemoteOperator(self.spark, rs.rows)
-        group = spark_replicas.materialize(rs.rows)
-        spark_replicas.remember(rs.rows, rs.rows.log_length, group)
+        return self._rows_operator(rs.rows)
+
+    @staticmethod
+    def _rows_operator(replica):
+        group = spark_replicas.materialize(replica)
+        spark_replicas.remember(replica, replica.log_length, group)
         return group
 
     def _range_shard_replicas(self, entry, rs: RangeShardState, n_shards: int) -> list:
@@ -291,8 +357,10 @@ class RangeShardGroups:
             places = {j: (spark_replicas.base_place(self.directory, f"{entry.group_id}#q{j}"), *m[j])
                       for j in sorted(rebuild)}
             # seeded where the rows are cached, not here: the driver holds neither the rows' core nor a result
-            rs.stateless_shards = spark_range_shards.seed_shards(self.spark, rs.rows, entry.group_id, key_type,
-                                                                 places)
+            # (zoned rows: each zone's partial states, merged in zone 0's task)
+            seeds = str(self.directory.area("groups", entry.group_id, "seeds"))
+            rs.stateless_shards = spark_range_shards.seed_shards(self.spark, rs.zones, entry.group_id, key_type,
+                                                                 places, seeds)
             for j in sorted(rebuild):
                 new[j] = spark_replicas.adopt_base(self.uid, f"{entry.group_id}#q{j}", places[j][0],
                                                    replaces=old[j] if j < len(old) else None, continues=rebuild[j])
@@ -316,8 +384,8 @@ class RangeShardGroups:
             rs.folder, first_seq = spark_range_shards.publish_folder(self.directory, e.group_id)
             batch = group_batches[e.group_id]
             seq_of[e.group_id] = first_seq(batch)
-            replicas[rs.rows.replica_id], tables[rs.rows.replica_id] = rs.rows, batch
-            folders[rs.rows.replica_id] = rs.folder
+            for r in rs.zones:    # every zone reads the whole batch and routes it itself (range_zones.zone_batch)
+                replicas[r.replica_id], tables[r.replica_id], folders[r.replica_id] = r, batch, rs.folder
         t0 = time.perf_counter()
         records = spark_range_shards.run_rows(self.spark, replicas, tables, folders,
                                               keepalive.slots_of(self.spark) or 1, rows_mode(mode)) if tables else {}
@@ -325,7 +393,8 @@ class RangeShardGroups:
         parts = []
         for e in entries:
             rs = self._range_shard_states[e.group_id]
-            error = records.get(rs.rows.replica_id, (None, 0))[0]
+            error = next((records[r.replica_id][0] for r in rs.zones
+                          if records.get(r.replica_id, (None, 0))[0] is not None), None)
             if error is not None or mode != "unicast":
                 # DESIGN §7: the group's 'error' row, its rows and shards rebuilt next time; or the group's
                 # reformulated output, its messages
@@ -353,7 +422,7 @@ class RangeShardGroups:
             rs.rows_stale = True
             return
         if group_batch.num_rows:
-            rs.rows = rs.rows.append(group_batch)
+            rs.zones = [r.append(group_batch) for r in rs.zones]
             rs.log_rows += rows
         # read back only for shards that log them (none built yet: a group that ran reformulated publishes only)
         logs = rs.folder and rs.shards and not rs.stateless_shards

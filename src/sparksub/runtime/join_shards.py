@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from sparksub.operators.shared.range_zones import merge_zone_messages
 from sparksub.runtime import placement
 from sparksub.runtime.groups import (
     _conform,
@@ -107,11 +108,9 @@ def run_row_partitions(spark, replicas: dict, tables: dict, folders: dict, slots
 
 
 def messages_in(folder: str) -> pa.Table | None:
-    """Every row partition's messages of one publish (None: none was written)."""
-    tables = [read_table(p) for p in sorted(glob.glob(os.path.join(folder, "m-*.arrow")))]
-    if not tables:
-        return None
-    return pa.concat_tables(tables, promote_options="default")
+    """Every row partition's messages of one publish (None: none was written); a range group's X zones' merged in
+    the whole group's order (``range_zones.merge_zone_messages``)."""
+    return merge_zone_messages([read_table(p) for p in sorted(glob.glob(os.path.join(folder, "m-*.arrow")))])
 
 
 def _shard_task(parts: list, schema: pa.Schema):

@@ -32,13 +32,18 @@ the join shards), so an executor holds its share of the subscriptions, not all o
 """
 from __future__ import annotations
 
+import os
+import pickle
+import shutil
+
 from sparksub.operators.shared.range_shards import RangeShardBase, shard_bases
+from sparksub.operators.shared.range_zones import ZonedRows
 from sparksub.runtime import join_shards
 from sparksub.runtime.remote import call_on_each
 from sparksub.runtime.replicas import Replica, write_base
 
-__all__ = ["ShardPart", "messages_frame", "messages_in", "output_frame", "publish_folder", "run_rows", "seed_shards",
-           "seeded_base"]
+__all__ = ["ShardPart", "messages_frame", "messages_in", "output_frame", "publish_folder", "remote_zones", "run_rows",
+           "seed_shards", "seeded_base"]
 
 ShardPart = join_shards.ShardPart
 messages_in = join_shards.messages_in
@@ -79,12 +84,62 @@ def _written_bases(rows_group, group_id: str, key_type, places: dict) -> bool:
     return bool(rows_group.shard_stateless)
 
 
-def seed_shards(spark, rows: Replica, group_id: str, key_type, places: dict) -> bool:
+def _partial_file(folder: str, zone: int, shard: int) -> str:
+    return os.path.join(folder, f"z{zone}-q{shard}.pickle")
+
+
+def _written_partials(zone, folder: str, places: dict) -> bool:
+    # in a zone's task (zones 1..): its rows' partial states of each rebuilt shard's ranges, for zone 0's task
+    for j, (_, ids, x1, x2, k) in places.items():
+        with open(_partial_file(folder, zone.zone, j), "wb") as f:
+            pickle.dump(zone.shard_seed(x1, x2, k), f, protocol=pickle.HIGHEST_PROTOCOL)
+    return True
+
+
+def _merged_bases(zone0, group_id: str, key_type, places: dict, folder: str, n_zones: int) -> bool:
+    # in zone 0's task: its own partial states and the other zones' files merged into each shard's base
+    def partials_of(j):
+        def partials(x1, x2, k):
+            others = []
+            for z in range(1, n_zones):
+                with open(_partial_file(folder, z, j), "rb") as f:
+                    others.append(pickle.load(f))
+            return [zone0.shard_seed(x1, x2, k), *others]
+        return partials
+    for j, (where, ids, x1, x2, k) in places.items():
+        view = ZonedRows(type(zone0.group), zone0.group.subscriber_option(), zone0.cuts, partials_of(j),
+                         lambda: [], lambda: {})
+        write_base(where, _shard_base(view, group_id, key_type, j, ids, x1, x2, k))
+    return bool(zone0.group.shard_stateless)
+
+
+def seed_shards(spark, zones: list, group_id: str, key_type, places: dict, folder: str) -> bool:
     """Write the bases of a sharded group's rebuilt shards where its rows are cached (``places``: shard ->
-    ``(base directory, ids, x1, x2, k)``, the directories from ``replicas.base_place``), one task on the rows'
-    replica; whether the shards are stateless (DISTINCT: no results kept)."""
-    return call_on_each(spark, [rows], (), (group_id, key_type, places), name="range_shard_seeds",
-                        function=_written_bases)[0]
+    ``(base directory, ids, x1, x2, k)``, the directories from ``replicas.base_place``); ``zones``: the rows'
+    replicas -- one: one task on it; X zones (``shared/range_zones.py``): a task per zone but the first writes its
+    partial states to ``folder``, then zone 0's task merges them with its own into the bases (the driver holds no
+    result either way).  Whether the shards are stateless (DISTINCT: no results kept)."""
+    if len(zones) == 1:
+        return call_on_each(spark, zones, (), (group_id, key_type, places), name="range_shard_seeds",
+                            function=_written_bases)[0]
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    try:
+        call_on_each(spark, zones[1:], (), (folder, places), name="range_zone_partial_seeds",
+                     function=_written_partials)
+        return call_on_each(spark, zones[:1], (), (group_id, key_type, places, folder, len(zones)),
+                            name="range_shard_seeds", function=_merged_bases)[0]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def remote_zones(spark, zones: list, group_class: type, option, cuts) -> ZonedRows:
+    """A zoned group's rows read where its zones are cached: each read one Spark job, a task per zone
+    (``result()``, ``stats()``, EXPLAIN, deliver()'s seed past ``driver_operator_limit``)."""
+    return ZonedRows(group_class, option, cuts,
+                     lambda x1, x2, k: call_on_each(spark, zones, ("shard_seed",), (x1, x2, k), name="range_zones"),
+                     lambda: call_on_each(spark, zones, ("stats",), name="range_zones"),
+                     lambda: call_on_each(spark, zones[:1], ("explain",), name="range_zones")[0])
 
 
 def seeded_base(spark, rows: Replica, group_id: str, key_type, ids, x1, x2, k) -> RangeShardBase:

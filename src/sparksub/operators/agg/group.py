@@ -70,6 +70,26 @@ class AggGroup(RangeClassGroup):
     def subscriber_option(self):
         return self.func
 
+    @staticmethod
+    def merge_seeds(parts) -> tuple:
+        """The exact states of ranges over rows split into X zones (``shared/range_zones.py``): each zone's
+        ``shard_seed`` added up -- counts and exact scaled sums are additive over disjoint sets of rows (000 §4).
+
+        >>> AggGroup.merge_seeds([(np.array([1, 0]), np.array([3, 0], dtype=object)),
+        ...                       (np.array([2, 1]), np.array([4, 5], dtype=object))])
+        (array([3, 1]), array([7, 5], dtype=object))
+        """
+        counts = sum(np.asarray(c, dtype=np.int64) for c, _ in parts)
+        sums = np.zeros(len(counts), dtype=object)
+        for _, s in parts:
+            sums = sums + np.asarray(s, dtype=object)
+        return counts, sums
+
+    @staticmethod
+    def value_of_seed(seed, func) -> object:
+        """The SQL value of the first range of a seed (:meth:`merge_seeds`), as ``core.value`` gives it."""
+        return range_agg.AggState(int(seed[0][0]), int(seed[1][0])).value(str(func).lower())
+
     def _notifications(self, outcome, seq: int, mode: str) -> list[dict]:
         if mode == "reformulated":
             return [{"seq": seq, "op": "DELTA", "new_value": m.d_sum, "d_count": m.d_count,

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparksub.operators.joins.shards import subscription_shard
+from sparksub.operators.shared.range_zones import zones_layout
 from sparksub.operators.shared.variants import Mode, variant_of
 
 __all__ = [
@@ -193,14 +194,17 @@ class ShardedRangeView:
     """A sharded range group as ``result()``, ``stats()`` and EXPLAIN read it: ``rows_group`` (the rows' operator,
     no subscription) answers a subscription's result from its bounds in the registry (``bounds_of(id)`` ->
     ``(x1, x2, k)``), as the whole group's ``result`` does from its own columns; ``shards``: per shard its
-    ``{"shard", "subscriptions", ...}``."""
+    ``{"shard", "subscriptions", ...}``; ``zones``: how many X zones the rows are split into (0: one replica;
+    ``rows_group`` then is their ``range_zones.ZonedRows``)."""
 
-    def __init__(self, rows_group, bounds_of: Callable, subscriptions: int, shards: list, info: dict | None = None):
+    def __init__(self, rows_group, bounds_of: Callable, subscriptions: int, shards: list, info: dict | None = None,
+                 zones: int = 0):
         self.rows_group = rows_group
         self.bounds_of = bounds_of
         self.subscriptions = subscriptions
         self.shards = shards
         self.info = dict(info or {})
+        self.zones = zones
 
     def __len__(self) -> int:
         return self.subscriptions
@@ -211,7 +215,8 @@ class ShardedRangeView:
 
     def _layout(self) -> dict:
         sizes = [s["subscriptions"] for s in self.shards]
-        return {"layout": shards_layout(len(self.shards)), "subscription_shards": len(self.shards),
+        layout = zones_layout(self.zones, len(self.shards)) if self.zones else shards_layout(len(self.shards))
+        return {"layout": layout, "subscription_shards": len(self.shards),
                 "shard_subscriptions": sizes}
 
     def stats(self) -> dict:
@@ -223,7 +228,8 @@ class ShardedRangeView:
         layout = self._layout()
         lines["subscriptions"] = self.subscriptions
         lines["layout"] = (f"{layout['layout']} (issue 16 item 4): stage 1 the rows, no subscription, emit the "
-                           f"per-update messages; stage 2 the subscriptions by a hash of their id, each shard "
+                           f"per-update messages{' (a task per X zone)' if self.zones else ''}; stage 2 the "
+                           f"subscriptions by a hash of their id, each shard "
                            f"its subscribers' results and their point index")
         lines["subscription index"] = (f"per shard, a 2-d point index over (x1, x2) (shard sizes "
                                        f"{layout['shard_subscriptions']}): one rectangle query per message")
