@@ -30,18 +30,22 @@ SCRIPT = textwrap.dedent("""
         e.subscribe_many("SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
                          {"id": ["s1", "s2", "s3", "s4"], "lo": [25., 35., 45., 0.], "hi": [55., 75., 60., 200.]})
         e.sql("CREATE SUBSCRIPTION top AS SELECT MAX(per) FROM stock WHERE risk >= 30")
+        e.subscribe_many("SELECT SUM(per) FROM stock WHERE risk BETWEEN :lo AND :hi",    # RANGE_AGG: rows in zones
+                         {"id": ["a1", "a2"], "lo": [25., 0.], "hi": [55., 200.]})
         e.subscribe_many("SELECT symbol, per FROM stock WHERE risk BETWEEN :lo AND :hi ORDER BY per LIMIT 2",
                          {"id": ["k1", "k2", "k3"], "lo": [0., 35., 60.], "hi": [60., 200., 65.]})
-        out, tops = [], []
+        out, tops, sums = [], [], []
         for update in ({"symbol": "t5", "risk": 50., "per": 9.}, {"symbol": "t4", "risk": 40., "per": 4.},
                        {"symbol": "t3", "risk": 65., "per": 1.}):
             rows = e.publish("stock", [update]).collect()
-            out.append(sorted((r.subscription_id, r.value) for r in rows if not r.subscription_id.startswith("k")))
+            out.append(sorted((r.subscription_id, r.value) for r in rows if r.subscription_id[0] not in "ka"))
+            sums.append(sorted((r.subscription_id, r.value) for r in rows if r.subscription_id.startswith("a")))
             tops.append(sorted((r.subscription_id, r.op, r.item_key, r.value) for r in rows
                                if r.subscription_id.startswith("k")))
         msgs = e.publish("stock", [{"symbol": "t6", "_op": "delete"}], mode="reformulated")
-        out.append(sorted((r.subscription_id, r.value) for r in e.deliver(msgs).collect()
-                          if not r.subscription_id.startswith("k")))
+        delivered = e.deliver(msgs).collect()
+        out.append(sorted((r.subscription_id, r.value) for r in delivered if r.subscription_id[0] not in "ka"))
+        sums.append(sorted((r.subscription_id, r.value) for r in delivered if r.subscription_id.startswith("a")))
         # a select-join over two tables, partitioned by the join value across the two executors
         e.sql("CREATE TABLE held (hid INT PRIMARY KEY, symbol STRING, qty DOUBLE)")
         e.sql("CREATE SUBSCRIPTION big AS SELECT * FROM held h JOIN stock s ON h.symbol = s.symbol "
@@ -52,7 +56,8 @@ SCRIPT = textwrap.dedent("""
                               ("stock", {"symbol": "t2", "risk": 20., "per": 9.})):
             joins.append(sorted((r.subscription_id, r.op, r.left_key, r.right_key)
                                 for r in e.publish(table, [update]).collect() if r.subscription_id == "big"))
-        return e, {"notes": out, "tops": tops, "joins": joins}
+        layouts = sorted(str(v["layout"]) for v in e.stats().values() if isinstance(v, dict) and "layout" in v)
+        return e, {"notes": out, "tops": tops, "joins": joins, "sums": sums, "layouts": layouts}
 
     # the workload with every split forced: X zones and their x1 shards, the range classes' and the select-join's
     # subscription shards, each replica in its own task on either executor; then whole (the engine spark.sql's
@@ -118,8 +123,13 @@ def test_publish_on_a_local_cluster(tmp_path):
                 held[sid].discard(item)
         assert held == {sid: top2(*r) for sid, r in ranges.items()}, (key, step)
     assert all(result["tops"])   # each update changed some list
+    # SUM(per) over [25, 55] and [0, 200], by hand: 25 and 36 as loaded
+    assert result["sums"] == [[["a1", 29.0], ["a2", 40.0]], [["a1", 21.0], ["a2", 32.0]], [["a1", 13.0], ["a2", 25.0]],
+                              [["a2", 19.0]]]
+    assert "rows in 2 X zones × 2 subscription shards" in result["split"]["layouts"]   # the sums ran zoned
     # every split gives the whole groups' rows, row for row
-    assert result["split"] == {k: result[k] for k in ("notes", "tops", "joins")}
+    assert {k: result["split"][k] for k in ("notes", "tops", "joins", "sums")} == \
+        {k: result[k] for k in ("notes", "tops", "joins", "sums")}
     catalyst = result["catalyst"]
     if os.environ.get("SPARKSUB_CATALYST", "auto").lower() not in ("0", "off", "false", "no"):
         assert catalyst["loaded"] and catalyst["node"]

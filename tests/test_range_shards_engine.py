@@ -362,15 +362,13 @@ def test_aggregate_rows_in_x_zones_equal_whole_and_the_oracle(spark):
     per zone, each emitting the messages at the X it owns, X-moves across the cuts the old zone's delete and the
     new zone's insert; the subscriptions in shards as before.  Unicast and reformulated publishes and deliver()
     equal the whole engine's row for row; every result equals a brute force, on the driver and read where the
-    zones are cached (``driver_operator_limit = 0``); a load rebuilds the zones; a change of the zone count
-    rebuilds them at new cuts; a reopened durable engine goes on."""
+    zones are cached (``driver_operator_limit = 0``); an empty table has no cut points (the rows in one replica
+    until their next new bases); a load rebuilds the zones; a change of the zone count re-cuts them."""
     rnd = random.Random(11)
     zoned, whole = engs = make_engines(spark, [2, 0])
     zoned.range_zones = 3
-    rows = {key: {"x": float(rnd.randint(0, 9)), "y": float(rnd.randint(0, 3)), "tag": None} for key in range(12)}
+    rows: dict = {}
     queries: dict = {}
-    for e in engs:
-        e.load("t", [{"k": key, **r} for key, r in rows.items()])
     ids = [f"z{i}" for i in range(10)]
     lo = [float(rnd.randint(0, 8)) for _ in ids]
     hi = [a + rnd.randint(0, 5) for a in lo]
@@ -378,6 +376,16 @@ def test_aggregate_rows_in_x_zones_equal_whole_and_the_oracle(spark):
         for e in engs:
             e.subscribe_many(template, {"id": [f"{tag}{i}" for i in ids], "lo": lo, "hi": hi})
         queries.update({f"{tag}{i}": (kind, lo[n], hi[n]) for n, i in enumerate(ids)})
+
+    def publish(batch, mode="unicast"):
+        frames = [e.publish("t", batch, mode=mode) for e in engs]
+        got = [f.collect() for f in frames]
+        assert [r.reason for r in got[0] if r.op == "error"] == []
+        assert full_rows(got[0]) == full_rows(got[1])
+        if mode == "reformulated":
+            delivered = [e.deliver(f.filter("op != 'rejected'")).collect() for e, f in zip(engs, frames)]
+            assert full_rows(delivered[0]) == full_rows(delivered[1])
+        apply_rows(rows, batch)
 
     def check():
         for sid, (kind, a, b) in queries.items():
@@ -388,27 +396,26 @@ def test_aggregate_rows_in_x_zones_equal_whole_and_the_oracle(spark):
             assert got == whole.result(sid), sid
             assert (got is None and want is None) or math.isclose(got, want), (sid, got, want)
 
+    publish(gen_batch(rnd, 4, rows))      # an empty table: no cut points, the rows in one replica
+    check()
+    states = [zoned._range_shard_states[g.group_id] for g in range_groups(zoned)]
+    assert all(len(rs.zones) == 1 and not rs.cuts for rs in states)
+    loaded = {100 + i: {"x": float(rnd.randint(0, 9)), "y": float(rnd.randint(0, 3)), "tag": None} for i in range(12)}
+    for e in engs:     # the rows change behind the replicas' back: new bases from the table's rows, cut now
+        e.load("t", [{"k": key, **r} for key, r in loaded.items()])
+    rows.update(loaded)
     for step in range(4):
         batch = gen_batch(rnd, 16, rows)
         if step == 1:     # one key across every cut and back within one batch
             batch += [{"k": 2, "x": x, "y": y, "tag": None} for x, y in ((0.0, 1.0), (9.0, 2.0), (4.0, 0.5))]
-        if step == 2:     # the rows change behind the zones' back: rebuilt from the table's rows
+        if step == 2:     # another load: rebuilt from the table's rows
             for e in engs:
                 e.load("t", [{"k": 20, "x": 5.0, "y": 3.0, "tag": None}])
             rows[20] = {"x": 5.0, "y": 3.0, "tag": None}
-        mode = "reformulated" if step == 3 else "unicast"
-        frames = [e.publish("t", batch, mode=mode) for e in engs]
-        got = [f.collect() for f in frames]
-        assert [r.reason for r in got[0] if r.op == "error"] == []
-        assert full_rows(got[0]) == full_rows(got[1])
-        if mode == "reformulated":
-            delivered = [e.deliver(f.filter("op != 'rejected'")).collect() for e, f in zip(engs, frames)]
-            assert full_rows(delivered[0]) == full_rows(delivered[1])
-        apply_rows(rows, batch)
+        publish(batch, "reformulated" if step == 3 else "unicast")
         check()
-    states = [zoned._range_shard_states[g.group_id] for g in range_groups(zoned)]
     assert all(len(rs.zones) == 3 and len(rs.cuts) == 2 for rs in states)
-    assert all(rs.rebuilds == 2 for rs in states)        # the first publish, the load
+    assert all(rs.rebuilds == 3 for rs in states)        # the first publish, the two loads
     stats = zoned.stats()
     for g in range_groups(zoned):
         assert stats[g.group_id]["layout"] == "rows in 3 X zones × 2 subscription shards"
@@ -421,10 +428,10 @@ def test_aggregate_rows_in_x_zones_equal_whole_and_the_oracle(spark):
     for e in engs:
         e.subscribe("s-late", "SELECT SUM(y) FROM t WHERE x BETWEEN 1 AND 7")
     queries["s-late"] = ("sum", 1.0, 7.0)
-    zoned.range_zones = 2                  # another zone count: new cuts, every base rebuilt
-    batch = gen_batch(rnd, 12, rows)
-    got = [e.publish("t", batch).collect() for e in engs]
-    assert full_rows(got[0]) == full_rows(got[1])
-    apply_rows(rows, batch)
+    # another zone count (new cuts: new zone bases, but the shards' results stand), and no subscription shards
+    # asked: the zones hold no subscription, so the group keeps one shard (new bases: the count changed)
+    zoned.range_zones, zoned.range_subscription_shards = 2, 0
+    publish(gen_batch(rnd, 12, rows))
     check()
-    assert all(len(rs.zones) == 2 for rs in states) and all(rs.rebuilds == 3 for rs in states)
+    assert all(len(rs.zones) == 2 and len(rs.shards) == 1 for rs in states) and all(rs.rebuilds == 3 for rs in states)
+    assert zoned.stats()[states[0].group_id]["layout"] == "rows in 2 X zones × 1 subscription shards"

@@ -37,6 +37,7 @@ only, no subscriber state) with each subscription's bounds from the registry -- 
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 
@@ -55,6 +56,7 @@ from sparksub.operators.shared.range_shards import (
 )
 from sparksub.operators.shared.range_zones import ZONED_ROWS_CLASSES, RowsZoneSnapshot, ZonedRows, zone_cuts, zone_rows
 from sparksub.operators.topk.group import PaintedKs
+from sparksub.process_memory import BULK_ROWS, release_freed_memory
 from sparksub.runtime import groups as spark_groups
 from sparksub.runtime import keepalive
 from sparksub.runtime import range_shards as spark_range_shards
@@ -129,7 +131,7 @@ class RangeShardState:
     rows_stale: bool = True                        # the rows changed behind the replica's back
     shards: list = field(default_factory=list)     # Replica per shard (<group>#q<j>): stage 2
     n_shards: int = 0
-    shard_members: list = field(default_factory=list)   # per shard: (ids, x1, x2, k) its base holds, by id
+    shard_digests: list = field(default_factory=list)   # per shard: (size, digest) of what its base holds
     shards_stale: bool = True                      # every shard's base out of date (their results are)
     stateless_shards: bool = False                 # DISTINCT's subscribers keep no state: nothing logged
     subscriptions_changed: bool = False
@@ -150,8 +152,23 @@ def _members(ids, x1, x2, k) -> tuple:
     return (np.asarray(ids, dtype=object)[order], np.asarray(x1)[order], np.asarray(x2)[order], np.asarray(k)[order])
 
 
-def _same_members(a: tuple, b: tuple) -> bool:
-    return len(a[0]) == len(b[0]) and all(np.array_equal(u, v) for u, v in zip(a, b))
+def _digest(members: tuple) -> tuple[int, bytes]:
+    """A shard's size and a digest of its members: what tells a changed shard, without the driver keeping a Python
+    object per subscription (the registry holds them packed)."""
+    ids, x1, x2, k = members
+    h = hashlib.blake2b(digest_size=16)
+    h.update("\0".join(map(str, ids.tolist())).encode())
+    for column in (x1, x2, k):
+        h.update(np.ascontiguousarray(column).tobytes())
+    return len(ids), h.digest()
+
+
+def _shard_members(family, reg, n_shards: int) -> list:
+    """Each shard's live subscriptions ``(ids, x1, x2, k)`` in id order, from the registry."""
+    slots, ids, x1, x2 = family.live(reg)
+    k = family.limits(reg, slots)
+    which = subscription_shard(ids.tolist(), n_shards)
+    return [_members(ids[which == j], x1[which == j], x2[which == j], k[which == j]) for j in range(n_shards)]
 
 
 class RangeShardGroups:
@@ -165,12 +182,14 @@ class RangeShardGroups:
     # ---- which groups run sharded ----------------------------------------------------------------------
     def _range_shard_count(self, entry, mode) -> int:
         """How many subscription shards ``entry`` runs with in a ``mode`` publish; 0: whole (a reformulated
-        publish in a variant whose server needs the subscriptions: ``range_shards.shardable``)."""
+        publish in a variant whose server needs the subscriptions: ``range_shards.shardable``).  A group whose rows
+        run in X zones has one shard at least: the zones hold no subscription."""
         klass = getattr(entry.physical, "klass", None)
         if klass not in RANGE_SHARD_CLASSES or not shardable(mode, klass):
             return 0
-        return range_shard_count(getattr(self, "range_subscription_shards", None), len(entry.registry),
-                                 self._parallelism())
+        shards = range_shard_count(getattr(self, "range_subscription_shards", None), len(entry.registry),
+                                   self._parallelism())
+        return shards or (1 if self._rows_zone_count(entry) else 0)
 
     def _range_shards_select(self, state, groups, mode) -> dict:
         """``{group id: shards}`` of the groups on ``state``'s table that run sharded in this publish.  One that
@@ -209,7 +228,7 @@ class RangeShardGroups:
             slot = reg.slot(sub_id)
             return float(reg.x1[slot]), float(reg.x2[slot]), int(family.limits(reg, np.array([slot]))[0])
         if rs.shards and not rs.subscriptions_changed:
-            sizes = [len(m[0]) for m in rs.shard_members]
+            sizes = [n for n, _ in rs.shard_digests]
         else:
             _, ids, _, _ = family.live(reg)
             sizes = np.bincount(subscription_shard(ids.tolist(), max(rs.n_shards, 1)),
@@ -268,11 +287,10 @@ class RangeShardGroups:
         ks = frozenset(family.limits(entry.registry, slots).tolist()) if rs.kind == "RANGE_TOPK" else frozenset()
         n_zones = self._rows_zone_count(entry)
         if rs.rows is None or rs.rows_stale or rs.log_rows > RANGE_SHARD_COMPACTION_ROWS or rs.n_zones != n_zones:
-            # only the log's length: the new base is the old one with its log applied, nothing else changed
-            compaction = rs.rows is not None and not rs.rows_stale and rs.n_zones == n_zones
-            # a worker's cached rows continue only if they paint for every k the new base does
-            continues = compaction and ks <= rs.ks
-            rs.ks = (ks | rs.ks) if compaction else ks
+            # the rows changed behind the replicas' back (else: only the log's length, or the count of zones asked --
+            # the new bases are the old state with its log applied, nothing else changed)
+            changed = rs.rows is None or rs.rows_stale
+            rs.ks = ks if changed else ks | rs.ks
             keys, xs, ys = family.table_rows(node, self._tables, text=family.object_values)
             empty = np.zeros(0)
 
@@ -280,13 +298,14 @@ class RangeShardGroups:
                 return family.snapshot_class(entry.group_id, node.table, node.x, node.y, family.option(node),
                                              np.zeros(0, dtype=object), empty, empty, np.zeros(0, dtype=np.int64),
                                              keys, xs, ys, extra=rows_extra(rs.kind, rs.ks))
-            if n_zones:
-                # a compaction keeps the cut points, so the workers' cached zones go on; else equal-count cuts now
-                cuts = rs.cuts if compaction else zone_cuts(xs, n_zones)
-                bases = [RowsZoneSnapshot(snapshot(*zone_rows(keys, xs, ys, cuts, z)), z, cuts)
-                         for z in range(len(cuts) + 1)]
-            else:
-                cuts, bases = (), [snapshot(keys, xs, ys)]
+            # a compaction keeps the cut points, so the workers' cached zones go on; else equal-count cuts now
+            # (none when the rows have fewer than two X values: the rows in one replica until the next new bases)
+            cuts = rs.cuts if not changed and rs.n_zones == n_zones and rs.cuts else \
+                zone_cuts(xs, n_zones) if n_zones else ()
+            bases = [RowsZoneSnapshot(snapshot(*zone_rows(keys, xs, ys, cuts, z)), z, cuts)
+                     for z in range(len(cuts) + 1)] if cuts else [snapshot(keys, xs, ys)]
+            # a worker's cached rows continue if the layout is the same and they paint for every k the new base does
+            continues = not changed and cuts == rs.cuts and ks <= rs.ks
             old = rs.zones if len(rs.zones) == len(bases) else []
             if not old:    # another count of zones: the old replicas' files go
                 for r in rs.zones:
@@ -296,7 +315,9 @@ class RangeShardGroups:
                                                 one_per_worker=True)
                         for z, base in enumerate(bases)]
             rs.cuts, rs.n_zones = cuts, n_zones
-            if not compaction:
+            if len(keys) >= BULK_ROWS:
+                release_freed_memory()   # the rows' columns and the bases' pickles are freed (process_memory.py)
+            if changed:
                 rs.shards_stale = True     # the shards' results were of the rows as they were
                 rs.rebuilds += 1
             rs.rows_stale, rs.log_rows = False, 0
@@ -333,22 +354,20 @@ class RangeShardGroups:
         if rs.n_shards != n_shards or len(rs.shards) != n_shards:
             rs.shards_stale = True
         rebuild: dict = {}   # shard -> continues (a compaction)
+        members = None
         if rs.shards_stale or rs.subscriptions_changed:
-            slots, ids, x1, x2 = family.live(reg)
-            k = family.limits(reg, slots)
-            which = subscription_shard(ids.tolist(), n_shards)
-            members = [_members(ids[which == j], x1[which == j], x2[which == j], k[which == j])
-                       for j in range(n_shards)]
+            members = _shard_members(family, reg, n_shards)
+            digests = [_digest(m) for m in members]
             for j in range(n_shards):
-                if rs.shards_stale or not _same_members(members[j], rs.shard_members[j]):
+                if rs.shards_stale or digests[j] != rs.shard_digests[j]:
                     rebuild[j] = False
-            rs.shard_members = members
+            rs.shard_digests = digests
         for j, r in enumerate(rs.shards if not rs.shards_stale else []):
             if j not in rebuild and r.logged_rows > RANGE_SHARD_COMPACTION_MESSAGES:
                 rebuild[j] = True
         if rebuild:
             key_type = family_key_type(self._tables[rs.table].definition)
-            m = rs.shard_members
+            m = members if members is not None else _shard_members(family, reg, n_shards)
             old = rs.shards if len(rs.shards) == n_shards else []
             if not old:    # another shard count: every id moves, the old shards' files go
                 for r in rs.shards:
@@ -430,6 +449,9 @@ class RangeShardGroups:
         if messages is not None:
             messages = messages.replace_schema_metadata(None)
             rs.shards = [r.append(messages) for r in rs.shards]
+            if messages.num_rows >= BULK_ROWS:
+                del messages
+                release_freed_memory()   # the messages read back are freed; Arrow's pool would keep their pages
         if mode == "reformulated" and (entry.subscribers is not None or entry.subscribers_seed is not None):
             entry.subscribers_version = entry.version   # deliver()'s side follows these messages
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from sparksub.operators.agg import core as range_agg
 from sparksub.operators.agg.subscribers import AggSubscribers
-from sparksub.operators.shared.range_classes import RangeClassGroup, RangeClassSnapshot
+from sparksub.operators.shared.range_classes import RangeClassGroup, RangeClassSnapshot, update_rows
 
 __all__ = ["AggGroup", "AggSnapshot"]
 
@@ -95,13 +95,12 @@ class AggGroup(RangeClassGroup):
             return [{"seq": seq, "op": "DELTA", "new_value": m.d_sum, "d_count": m.d_count,
                      "inner_l": m.x, "inner_r": m.x, "outer_l": -math.inf, "outer_r": math.inf}
                     for m in outcome.messages]
-        # unicast: the subscriptions whose value changed, in subscription order
+        # unicast: the subscriptions whose value changed, in subscription order, as columns (``update_rows``)
         idx, vals = self.unicast.apply(outcome)
         idx = np.asarray(idx, dtype=np.int64)
         vals = np.asarray(vals, dtype=np.float64)
         order = np.argsort(idx, kind="stable")
-        return [{"subscription_id": self.ids[i], "op": "update", "seq": seq, "value": None if v != v else v}
-                for i, v in zip(idx[order].tolist(), vals[order].tolist())]
+        return update_rows(self.ids[idx[order]], vals[order], seq, self.group_id)
 
     def explain(self) -> dict:
         c = self.core.counters

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from sparksub.operators.agg.core import AggState, exact, to_float
 from sparksub.operators.range_min.delivery import SubscriptionPoints
-from sparksub.operators.shared.range_classes import RangeRegistry, by_seq, rows_table
+from sparksub.operators.shared.range_classes import RangeRegistry, by_seq, rows_table, update_rows
 
 __all__ = ["AggSubscribers"]
 
@@ -119,9 +119,10 @@ class AggSubscribers(RangeRegistry):
     def count(self, x: float) -> int:
         return self.points.index.stab_count(x)
 
-    def receive(self, messages: Iterable, seq: int) -> list[dict]:
+    def receive(self, messages: Iterable, seq: int, group_id=None) -> pa.Table | None:
         """Apply one seq's messages (``range_agg.Message`` fields: x, d_count, d_sum) to the ranges holding
-        their X (000 §4); one ``update`` row per subscription whose value changed, in subscription order."""
+        their X (000 §4); one ``update`` row per subscription whose value changed, in subscription order, as
+        columns (``range_classes.update_rows``; None: no row)."""
         hits = []
         for x, dc, ds in messages:
             slots = self.points.index.stab(x)      # the rectangle (-inf, X] x [X, +inf)
@@ -129,7 +130,7 @@ class AggSubscribers(RangeRegistry):
             if slots.size:
                 hits.append((slots, int(dc), exact(float(ds))))
         if not hits:
-            return []
+            return None
         idx = np.unique(np.concatenate([h[0] for h in hits]))
         old = _agg_values(self.func, self.counts[idx], self.sums[idx])
         for slots, dc, ds in hits:              # slots are distinct within one query
@@ -140,19 +141,18 @@ class AggSubscribers(RangeRegistry):
         new = _agg_values(self.func, self.counts[idx], self.sums[idx])
         changed = ~((old == new) | (np.isnan(old) & np.isnan(new)))
         idx, new = idx[changed], new[changed]
-        rows = [{"subscription_id": sid, "op": "update", "seq": seq, "value": None if v != v else v}
-                for sid, v in zip(self.points.ids_of(idx).tolist(), new.tolist())]
-        self.counters["notified"] += len(rows)
-        self.counters["rows"] += len(rows)
-        return rows
+        self.counters["notified"] += int(idx.size)
+        self.counters["rows"] += int(idx.size)
+        if not idx.size:
+            return None
+        return update_rows(self.points.ids_of(idx), new, seq, group_id or self.group_id)
 
     def deliver(self, messages: pa.Table) -> pa.Table:
         """The unicast rows a table of reformulated aggregate messages (op DELTA, X in ``inner_l``,
         ``d_count``, D_SUM in ``new_value``) causes."""
-        rows: list[dict] = []
+        parts = []
         for seq, c in by_seq(messages, ("inner_l", "d_count", "new_value", "group_id")):
-            gid = c["group_id"][0] if c["group_id"][0] is not None else self.group_id
-            for r in self.receive(zip(c["inner_l"], c["d_count"], c["new_value"]), seq):
-                r["group_id"] = gid
-                rows.append(r)
-        return rows_table(rows, self.group_id)
+            out = self.receive(zip(c["inner_l"], c["d_count"], c["new_value"]), seq, c["group_id"][0])
+            if out is not None:
+                parts.append(out)
+        return pa.concat_tables(parts) if parts else rows_table([], self.group_id)

@@ -58,7 +58,7 @@ from sparksub.operators.shared.schemas import DELETE, ITEM_SCHEMA, RANGE_MESSAGE
 
 __all__ = ["RangeClassSnapshot", "RangeClassGroup", "RangeRegistry", "RegionStats", "Counting", "FlatLists",
            "batch_columns", "by_seq", "check_new", "is_null", "key_text", "notification_table", "rows_table",
-           "with_range_class_columns"]
+           "update_rows", "with_range_class_columns"]
 
 
 def with_range_class_columns(schema: pa.Schema, mode: str, message_extra=()) -> pa.Schema:
@@ -148,6 +148,7 @@ class RangeClassGroup:
             self._resync()
             self._stale = False
         rows: list = []
+        tables: list = []    # columnar chunks of unicast rows, the dict rows before each flushed (in order)
         if mode == "reformulated" and self._batched(mode):
             rows = self._batch_messages(cols)
             self.counters["reformulated_messages"] += len(rows)
@@ -165,12 +166,22 @@ class RangeClassGroup:
             if mode == "unicast":
                 self.counters["unicast_updates"] += 1
             if mode != "none":
-                rows.extend(self._notifications(outcome, int(seq), mode))
+                got = self._notifications(outcome, int(seq), mode)
+                if isinstance(got, pa.Table):    # an aggregate's unicast, columnar (``update_rows``)
+                    if rows:
+                        tables.append(notification_table(rows, UNICAST_ITEMS_SCHEMA, self.group_id))
+                        rows = []
+                    tables.append(got)
+                else:
+                    rows.extend(got)
         if mode == "none":
             return RANGE_MESSAGE_SCHEMA.empty_table()
         schema = RANGE_MESSAGE_SCHEMA if mode == "reformulated" else UNICAST_ITEMS_SCHEMA
-        self.counters["reformulated_messages" if mode == "reformulated" else "unicast_rows"] += len(rows)
-        return notification_table(rows, schema, self.group_id)
+        out = notification_table(rows, schema, self.group_id)
+        if tables:
+            out = pa.concat_tables([*tables, out])
+        self.counters["reformulated_messages" if mode == "reformulated" else "unicast_rows"] += out.num_rows
+        return out
 
     def _batched(self, mode) -> bool:
         """Whether the reformulated form covers the whole batch at once (``_batch_messages``: top-k's
@@ -292,6 +303,31 @@ def check_new(ids: list, registry) -> None:
         if sid in registry or sid in seen:
             raise DuplicateSubscription(f"duplicate subscription id {sid!r}")
         seen.add(sid)
+
+
+def update_rows(ids, values, seqs, group_ids) -> pa.Table:
+    """``update`` rows (``UNICAST_ITEMS_SCHEMA``) of the subscriptions ``ids`` with their new ``values`` (float; NaN:
+    SQL NULL), at ``seqs`` and in ``group_ids`` (a value each, or one for every row), built column by column: an
+    aggregate's unicast is a row per subscription whose range holds an update's X, millions a batch, where a
+    dict per row took ~300 bytes and most of the time (docs/parallelism.md, RANGE_AGG in X zones).
+
+    >>> t = update_rows(["a", "b"], [2.5, float("nan")], 7, "g")
+    >>> t.column("value").to_pylist(), t.column("op").to_pylist(), t.column("seq").to_pylist(), t.schema.names[-1]
+    ([2.5, None], ['update', 'update'], [7, 7], 'item_text')
+    """
+    values = np.asarray(values, dtype=np.float64)
+    n = len(values)
+
+    def column(v, type_):
+        if isinstance(v, (np.ndarray, list, pa.Array)):
+            return pa.array(v, type_)
+        return pa.array([v], type_).take(pa.array(np.zeros(n, dtype=np.int64)))
+    cols = {"subscription_id": pa.array(np.asarray(ids, dtype=object), pa.string()),
+            "op": column("update", pa.string()), "value": pa.array(values, pa.float64(), mask=np.isnan(values)),
+            "seq": column(seqs, pa.int64()), "group_id": column(group_ids, pa.string())}
+    schema = UNICAST_ITEMS_SCHEMA
+    return pa.Table.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema],
+                                schema=schema)
 
 
 def rows_table(rows: list[dict], group_id) -> pa.Table:

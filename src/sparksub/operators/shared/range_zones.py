@@ -74,7 +74,7 @@ def zone_rows(keys, xs, ys, cuts: Sequence[float], zone: int):
     xs = np.asarray(xs, dtype=np.float64)
     lo, hi = _bounds(cuts, zone)
     mine = np.flatnonzero((xs >= lo) & (xs < hi))
-    return np.asarray(keys, dtype=object)[mine], xs[mine], np.asarray(ys, dtype=object)[mine]
+    return np.asarray(keys, dtype=object)[mine], xs[mine], np.asarray(ys)[mine]
 
 
 def _bounds(cuts: Sequence[float], zone: int) -> tuple[float, float]:
