@@ -22,6 +22,22 @@ at equal-count X quantiles (:func:`~sparksub.operators.range_min.zones.equal_cou
 
 CPU time (``time.process_time``) is reported, not wall time: the machine is shared, and CPU time is what the
 zones would each spend on their own core.  Every zoned batch's messages are checked equal to the single core's.
+
+The other two reformulated variants through the engine and Spark (``--mode``; issue 16 item 4)::
+
+    flock /tmp/sparksub-bench.lock nice -n 10 python bench/range_min_zones.py --mode s-mn     # S-MN, 000 §2.1.2
+    flock /tmp/sparksub-bench.lock nice -n 10 python bench/range_min_zones.py --mode cn+      # CN+, 000 §2.2.2
+    python bench/range_min_zones.py --mode s-mn --quick
+
+A RANGE_MIN group whole (one task: every row and every subscription) against the same group in ``--zones`` X
+zones (``Engine.range_zones``; S-MN adds as many x1 subscription shards), each form in a fresh child process on
+``local[2]`` (``bench/forms.py``, as ``bench/range_shards.py``): load ``--rows`` rows, subscribe ``--subs``
+ranges, then ``--batches`` timed ``publish(..., 'reformulated', variant=...)`` calls of ``--batch`` upserts of
+existing keys (each moves its row in X and Y) after one warm-up publish, each timed end to end (publish + count of
+its output).  Reported per form: the median seconds per publish, the largest Python worker's PSS (what its tasks
+cache: the whole group, or one zone / one shard), the driver's RSS, the load average (``uptime``'s figures)
+before and after.  Writes ``docs/benchmarks/range_min_zones_s_mn.md`` / ``range_min_zones_cn_plus.md``, their
+JSON and PNG.
 """
 from __future__ import annotations
 
@@ -37,7 +53,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import fmt_num, load_avg, log, machine, md_table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # forms, range_shards, runtime (a child's imports)
+from common import fmt_num, load_avg, log, machine, md_table  # noqa: E402
 from range_min import group_batch, make_objects, make_subscriptions, make_updates
 
 from sparksub.operators.range_min.delivery import SubscriptionPoints, unicast
@@ -77,7 +95,114 @@ def run_zones(z: ZonedRangeMin, batch) -> tuple[object, dict]:
                    "old_values": {s: v for _, r in firsts for s, v in r.old_values.items()}}
 
 
+# ---- S-MN and CN+ through the engine: the whole group vs its zones (--mode) ------------------------------------
+VARIANTS = {"s-mn": "S-MN", "cn+": "CN+"}
+TEMPLATE = "SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi"
+
+
+def engine_child(args) -> dict:
+    """One form (``args.form``: whole, or sharded = zoned) of the engine benchmark, in this process."""
+    import forms
+    from range_shards import rows_table, subscriptions
+
+    spark, baseline = forms.child_session(args, f"range-min-zones-{args.mode}")
+    e, batches, rss0 = forms.subscribed_engine(
+        spark, args, "CREATE TABLE stock (sym BIGINT PRIMARY KEY, risk DOUBLE, per DOUBLE, sector STRING)",
+        rows_table, TEMPLATE, subscriptions)
+    e.range_zones = args.zones if args.form == "sharded" else 0
+    variant = VARIANTS[args.mode]
+    t0 = time.perf_counter()
+    warm = e.publish("stock", batches[0], "reformulated", variant=variant).count()
+    warm_s = time.perf_counter() - t0
+    times, notes = [], 0
+    for b in batches[1:]:
+        t0 = time.perf_counter()
+        notes += e.publish("stock", b, "reformulated", variant=variant).count()
+        times.append(time.perf_counter() - t0)
+    n = sum(b.num_rows for b in batches[1:])
+    zs = next(iter(e._zone_states.values()), None)     # the group's zones (control/zones.py), if it ran zoned
+    out = {"form": args.form, "variant": variant, "rows": args.rows, "subs": args.subs, "batch": args.batch,
+           "batches": args.batches, "zones": args.zones if args.form == "sharded" else 0, "warm_s": warm_s,
+           "warm_notifications": warm, "times": times, "median_s": statistics.median(times), "notifications": notes,
+           "rows_per_s": n / sum(times), "notes_per_s": notes / sum(times),
+           "stages_s": dict(zs.timings) if zs is not None else None,
+           "zoned": zs is not None and not zs.rows_stale}
+    out.update({"driver_rss_subscribed_mb": rss0, **forms.memory(e, baseline, args)})
+    out["largest_worker_mb"] = max(out["worker_pss_mb"], default=None)
+    spark.stop()
+    return out
+
+
+def engine_main() -> int:
+    import subprocess
+
+    import forms
+    ap = argparse.ArgumentParser(description="S-MN / CN+ publishes: a RANGE_MIN group whole vs in X zones")
+    ap.add_argument("--mode", choices=sorted(VARIANTS), required=True)
+    ap.add_argument("--zones", type=int, default=2, help="the zoned form's X zones (and S-MN's x1 shards)")
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    started = forms.parent_or_child(ap, __file__, engine_child, OUT_DIR, ("mode", "zones"))
+    if started is None:
+        return 0
+    args, results = started
+    uptime_end = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    variant = VARIANTS[args.mode]
+    m = machine()
+    whole, zoned = results
+    rows = [[r["form"] if r["form"] == "whole" else f"{args.zones} X zones", fmt_num(r["median_s"], 2),
+             " / ".join(fmt_num(t, 2) for t in r["times"]), fmt_num(r["warm_s"], 1),
+             fmt_num(r["largest_worker_mb"], 0), " / ".join(fmt_num(x, 0) for x in r["worker_pss_mb"]),
+             fmt_num(r["driver_rss_mb"], 0), f"{r['notifications']:,}", str(r["runtime"]),
+             f"{r['load_before']} -> {r['load']}"] for r in results]
+    table = md_table(["form", "median s per publish", "publish s (each)", "warm-up publish s",
+                      "largest Python worker PSS MB", "Python workers PSS MB", "driver RSS MB",
+                      "messages (timed)", "worker cache", "load (1/5/15 min)"], rows)
+    stages = zoned.get("stages_s") or {}
+    stage_text = ", ".join(f"{k} {v:.2f} s" for k, v in stages.items())
+    how = {"S-MN": "S-MN (000 §2.1.2): the zones' S-CN rounds, then one task per x1 subscription shard writes its "
+                   "S-UN entries, then one task per range of seqs merges them into the messages (`targets` in the "
+                   "registry's slot order, the whole group's)",
+           "CN+": "CN+ (000 §2.2.2): each zone writes its updates' CN+ messages in round 1 (the tuple's previous "
+                  "state is in the zone owning its X), no round 2, no subscription shard; one task per range of "
+                  "seqs merges them"}[variant]
+    sizes = (("rows", 20_000), ("subs", 200_000), ("batch", 2_000), ("batches", 3), ("zones", 2))
+    flags = "".join(f" --{k} {getattr(args, k)}" for k, default in sizes if getattr(args, k) != default)
+    command = f"bench/range_min_zones.py --mode {args.mode}{' --quick' if args.quick else flags}"
+    text = f"""# RANGE_MIN {variant} publishes: the whole group vs X zones (issue 16 item 4)
+
+`{command}` (`flock /tmp/sparksub-bench.lock nice -n
+10`): {args.rows:,} rows, {args.subs:,} subscriptions `{TEMPLATE}` (X ranges: centres ~N(5000, 1500), lengths
+~|N(1000, 1000)| over [0, 10,000]), `{args.master}`; {args.batches} timed `publish(..., 'reformulated',
+variant='{variant}')` calls of {args.batch:,} upserts of existing keys (each moves its row in X and Y), each timed end
+to end (publish + count of its output) after one warm-up publish.  Each form in a fresh process.  Machine:
+{m.get('cpu', '')}, {m.get('cpu_count', '')} cores, shared with other work: `uptime` before the run
+`{uptime}`, after `{uptime_end}`.
+
+Zoned: {how}.  The zoned form's stages in its last publish: {stage_text or 'n/a'}.
+
+{table}
+
+Messages in the timed batches: whole {whole['notifications']:,}, zoned {zoned['notifications']:,}
+(`tests/test_zones_engine.py` checks the two forms row for row).  A Python worker of the whole form caches the
+group with every row and every subscription; of the zoned form, one zone's rows (about {args.rows // args.zones:,})
+{'or one shard of the subscriptions (about ' + f'{args.subs // args.zones:,})' if variant == 'S-MN' else
+ '(CN+ runs no subscription shard: the subscribers route its messages themselves)'}.  The zoned form runs
+{'three' if variant == 'S-MN' else 'two'} Spark jobs per publish before its output is written (round 1;
+{'the shards; ' if variant == 'S-MN' else ''}the merge: their times above), where the whole form's one task writes
+the kept output itself in one job; on 2 shared cores its time per publish is not a settled comparison, the
+largest worker's memory is the robust figure.  The zoned form's driver builds the zones' and shards' bases from the
+table's rows and the registry (its RSS above).
+"""
+    stem = "range_min_zones_" + {"s-mn": "s_mn", "cn+": "cn_plus"}[args.mode] + ("_quick" if args.quick else "")
+    forms.write_outputs(args, stem, results, m, text, f"RANGE_MIN {variant}: the whole group vs X zones",
+                        f"updates/s ({variant} publish + count)")
+    return 0
+
+
 def main(argv=None) -> int:
+    if "--mode" in (sys.argv[1:] if argv is None else argv) or any(
+            a.startswith("--mode=") for a in (sys.argv[1:] if argv is None else argv)):
+        return engine_main()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="3 batches of 2K updates")
     ap.add_argument("--out", type=Path, default=OUT_DIR)

@@ -192,9 +192,90 @@ def test_failed_zone_is_an_error_row_then_rebuilt_and_durable_reopen(spark, tmp_
     again.close()
 
 
+def test_zoned_s_mn_and_cn_plus_equal_the_whole_groups_and_brute_force(spark):
+    """The two other reformulated variants run zoned: S-MN (000 §2.1.2: the shards' S-UN entries merged into one
+    message per (seq, new value), ``targets`` in the registry's slot order) and CN+ (000 §2.2.2: the updates
+    themselves, from round 1).  A MIN and a MAX group on one table (one job for both groups' zones, one for
+    their shards), the variants alternating (deliver() re-seeds from the zones at each switch, as it does for
+    the whole group), subscriptions dropped and added between publishes (the registry reuses their slots),
+    empty ranges; against the whole-group twin row for row and the brute force through deliver()."""
+    rows, batches = workload(31, n_batches=4)
+    rnd = random.Random(7)
+    subs = {f"s{i}": tuple(sorted((float(rnd.randint(-2, 32)), float(rnd.randint(-2, 32))))) for i in range(36)}
+    subs.update({"e1": (-5.0, -1.0), "e2": (30.5, 30.9)})      # empty ranges, always
+    whole, zoned = (Engine(spark) for _ in range(2))
+    zoned.range_zones = 3
+    for e in (whole, zoned):
+        e.sql(TABLE)
+        e.load("stock", [{"symbol": k, "risk": x, "per": y} for k, (x, y) in rows.items()])
+        for agg in ("MIN", "MAX"):
+            e.subscribe_many(f"SELECT {agg}(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
+                             {"id": [f"{agg}{s}" for s in subs], "lo": [a for a, _ in subs.values()],
+                              "hi": [b for _, b in subs.values()]})
+    state = dict(rows)
+    variants = ["S-MN", "CN+", "S-MN", "CN+"]
+    for n, (batch, variant) in enumerate(zip(batches, variants)):
+        if n == 2:   # a subscription dropped and two added: their slots are reused, the shards rebuilt
+            for e in (whole, zoned):
+                for agg in ("MIN", "MAX"):
+                    e.unsubscribe(f"{agg}s3")
+                    e.subscribe(f"{agg}late", f"SELECT {agg}(per) FROM stock WHERE risk BETWEEN 4 AND 17")
+                    e.subscribe(f"{agg}wide", f"SELECT {agg}(per) FROM stock WHERE risk BETWEEN -9 AND 99")
+            subs.pop("s3")
+            subs.update({"late": (4.0, 17.0), "wide": (-9.0, 99.0)})
+        counted = {g: dict(zs.counters) for g, zs in zoned._zone_states.items()}
+        a = whole.publish("stock", batch, mode="reformulated", variant=variant)
+        b = zoned.publish("stock", batch, mode="reformulated", variant=variant)
+        for g, zs in zoned._zone_states.items():   # CN+: no step deferred, no round 2 (S-MN: some, on this seed)
+            c, c0 = zs.counters, counted.get(g, {"updates": 0, "updates_round1": 0})
+            deferred = (c["updates"] - c0["updates"]) - (c["updates_round1"] - c0["updates_round1"])
+            assert (deferred == 0) == (variant == "CN+"), (n, g, deferred)
+        got, want = rows_of(b), rows_of(a)
+        # message for message within each group, targets lists included (the two groups' rows come in either
+        # order: the whole groups' job and the zones' job are unioned)
+        for g in {r.group_id for r in got + want}:
+            assert [r for r in got if r.group_id == g] == [r for r in want if r.group_id == g], (n, variant, g)
+        assert len(got) == len(want) and got
+        messages = [r for r in got if r.op not in ("rejected", "error")]
+        assert messages and all((r.asDict().get("targets") is not None) == (variant == "S-MN") for r in messages)
+        assert all((r.asDict().get("item_key") is not None) == (variant == "CN+") for r in messages)
+        # (a rejected row has no group: deliver() refuses it, whole or zoned alike)
+        da, db = (rows_of(e.deliver(df.filter("op <> 'rejected'"))) for e, df in ((whole, a), (zoned, b)))
+        assert sorted(db, key=repr) == sorted(da, key=repr) and db
+        before = dict(state)
+        apply_rows(state, batch)
+        notified = {}
+        for r in sorted(db, key=lambda r: r.seq):
+            notified[r.subscription_id] = r.value
+        for agg, maximum in (("MIN", False), ("MAX", True)):
+            for s, (lo, hi) in subs.items():
+                now = oracle(state, lo, hi, maximum)
+                if now != oracle(before, lo, hi, maximum):
+                    assert notified[f"{agg}{s}"] == now, (n, agg, s)
+                else:
+                    assert f"{agg}{s}" not in notified or notified[f"{agg}{s}"] == now
+                assert zoned.result(f"{agg}{s}") == now
+    assert len(zoned._zone_states) == 2
+    for gid in zoned._zone_states:
+        st = zoned.stats()[gid]
+        assert st["zoned"] and st["batches"] == len(batches) and len(st["zones"]) == 3, gid
+    # a subscription shard that loses its base (held by no worker) fails S-MN's shard task: its group's 'error'
+    # row, the other group's messages as the whole group's
+    from sparksub.runtime import replicas as spark_replicas
+    gid = sorted(zoned._zone_states)[0]
+    zs = zoned._zone_states[gid]
+    os.unlink(zs.shards[1].base_path)
+    zs.shards[1] = spark_replicas.cold(zs.shards[1])
+    move = [{"symbol": "k1", "risk": 15.5, "per": 0.5, "_op": "upsert"}]
+    got = rows_of(zoned.publish("stock", move, mode="reformulated", variant="S-MN"))
+    want = rows_of(whole.publish("stock", move, mode="reformulated", variant="S-MN"))
+    assert [r.group_id for r in got if r.op == "error"] == [gid]
+    assert [r for r in got if r.group_id != gid] == [r for r in want if r.group_id != gid]
+
+
 def test_the_zone_setting(monkeypatch):
     """``range_zones``: None = one task below RANGE_ZONE_ROWS rows, else ``parallelism`` zones; an int >= 2 forces
-    it; 0 / 1 one task; S-MN and CN+ always whole (no Spark job runs here)."""
+    it; 0 / 1 one task; every reformulated variant alike (no Spark job runs here)."""
     from sparksub.control import zones
     from sparksub.operators.shared.variants import with_variant
     e = Engine()
@@ -207,8 +288,8 @@ def test_the_zone_setting(monkeypatch):
     assert e._zone_count(state, entry, "reformulated") == 0
     monkeypatch.setattr(zones, "RANGE_ZONE_ROWS", 10)
     assert e._zone_count(state, entry, "reformulated") == 3 and e._zone_count(state, entry, "unicast") == 3
-    assert e._zone_count(state, entry, with_variant("reformulated", "S-MN")) == 0
-    assert e._zone_count(state, entry, with_variant("reformulated", "CN+")) == 0
+    assert e._zone_count(state, entry, with_variant("reformulated", "S-MN")) == 3
+    assert e._zone_count(state, entry, with_variant("reformulated", "CN+")) == 3
     e.range_zones = 1
     assert e._zone_count(state, entry, "unicast") == 0
     e.range_zones = 4

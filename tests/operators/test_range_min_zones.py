@@ -172,6 +172,43 @@ def test_zones_equal_the_single_core_and_brute_force(points, subs, updates, zoni
     assert s["updates_round1"] <= s["updates"] and sum(z["rows"] for z in s["zones"]) == len(final)
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(points=st.lists(st.tuples(coord, coord), min_size=0, max_size=16),
+       subs=st.lists(subscription, min_size=1, max_size=20),
+       updates=st.lists(update, min_size=1, max_size=60),
+       n_zones=st.integers(1, 5), maximum=st.booleans(), batch_size=st.integers(1, 30))
+def test_zoned_cn_plus_and_s_mn_equal_the_single_core_and_brute_force(points, subs, updates, n_zones, maximum,
+                                                                     batch_size):
+    """The other two reformulated variants through the zones: CN+ (000 §2.2.2, round 1 only) and S-MN (000 §2.1.2)
+    give the single group's messages row for row; delivered, every subscriber ends at the recomputed MIN / MAX."""
+    rows = {f"k{i}": p for i, p in enumerate(points)}
+    keys, xs, ys = list(rows), [p[0] for p in rows.values()], [p[1] for p in rows.values()]
+    ids = [f"s{i}" for i in range(len(subs))]
+    x1, x2 = np.array([a for a, _ in subs]), np.array([b for _, b in subs])
+    points_index = SubscriptionPoints()
+    points_index.add(ids, x1, x2)
+    final = dict(rows)
+    batch = concrete_updates(final, updates, len(points))
+    for mode in ("cn_plus", "multicast"):
+        zones = ZonedRangeMin.from_rows(keys, xs, ys, n_zones, maximum)
+        single = RangeMinGroup("zones", "t", "x", "y", maximum)
+        single.register(ids, x1, x2)
+        single.load(keys, xs, ys)
+        subscribers = Subscribers()
+        subscribers.add(ids, x1, x2, values=[brute_value(rows, a, b, maximum) for a, b in subs])
+        subscribers.attach_table(keys, xs, ys, maximum)
+        for start in range(0, len(batch), batch_size):
+            chunk = as_table(batch[start:start + batch_size])
+            got = zones.apply(chunk, mode, points_index)
+            assert got.to_pylist() == single.apply(chunk, mode).to_pylist()
+            subscribers.deliver(got)
+        want = [brute_value(final, a, b, maximum) for a, b in subs]
+        assert [None if v != v else v for v in subscribers.values_of(ids).tolist()] == want
+        check_zones(zones, final)
+        if mode == "cn_plus":       # nothing deferred: CN+ reads no other zone
+            assert zones.stats()["updates_round1"] == zones.stats()["updates"]
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # deterministic cases
 # ----------------------------------------------------------------------------------------------------------------

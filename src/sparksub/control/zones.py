@@ -11,7 +11,10 @@ steps of every batch; a shard's base is its subscriptions (nothing logged).  Per
 deferred steps and the edge staircases per change: a few numbers each), round 2 is cheap (it reruns only the
 deferred steps, a few percent of a batch on the paper's workload), and the driver needs the records anyway to
 tell a failed zone; a task for it would cost one more Spark job per publish (~0.3 s here) to save no work --
-then the output stage (merge by seq range, or unicast per shard).
+then the output stage (merge by seq range, or unicast per shard).  The three reformulated variants all run zoned:
+S-CN as above; CN+ (000 §2.2.2) writes the updates themselves in round 1 and has no round 2; S-MN (000 §2.1.2)
+runs the shards' S-UN first (one more job, collected: ``run_shard_entries``), then merges their entries by seq
+range into the whole group's messages.
 
 Why the state is where it is: a zone's rows never leave its replica (its base is rebuilt from the table's
 rows only when they changed behind the zones' back: ``load``, a stream's rows, a batch the group did not run
@@ -86,9 +89,10 @@ class ZonedGroups:
 
     # ---- which groups run zoned -----------------------------------------------------------------------
     def _zone_count(self, state, entry, mode) -> int:
-        """How many zones ``entry`` runs in for this publish; 0: whole (one task).  RANGE_MIN / RANGE_MAX in
-        unicast or S-CN reformulated only (S-MN and CN+ run whole)."""
-        if entry.family.name != "range_min" or group_mode(mode) not in ("unicast", "reformulated"):
+        """How many zones ``entry`` runs in for this publish; 0: whole (one task).  RANGE_MIN / RANGE_MAX, in
+        unicast or any reformulated variant (S-CN, S-MN, CN+)."""
+        if entry.family.name != "range_min" or group_mode(mode) not in ("unicast", "reformulated", "multicast",
+                                                                         "cn_plus"):
             return 0
         z = getattr(self, "range_zones", None)
         if z is None:
@@ -175,8 +179,9 @@ class ZonedGroups:
     def _shard_replicas(self, entry, zs: ZonedState, n_shards: int) -> list:
         """The group's subscription shards (by x1), their bases rebuilt when the subscriptions changed."""
         if zs.shards_stale or zs.n_shards != n_shards or not zs.shards:
-            _, ids, x1, x2 = entry.family.live(entry.registry)
-            cuts, bases = shard_bases(ids, x1, x2, n_shards)
+            slots, ids, x1, x2 = entry.family.live(entry.registry)
+            # each subscription's registry slot: S-MN lists a message's targets in that order (merge_multicast)
+            cuts, bases = shard_bases(ids, x1, x2, n_shards, ranks=slots)
             zs.shards = self._new_bases(f"{entry.group_id}#s", bases, zs.shards)
             zs.shard_cuts, zs.n_shards, zs.shards_stale = cuts.tolist(), n_shards, False
             zs.shard_subscriptions = [len(b.ids) for b in bases]
@@ -186,6 +191,7 @@ class ZonedGroups:
     def _zones_run(self, entries: list, zoned: dict, group_batches: dict, mode, schema):
         """Run ``entries`` (zoned groups) over their batches: round 1 in Spark, round 2 here, the output stage
         (lazy, checkpointed).  Returns ``(DataFrame, failed group ids)``."""
+        form = group_mode(mode)      # unicast, or the variant: reformulated (S-CN), multicast (S-MN), cn_plus (CN+)
         tasks, spans = [], {}
         for e in entries:   # a failed publish's files, if any, first
             shutil.rmtree(self.directory.area("groups", e.group_id, "publish"), ignore_errors=True)
@@ -195,44 +201,62 @@ class ZonedGroups:
             zs.folder, zs.pending = str(folder), None
             spark_zones.write_table(os.path.join(zs.folder, spark_zones.BATCH_FILE), group_batches[e.group_id])
             start = len(tasks)
-            tasks += [spark_zones.ZoneTask(e.group_id, i, zs.maximum, r, zs.folder) for i, r in enumerate(zs.zones)]
+            tasks += [spark_zones.ZoneTask(e.group_id, i, zs.maximum, r, zs.folder, form == "cn_plus")
+                      for i, r in enumerate(zs.zones)]
             spans[e.group_id] = (start, len(tasks))
         t0 = time.perf_counter()
         records = spark_zones.run_round1(self.spark, tasks)
         t1 = time.perf_counter()
-        parts = []
+        parts, ranges, errors, shard_parts = [], {}, {}, []
         for e in entries:
             zs = self._zone_states[e.group_id]
             mine = sorted(records[spans[e.group_id][0]:spans[e.group_id][1]], key=lambda r: r["zone"])
             seqs = group_batches[e.group_id].column("seq").to_numpy()
             seq_lo, seq_hi = (int(seqs.min()), int(seqs.max()) + 1) if seqs.size else (0, 0)
+            ranges[e.group_id] = (seq_lo, seq_hi)
             error = next((r["error"] for r in mine if "error" in r), None)
             if error is not None:   # DESIGN §7: the group's 'error' row; rebuilt from the rows next time
-                parts.append(spark_zones.OutputPart(e.group_id, zs.folder, seq_lo, error=error))
+                errors[e.group_id] = error
                 continue
             round1 = [r["round1"] for r in mine]
-            second = apply_round2(round1)
+            # CN+ (000 §2.2.2) sends the updates themselves: round 1 wrote every message, no step is deferred
+            second = [] if form == "cn_plus" else apply_round2(round1)
             old_values = {s: v for r in round1 for s, v in r.old_values.items()}
-            spark_zones.write_table(os.path.join(zs.folder, spark_zones.ROUND2_FILE),
-                                    versioned_messages(e.group_id, zs.maximum, second))
+            if second:
+                spark_zones.write_table(os.path.join(zs.folder, spark_zones.ROUND2_FILE),
+                                        versioned_messages(e.group_id, zs.maximum, second))
             with open(os.path.join(zs.folder, spark_zones.META_FILE), "wb") as fh:
                 pickle.dump(old_values, fh, protocol=pickle.HIGHEST_PROTOCOL)
             zs.pending = mine
             self._zones_count(zs, mine, round1, second, old_values)
-            if group_mode(mode) == "unicast":
-                parts += [spark_zones.OutputPart(e.group_id, zs.folder, seq_lo, shard=r)
+            if form in ("unicast", "multicast"):
+                shards = [spark_zones.OutputPart(e.group_id, zs.folder, seq_lo, shard=r)
                           for r in self._shard_replicas(e, zs, len(zs.zones))]
-            else:   # one task per range of seqs, in seq order: a seq's messages stay in batch order
-                k = max(1, min(len(zs.zones), seq_hi - seq_lo))
-                bounds = [seq_lo + (seq_hi - seq_lo) * j // k for j in range(k + 1)]
-                parts += [spark_zones.OutputPart(e.group_id, zs.folder, bounds[j], bounds[j + 1]) for j in range(k)]
+                (parts if form == "unicast" else shard_parts).extend(shards)
         t2 = time.perf_counter()
-        df = spark_zones.output_frame(self.spark, parts, mode, schema).localCheckpoint(eager=False)
-        failed = spark_groups.failed_groups(df)    # the one job that computes the output stage
+        if shard_parts:   # S-MN: each shard's S-UN entries first (000 §2.1.2: a message lists its subscriptions)
+            for rec in spark_zones.run_shard_entries(self.spark, shard_parts):
+                if "error" in rec:
+                    errors.setdefault(rec["group_id"], rec["error"])
         t3 = time.perf_counter()
         for e in entries:
+            zs = self._zone_states[e.group_id]
+            seq_lo, seq_hi = ranges[e.group_id]
+            if e.group_id in errors:
+                parts.append(spark_zones.OutputPart(e.group_id, zs.folder, seq_lo, error=errors[e.group_id]))
+            elif form != "unicast":   # one task per range of seqs, in seq order: a seq's messages stay in batch order
+                variant = {"reformulated": spark_zones.S_CN, "multicast": spark_zones.S_MN,
+                           "cn_plus": spark_zones.CN_PLUS}[form]
+                k = max(1, min(len(zs.zones), seq_hi - seq_lo))
+                bounds = [seq_lo + (seq_hi - seq_lo) * j // k for j in range(k + 1)]
+                parts += [spark_zones.OutputPart(e.group_id, zs.folder, bounds[j], bounds[j + 1], form=variant,
+                                                 maximum=zs.maximum) for j in range(k)]
+        df = spark_zones.output_frame(self.spark, parts, mode, schema).localCheckpoint(eager=False)
+        failed = spark_groups.failed_groups(df)    # the one job that computes the output stage
+        t4 = time.perf_counter()
+        for e in entries:
             self._zone_states[e.group_id].timings = {"round1_job_s": t1 - t0, "round2_driver_s": t2 - t1,
-                                                     "output_job_s": t3 - t2}
+                                                     "shards_job_s": t3 - t2, "output_job_s": t4 - t3}
         return df, failed
 
     @staticmethod
@@ -254,7 +278,7 @@ class ZonedGroups:
 
     def _zones_commit(self, entry, failed: set, mode) -> None:
         """After the batch committed: each zone's replica moves past the log entry its task wrote; a failed
-        group's zones are rebuilt from the rows next time.  The whole-group replica (``stream()``, S-MN / CN+)
+        group's zones are rebuilt from the rows next time.  The whole-group replica (``stream()``, a publish run whole)
         no longer follows the table: it is rebuilt from the rows when next used."""
         zs = self._zone_states[entry.group_id]
         entry.version += 1
@@ -267,7 +291,7 @@ class ZonedGroups:
             zs.zone_rows = [rec["rows"] for rec in zs.pending]
             zs.zone_info = [{k: rec.get(k) for k in ("partition", "pid", "executor", "stats", "core")}
                             for rec in zs.pending]
-            if group_mode(mode) == "reformulated" and entry.subscribers is not None:
+            if mode == "reformulated" and entry.subscribers is not None:   # any variant: deliver() takes them
                 entry.subscribers_version = entry.version
         zs.pending = None
 

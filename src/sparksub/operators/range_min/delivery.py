@@ -62,6 +62,7 @@ __all__ = [
     "unicast_bytes",
     "multicast",
     "multicast_groups",
+    "multicast_order",
     "multicast_bytes",
     "multicast_tree_bytes",
     "MULTICAST_HEADER_BYTES",
@@ -516,7 +517,15 @@ def multicast_groups(points: SubscriptionPoints, messages, old_value_of_step0=No
     """S-MN's messages as arrays: ``(seq, value, msg, starts, slots)`` -- message i is ``seq[i]``, new
     ``value[i]`` (NaN = empty) to the subscriptions ``slots[starts[i]:starts[i + 1]]`` (ascending), ``msg[i]``
     the reformulated message it came from (for ``group_id`` / ``op``)."""
-    seq, sl, value, msg = _unicast_entries(points, messages, old_value_of_step0)
+    return multicast_order(*_unicast_entries(points, messages, old_value_of_step0))
+
+
+def multicast_order(seq, sl, value, msg):
+    """S-UN's entries ``(seq, slot, value, msg)`` grouped into S-MN's messages, :func:`multicast_groups`' result:
+    the messages by ``(seq, non-empty before empty, value)``, each one's slots ascending.  A group split into
+    subscription shards merges its shards' entries through this same function, with the group's registry slots
+    for ``sl`` (``subscription_shards.merge_multicast``), so both list targets in one order."""
+    seq, sl, value, msg = (np.asarray(a) for a in (seq, sl, value, msg))
     if not seq.size:
         e = np.empty(0, dtype=np.int64)
         return e, np.empty(0), e, np.zeros(1, dtype=np.int64), e

@@ -18,6 +18,7 @@ subscription), so they split the same way.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import zlib
 from dataclasses import dataclass
@@ -25,13 +26,17 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from sparksub.operators.range_min.delivery import SubscriptionPoints, match, unicast
+from sparksub.operators.range_min.delivery import (SubscriptionPoints, _unicast_entries, match, multicast_order,
+                                                   unicast)
+from sparksub.operators.range_min.group import MULTICAST_SCHEMA
 from sparksub.operators.range_min.zones import equal_count_cuts
 from sparksub.operators.shared.schemas import DELETE
 
 __all__ = [
     "ShardBase",
     "ShardOperator",
+    "MULTICAST_ENTRY_SCHEMA",
+    "merge_multicast",
     "SubscriptionShards",
     "shard_bases",
     "shard_bases_at",
@@ -139,6 +144,9 @@ class ShardBase:
     ids: np.ndarray
     x1: np.ndarray
     x2: np.ndarray
+    #: each subscription's slot in the group's registry (S-MN: the whole group lists a message's targets in
+    #: that order, so the shards' lists merge back into it); None: not known (a stream's shards)
+    ranks: np.ndarray | None = None
 
     def build(self) -> ShardOperator:
         return ShardOperator(self)
@@ -153,8 +161,12 @@ class ShardOperator:
     def __init__(self, base: ShardBase):
         self.index, self.cuts = base.index, np.asarray(base.cuts, dtype=np.float64)
         self.points = SubscriptionPoints()
+        self.ranks = None       # by this shard's slot: the subscription's registry slot (S-MN's order)
         if len(base.ids):
-            self.points.add(base.ids, base.x1, base.x2)
+            slots = self.points.add(base.ids, base.x1, base.x2)
+            if base.ranks is not None:
+                self.ranks = np.empty(self.points.capacity, dtype=np.int64)
+                self.ranks[slots] = np.asarray(base.ranks, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.points)
@@ -170,15 +182,64 @@ class ShardOperator:
         order); the union over the shards is the whole group's rows."""
         return unicast(self.points, self.visiting(messages), old_value_of_step0)
 
+    def multicast_entries(self, messages: pa.Table, old_value_of_step0=None) -> pa.Table:
+        """This shard's part of S-MN (000 §2.1.2): S-UN's entries of its subscriptions (the rows
+        :meth:`unicast` gives, before they become rows), each with its registry slot (``rank``) --
+        :data:`MULTICAST_ENTRY_SCHEMA`, for :func:`merge_multicast`.  A message of the whole group lists the
+        subscriptions that share one (seq, new value): they may sit in several shards, so the shards hand
+        their entries on instead of grouping them themselves."""
+        if self.ranks is None and len(self.points):
+            raise ValueError(f"shard {self.index} has no registry slots: S-MN cannot order its targets")
+        seq, sl, value, _ = _unicast_entries(self.points, self.visiting(messages), old_value_of_step0)
+        return pa.table({"seq": pa.array(seq, pa.int64()),
+                         "rank": pa.array(self.ranks[sl] if sl.size else np.empty(0, np.int64), pa.int64()),
+                         "value": pa.array(np.asarray(value, dtype=np.float64), pa.float64()),
+                         "id": self.points.id_array(sl)}, schema=MULTICAST_ENTRY_SCHEMA)
 
-def shard_bases(ids, x1, x2, k: int) -> tuple[np.ndarray, list]:
+
+#: one S-UN entry of a shard on its way to S-MN's merge: the seq, the subscription's registry slot and id, its
+#: new value (NaN: the range became empty)
+MULTICAST_ENTRY_SCHEMA = pa.schema([("seq", pa.int64()), ("rank", pa.int64()), ("value", pa.float64()),
+                                    ("id", pa.string())])
+
+
+def merge_multicast(tables, group_id: str, maximum: bool) -> pa.Table:
+    """S-MN's messages (``MULTICAST_SCHEMA``, as ``RangeMinGroup.apply(..., 'multicast')`` gives them) from the
+    shards' entries (:meth:`ShardOperator.multicast_entries`, any seqs in any order).  Every subscription is in
+    one shard, so the entries are the whole group's S-UN entries, each once; grouped by
+    ``delivery.multicast_order`` -- the whole group's own grouping -- with registry slots in place of the whole
+    group's slots: the whole group's points are built from the registry's live subscriptions in slot order
+    (``family.live``), so both orders agree, and every message and every ``targets`` list equals the whole
+    group's."""
+    tables = [t for t in tables if t.num_rows]
+    t = pa.concat_tables(tables) if tables else MULTICAST_ENTRY_SCHEMA.empty_table()
+    seq = t.column("seq").to_numpy()
+    rank = t.column("rank").to_numpy()
+    value = t.column("value").to_numpy(zero_copy_only=False)
+    seq, value, _, starts, listed = multicast_order(seq, rank, value, np.zeros(seq.size, dtype=np.int64))
+    n = int(seq.size)
+    # the targets come back as ranks; a rank names one subscription, so any of its entries gives its id
+    known, entry = np.unique(rank, return_index=True)
+    ids = t.column("id").take(pa.array(entry[np.searchsorted(known, listed)], pa.int64())).to_pylist()
+    targets = [json.dumps(ids[a:b]) for a, b in zip(starts[:-1].tolist(), starts[1:].tolist())]
+    nulls = pa.nulls(n, pa.float64())
+    return pa.table({
+        "group_id": pa.array([group_id] * n, pa.string()), "seq": pa.array(seq, pa.int64()),
+        "step": pa.array(np.zeros(n, np.int8), pa.int8()),
+        "op": pa.array(["NEW_MAX" if maximum else "NEW_MIN"] * n, pa.string()),
+        "new_value": pa.array(value, pa.float64(), mask=np.isnan(value)),
+        "inner_l": nulls, "inner_r": nulls, "outer_l": nulls, "outer_r": nulls,
+        "targets": pa.array(targets, pa.string())}, schema=MULTICAST_SCHEMA)
+
+
+def shard_bases(ids, x1, x2, k: int, ranks=None) -> tuple[np.ndarray, list]:
     """``(cuts, [ShardBase, …])``: subscriptions cut into (at most) ``k`` shards at equal-count x1 cut points
-    (fewer when x1 values repeat: :func:`equal_count_cuts`)."""
+    (fewer when x1 values repeat: :func:`equal_count_cuts`); ``ranks``: their registry slots (S-MN)."""
     cuts = equal_count_cuts(np.asarray(x1, dtype=np.float64).reshape(-1), k)
-    return cuts, shard_bases_at(ids, x1, x2, cuts)
+    return cuts, shard_bases_at(ids, x1, x2, cuts, ranks)
 
 
-def shard_bases_at(ids, x1, x2, cuts) -> list:
+def shard_bases_at(ids, x1, x2, cuts, ranks=None) -> list:
     """The subscriptions cut at the given x1 ``cuts`` (``len(cuts) + 1`` shards, some maybe empty): a stream keeps
     the cuts it started with, so a subscription change moves no subscription between shards and leaves the
     shards it does not touch as they were."""
@@ -187,7 +248,9 @@ def shard_bases_at(ids, x1, x2, cuts) -> list:
     x2 = np.asarray(x2, dtype=np.float64).reshape(-1)
     cuts = np.asarray(cuts, dtype=np.float64).reshape(-1)
     where = np.searchsorted(cuts, x1, side="right")
-    return [ShardBase(j, cuts, ids[where == j], x1[where == j].copy(), x2[where == j].copy())
+    ranks = None if ranks is None else np.asarray(ranks, dtype=np.int64).reshape(-1)
+    return [ShardBase(j, cuts, ids[where == j], x1[where == j].copy(), x2[where == j].copy(),
+                      None if ranks is None else ranks[where == j].copy())
             for j in range(len(cuts) + 1)]
 
 

@@ -75,8 +75,10 @@ import pyarrow as pa
 
 from sparksub.errors import BadUpdate
 from sparksub.operators.range_min.core import RangeMinCore
-from sparksub.operators.range_min.delivery import SubscriptionPoints, unicast
+from sparksub.operators.range_min.delivery import SubscriptionPoints, multicast, unicast
+from sparksub.operators.range_min.group import CN_PLUS_SCHEMA, MULTICAST_SCHEMA
 from sparksub.operators.range_min.group import _columns as batch_columns
+from sparksub.operators.shared.range_classes import key_text
 from sparksub.operators.shared.schemas import DELETE, MESSAGE_SCHEMA, UNICAST_SCHEMA
 
 __all__ = ["equal_count_cuts", "Zone", "ZoneStep", "DeferredStep", "Round1", "ZoneSnapshot", "ZonesSnapshot",
@@ -357,7 +359,7 @@ class Zone:
 # --------------------------------------------------------------------------------------------------------------
 # the two rounds
 # --------------------------------------------------------------------------------------------------------------
-def apply_round1(zone: Zone, steps: Sequence[ZoneStep]) -> tuple[list, Round1]:
+def apply_round1(zone: Zone, steps: Sequence[ZoneStep], reformulate: bool = True) -> tuple[list, Round1]:
     """Round 1 of one zone (a Spark task's work): apply ``steps`` (in version order) to ``zone`` and return
     ``(messages, round1)``: ``messages`` = ``[(version, seq, step, (Message, …)), …]``, one entry per step
     settled inside the zone that emitted messages; ``round1`` = its deferred steps and edge staircases per
@@ -369,7 +371,10 @@ def apply_round1(zone: Zone, steps: Sequence[ZoneStep]) -> tuple[list, Round1]:
     that sentinel always ends up as an infinite OUTER bound of one of the step's messages (a Mar or EMar end:
     000 §3; digest C.6 rule 3), while an answer inside the zone is a finite X.  So a step crossed into a
     neighbour iff one of its messages has an infinite OUTER bound on a side with a neighbour: its messages
-    are then dropped and its reformulation deferred (its state change stands)."""
+    are then dropped and its reformulation deferred (its state change stands).
+
+    ``reformulate=False``: the state change only (tree, staircases, the X-moves' old Y), no messages and
+    nothing deferred -- CN+'s zones (:func:`cn_plus_round1`), whose messages are the updates themselves."""
     core = zone.core
     tree = core.tree
     lower, pos = tree._lower, tree._pos      # read directly: this loop runs once per update
@@ -402,6 +407,8 @@ def apply_round1(zone: Zone, steps: Sequence[ZoneStep]) -> tuple[list, Round1]:
                 r1.versions.append(version)
                 r1.edges.append(zone.edges())
                 stats["staircase_changes"] += 1
+        if not reformulate:
+            continue
         if crossed:
             r1.deferred.append(zone._defer(ZoneStep(*s), prev))
             continue
@@ -603,13 +610,21 @@ class ZonedRangeMin:
 
     # ---- one batch ------------------------------------------------------------------------------------------
     def apply(self, batch, mode: str = "reformulated", points: SubscriptionPoints | None = None) -> pa.Table:
-        """Apply one batch: route, round 1 in every zone, round 2; return the messages (``reformulated``, the
-        group's ``MESSAGE_SCHEMA``) or, with the subscriptions' ``points``, the S-UN rows (``unicast``)."""
-        if mode not in ("reformulated", "unicast"):
-            raise ValueError(f"unknown mode {mode!r}; expected 'reformulated' or 'unicast'")
-        if mode == "unicast" and points is None:
-            raise ValueError("unicast needs the subscriptions' points")
+        """Apply one batch: route, round 1 in every zone, round 2; return what ``RangeMinGroup.apply`` returns in
+        ``mode``: the messages (``reformulated``, the group's ``MESSAGE_SCHEMA``), CN+'s (``cn_plus``: round 1
+        only, :func:`cn_plus_round1`), or, with the subscriptions' ``points``, the S-UN rows (``unicast``) or
+        S-MN's messages (``multicast``; the runtime splits the subscriptions into x1 shards and merges their
+        entries: ``subscription_shards.merge_multicast``, tests/operators/test_zone_router.py)."""
+        if mode not in ("reformulated", "unicast", "multicast", "cn_plus"):
+            raise ValueError(f"unknown mode {mode!r}; expected 'reformulated', 'unicast', 'multicast' or 'cn_plus'")
+        if mode in ("unicast", "multicast") and points is None:
+            raise ValueError(f"{mode} needs the subscriptions' points")
         routed = self.route(batch)
+        if mode == "cn_plus":
+            firsts = [cn_plus_round1(z, s) for z, s in zip(self.zones, routed.steps)]
+            self._count(routed, [r for _, r in firsts])
+            moved = {s for _, r in firsts for s in r.old_values}
+            return merge_messages([cn_plus_messages(self.group_id, u) for u, _ in firsts], moved, CN_PLUS_SCHEMA)
         firsts = [apply_round1(z, s) for z, s in zip(self.zones, routed.steps)]
         second = apply_round2([r for _, r in firsts], self.zones)
         merged = [m for msgs, _ in firsts for m in msgs] + second
@@ -619,6 +634,9 @@ class ZonedRangeMin:
         if mode == "reformulated":
             return table
         old_values = {s: v for _, r in firsts for s, v in r.old_values.items()}
+        if mode == "multicast":
+            rows = multicast(points, table, old_values)
+            return rows.select(MULTICAST_SCHEMA.names).cast(MULTICAST_SCHEMA)
         rows = unicast(points, table, old_values)
         return rows.select(UNICAST_SCHEMA.names).cast(UNICAST_SCHEMA)
 
@@ -756,6 +774,61 @@ def fix_steps(step, seq, moved) -> np.ndarray:
     return step
 
 
+def cn_plus_round1(zone: Zone, steps: Sequence[ZoneStep]) -> tuple[list, Round1]:
+    """CN+'s server side in one zone (000 §2.2.2), with the zone's round 1 (state only): ``(updates, round1)``,
+    ``updates`` = ``[(version, seq, step, key, x, new Y or NaN), …]``, one per step that changes the tuple.
+
+    CN+ has no server work: "each update enters the network as it is" -- a deletion ⟨key, old X, null⟩, an
+    insertion or a new Y ⟨key, X, Y⟩, an X-move both (steps 0 and 1) -- and the network and the subscribers do
+    the rest (``cn_plus.py``).  What the server must know is each key's current (X, Y): whether a step
+    deletes, moves or changes anything at all (an upsert to the same X and Y sends nothing, as in
+    ``RangeMinGroup``).  That is the tuple, and the zone owning its X holds it (the router hands a delete or
+    an X-move's first half to the zone holding the key, ``route_zone``), so no step reads another zone:
+    every CN+ message is settled in round 1, and there is no round 2 (no Mar walk, no staircase read; the
+    edge staircases are still kept, for the S-CN and S-MN publishes that may follow).  Read before the state
+    change, which :func:`apply_round1` then makes without reformulating."""
+    core = zone.core
+    current: dict = {}          # key -> its Y (user sign) as of the steps so far; None: not in this zone
+    out = []
+    nan = math.nan
+    for version, seq, step, delete, key, x, y, _ in steps:
+        if key in current:
+            prev = current[key]
+        else:
+            held = core.get(key)
+            prev = None if held is None else held[1]
+        if delete:
+            current[key] = None
+            out.append((version, seq, step, key, x, nan))
+        else:
+            current[key] = y
+            if prev is None or prev != y:   # same X (a held key), same Y: nothing changes, nothing is sent
+                out.append((version, seq, step, key, x, y))
+    _, r1 = apply_round1(zone, steps, reformulate=False)
+    return out, r1
+
+
+def cn_plus_messages(group_id: str, updates: Sequence) -> pa.Table:
+    """:func:`cn_plus_round1`'s updates as CN+'s messages (``CN_PLUS_SCHEMA``, as ``RangeMinGroup.apply(...,
+    'cn_plus')`` builds them: INNER_L = INNER_R = X, cutoff (-inf, +inf), the key's text) plus the
+    :data:`ORDER_COLUMNS` (one message per step: ``_i`` is 0)."""
+    n = len(updates)
+    version, seq, step, keys, x, y = zip(*updates) if n else ((),) * 6
+    vals = np.asarray(y, dtype=np.float64)
+    xs = pa.array(x, pa.float64())
+    table = pa.table({
+        "group_id": pa.array([group_id] * n, pa.string()),
+        "seq": pa.array(seq, pa.int64()), "step": pa.array(step, pa.int8()),
+        "op": pa.array(["CN_PLUS"] * n, pa.string()),
+        "new_value": pa.array(vals, pa.float64(), mask=np.isnan(vals)),
+        "inner_l": xs, "inner_r": xs,
+        "outer_l": pa.array(np.full(n, -np.inf)), "outer_r": pa.array(np.full(n, np.inf)),
+        "item_key": pa.array([key_text(k) for k in keys], pa.string()),
+    }, schema=CN_PLUS_SCHEMA)
+    return table.append_column("_v", pa.array(version, pa.int64())).append_column(
+        "_i", pa.array(np.zeros(n, dtype=np.int64)))
+
+
 #: the columns a zone's messages carry beyond ``MESSAGE_SCHEMA`` until they are merged: the step's version
 #: (the batch order) and the message's index within its source (the core's order within a step)
 ORDER_COLUMNS = ("_v", "_i")
@@ -769,18 +842,19 @@ def versioned_messages(group_id: str, maximum: bool, steps: Sequence) -> pa.Tabl
         "_i", pa.array(np.arange(table.num_rows, dtype=np.int64)))
 
 
-def merge_messages(tables: Sequence[pa.Table], moved) -> pa.Table:
+def merge_messages(tables: Sequence[pa.Table], moved, schema: pa.Schema = MESSAGE_SCHEMA) -> pa.Table:
     """Round 1's and round 2's messages (:func:`versioned_messages`) as one group's output: steps corrected
     (:func:`fix_steps`), in batch order -- by version, then the core's order within the step (a step's messages
-    all come from one source: the zone that settled it, or round 2) -- ``MESSAGE_SCHEMA``."""
+    all come from one source: the zone that settled it, or round 2) -- ``MESSAGE_SCHEMA``; CN+'s
+    (:func:`cn_plus_messages`, one per step) the same way with ``schema=CN_PLUS_SCHEMA``."""
     tables = [t for t in tables if t.num_rows]
     if not tables:
-        return MESSAGE_SCHEMA.empty_table()
+        return schema.empty_table()
     t = pa.concat_tables(tables)
     t = t.sort_by([("_v", "ascending"), ("_i", "ascending")])
     step = fix_steps(t.column("step").to_numpy(), t.column("seq").to_numpy(), moved)
     t = t.set_column(t.schema.get_field_index("step"), "step", pa.array(step, pa.int8()))
-    return t.select(MESSAGE_SCHEMA.names)
+    return t.select(schema.names)
 
 
 def steps_table(batch: pa.Table, steps: Sequence) -> pa.Table:
@@ -828,6 +902,16 @@ class ZoneOperator:
 
     def round1(self, steps) -> tuple[list, Round1]:
         return apply_round1(self.zone, steps)
+
+    def round1_messages(self, steps, cn_plus: bool = False) -> tuple[pa.Table, Round1]:
+        """Round 1 of this zone's ``steps`` as the table its task writes: S-CN's messages
+        (:func:`versioned_messages`; the deferred steps' come from round 2), or with ``cn_plus`` CN+'s
+        (:func:`cn_plus_round1`: every one of them, nothing deferred)."""
+        if cn_plus:
+            updates, r1 = cn_plus_round1(self.zone, steps)
+            return cn_plus_messages(self.group_id, updates), r1
+        msgs, r1 = apply_round1(self.zone, steps)
+        return versioned_messages(self.group_id, self.zone.maximum, msgs), r1
 
     def apply(self, entry: pa.Table, mode: str = "none") -> pa.Table:
         """Replay one logged entry (this zone's steps of a batch); messages are not kept."""
