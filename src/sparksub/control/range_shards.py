@@ -385,6 +385,7 @@ class RangeShardGroups:
                                                    replaces=old[j] if j < len(old) else None, continues=rebuild[j])
                 rs.shard_rebuilds += 1
             rs.shards = new
+            release_freed_memory()   # the members' ids and bounds built for the seeds are freed (process_memory.py)
         rs.n_shards, rs.shards_stale, rs.subscriptions_changed = n_shards, False, False
         return rs.shards
 

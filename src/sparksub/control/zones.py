@@ -32,10 +32,10 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 
-
 from sparksub.operators.range_min.group import group_mode
 from sparksub.operators.range_min.subscription_shards import shard_bases
 from sparksub.operators.range_min.zones import ZonedView, apply_round2, versioned_messages, zone_bases
+from sparksub.process_memory import release_freed_memory
 from sparksub.runtime import groups as spark_groups
 from sparksub.runtime import remote as spark_remote
 from sparksub.runtime import replicas as spark_replicas
@@ -174,6 +174,9 @@ class ZonedGroups:
                for i, b in enumerate(bases)]
         for r in old[len(bases):]:
             spark_replicas.discard(r)
+        # the table's rows and the pickles the bases were built from are freed; new bases are rare, so always
+        # (process_memory.py: glibc and Arrow's pool keep freed pages otherwise)
+        release_freed_memory()
         return out
 
     def _shard_replicas(self, entry, zs: ZonedState, n_shards: int) -> list:
