@@ -410,6 +410,26 @@ def test_pandas_missing_values_are_null(engine):
 
 
 @pytest.mark.spark
+def test_deliver_passes_the_rejected_rows_of_a_reformulated_publish_through(engine):
+    """A reformulated publish's output as it comes, its malformed row set aside as 'rejected' with its reason
+    (DESIGN §7): deliver() plays the messages and passes the rejected row through, as the unicast form carries
+    it, where it refused the whole output ("a message without a group_id")."""
+    engine.sql(DDL)
+    engine.sql("CREATE SUBSCRIPTION m AS SELECT MIN(per) FROM stock WHERE risk BETWEEN 0 AND 10")
+    engine.load("stock", [{"symbol": "a", "risk": 1.0, "per": 5.0, "sector": "x", "rank": 1}])
+    batch = [{"symbol": "b", "risk": 2.0, "per": 3.0, "sector": "x", "rank": 2},
+             {"symbol": "c", "risk": math.inf, "per": 1.0, "sector": "x", "rank": 3}]
+    out = engine.publish("stock", batch, mode="reformulated")
+    rejected = [r for r in out.collect() if r.op == "rejected"]
+    assert len(rejected) == 1
+    delivered = engine.deliver(out).collect()
+    assert [(r.op, r.seq, r.reason) for r in delivered if r.op == "rejected"] == \
+        [("rejected", rejected[0].seq, rejected[0].reason)]
+    assert [(r.subscription_id, r.value) for r in delivered if r.op != "rejected"] == [("m", 3.0)]
+    assert engine.result("m") == 3.0
+
+
+@pytest.mark.spark
 def test_a_session_passed_is_never_changed(spark, caplog):
     """Engine(spark), and Engine() or spark_session() while a session runs, set no option and no log level
     on it (issue 15 item 12); what spark_session() could not apply is logged, not warned."""

@@ -39,13 +39,13 @@ pytestmark = [pytest.mark.spark, pytest.mark.catalyst_passthrough]   # the exten
 
 #: Known-open mismatches, each with its strict-xfail reproduction at the end of this module; the fuzzer
 #: tolerates exactly these, and the lead removes the entry with the xfail when the fix lands:
-#:  - deliver_rejected (issue 15 items 5 + 6): deliver() refuses a reformulated publish's output that holds a
-#:    ``rejected`` row ("a message without a group_id"); the fuzzer hands deliver() the rest.
 #:  - deliver_event_column (item 6): a FILTER / BAND_JOIN row that deliver() passes through loses a column
 #:    whose name the messages also use (the table's ``k`` beside a top-k message's ``k``: the reformulated
 #:    output names it ``event_k``, deliver() reads ``k``); the fuzzer skips those rows of deliver().
-#: (Items 1, 5, 6 and 8 were found here too and are fixed: their reproductions stay as regression tests.)
-KNOWN_OPEN = frozenset({"deliver_rejected", "deliver_event_column"})
+#: (Items 1, 5, 6 and 8 were found here too and are fixed, as is deliver_rejected -- deliver() refused a
+#: reformulated output holding a ``rejected`` row, which it now passes through: their reproductions stay as
+#: regression tests.)
+KNOWN_OPEN = frozenset({"deliver_event_column"})
 #: what the running case tolerates: KNOWN_OPEN for the fuzzer, nothing for the reproductions
 OPEN = KNOWN_OPEN
 
@@ -733,10 +733,17 @@ def _run_case(spark, case: Case) -> None:
             errors = [r for r in out if r["op"] == "error"]
             if errors:
                 raise Mismatch(f"{when}: error rows: {[r.get('reason') for r in errors]}")
-            rejected = {r["seq"] - seq for r in out if r["op"] == "rejected"}
+            rejected_reasons = {r["seq"] - seq: r["reason"] for r in out if r["op"] == "rejected"}
+            rejected = set(rejected_reasons)
             if rejected - set(refusable(batch.rows, tables[batch.table], rejected)):
                 raise Mismatch(f"{when}: rejected rows {[r for r in out if r['op'] == 'rejected']}")
             out = [r for r in out if r["op"] != "rejected"]
+            if batch.mode == "reformulated":   # deliver() passes the rejected rows through, as they are
+                passed = sorted((r["seq"], r["reason"]) for r in delivered if r["op"] == "rejected")
+                if "deliver_rejected" not in OPEN and passed != sorted((seq + j, reason) for j, reason in
+                                                                       rejected_reasons.items()):
+                    raise Mismatch(f"{when}: deliver's rejected rows {passed}")
+                delivered = [r for r in delivered if r["op"] != "rejected"]
             # the oracle, update by update
             reading = [s for s in subs if batch.table in s.tables]
             states = [{s.sid: current[s.sid] for s in reading}]

@@ -17,13 +17,32 @@ from sparksub.errors import BadUpdate
 from sparksub.operators.registry import family_of
 from sparksub.planner import ir
 
-__all__ = ["message_schema", "checked_messages"]
+__all__ = ["message_schema", "checked_messages", "without_rejected"]
+
+#: the columns of a ``rejected`` row that ``deliver`` passes through: the unicast form's and the reason
+REJECTED_COLUMNS = ("subscription_id", "op", "value", "seq", "group_id", "reason")
 
 
 def message_schema(physical: ir.Node) -> pa.Schema:
     """The columns ``deliver`` needs of a group's messages, by the group's operator node: its family's
     (``operators/contract.py``; of its unicast rows for a class without messages)."""
     return family_of(physical).message_schema(physical)
+
+
+def without_rejected(table: pa.Table) -> tuple[pa.Table, pa.Table | None]:
+    """``(messages, rejected rows)`` of a reformulated publish's output: its ``rejected`` rows (a malformed update
+    set aside with its reason, DESIGN §7: no group, so no subscriber) are no messages; ``deliver`` passes them
+    through as the unicast form carries them (their ``REJECTED_COLUMNS``).  None: there are none."""
+    if "op" not in table.column_names or not table.num_rows:
+        return table, None
+    op = table.column("op")
+    if not pa.types.is_string(op.type) and not pa.types.is_large_string(op.type):
+        return table, None
+    mask = pc.fill_null(pc.equal(op, "rejected"), False)
+    if not pc.any(mask).as_py():
+        return table, None
+    rejected = table.filter(mask)
+    return table.filter(pc.invert(mask)), rejected.select([c for c in REJECTED_COLUMNS if c in rejected.column_names])
 
 
 def checked_messages(table: pa.Table, groups: dict) -> pa.Table:

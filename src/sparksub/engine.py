@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from sparksub.errors import (CatalystUnavailable, InvalidArgument,
                              SparksubError, UnknownSubscription)
-from sparksub.deliver_input import checked_messages
+from sparksub.deliver_input import checked_messages, without_rejected
 from sparksub.grammar import statements as st
 from sparksub.directory import EngineDirectory
 from sparksub.row_files import rows_table
@@ -367,10 +367,11 @@ class Engine(BoxShardGroups, RangeShardGroups, JoinShardGroups, ZonedGroups, Sta
         subscriptions added or removed) and follow only the messages handed to ``deliver``, in ``seq``
         order (within a seq, range-class messages in ``msg_no`` order). Output: ``publish``'s unicast
         columns (with the item columns when a top-k / DISTINCT / aggregate / box group is among them, a join's
-        selected columns). The unicast rows of FILTER and BAND_JOIN groups (no reformulated form) pass through."""
-        table = to_arrow(messages)
+        selected columns). The unicast rows of FILTER and BAND_JOIN groups (no reformulated form) and the
+        ``rejected`` rows (a malformed update set aside with its reason) pass through."""
+        table, rejected = without_rejected(to_arrow(messages))
         schema = UNICAST_SCHEMA
-        outs = []
+        outs = [] if rejected is None else [rejected]
         with self._lock:
             # every message of a known group, with its group's columns (deliver_input): else a BadUpdate
             table = checked_messages(table, {e.group_id: e.physical for e in self._groups.values()})
