@@ -25,6 +25,9 @@ replica does not follow the table (it is rebuilt from the rows should the group 
 shard read (``runtime/remote.call_on_each``), the driver holding the answers, never the shards (issue 16 item 3).
 The ``deliver()`` side (reformulated) is seeded from the shards as they stand before the batch, their files pinned
 (``replicas.pin``) and built at the first ``deliver()``, as the whole group's (``publishing.PendingSeed``).
+
+In a ``stream()`` the same shards are state partitions ``<group>#b<j>`` of the stream's stateful operator
+(``control/streaming.py`` ``_box_stream_shards``, ``operators/box/stream_shards.py``, ``runtime/stream.py``).
 """
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from sparksub.errors import (InvalidArgument,
                              SparksubError)
 from sparksub.jvm.bridge import subscription_group
 from sparksub.control.range_shards import range_shard_count
+from sparksub.operators.box.stream_shards import changed_shards, stream_shard_bases
 from sparksub.operators.shared.families import key_type as family_key_type
 from sparksub.operators.shared.range_shard_stream import members_after
 from sparksub.operators.shared.range_shards import RANGE_SHARD_CLASSES, rows_extra
@@ -100,7 +101,9 @@ class Streaming:
         partition holds the rows and no subscription and emits their messages (S-CN's; top-k, DISTINCT and
         aggregates: per update, as publish's sharded groups), and one task per subscription shard (x1 shards;
         top-k, DISTINCT, aggregates: by a hash of the id, each shard's results kept in the stream's directory)
-        matches them, in the same streaming query (``runtime/stream.py``); the output is the same, row for row.
+        matches them, in the same streaming query (``runtime/stream.py``); the output is the same, row for row.  A
+        BOX_MIN / BOX_MAX / BOX_TOPK group past the same setting (either mode) runs as one state partition per
+        subscription shard, each every row and the subscriptions whose id hashes to it, as publish's box shards.
 
         Join groups (SELECT_JOIN, BAND_JOIN) that read the table run as *stream-static* joins
         (``runtime/join_stream.py``): the stream updates this table, the join partner is the other
@@ -193,6 +196,11 @@ class Streaming:
                         specs[e.group_id], staged[e.group_id], live.range_class_shards[e.group_id] = \
                             self._range_class_stream_stages(state, e, shards, where, n)
                         continue
+                    boxes = self._box_shard_count(e)
+                    if boxes:   # a large box group: a state partition per subscription shard, every row in each
+                        partitions = int(self.spark.conf.get("spark.sql.shuffle.partitions"))
+                        specs.update(self._box_stream_shards(state, e, boxes, where, n, live, partitions))
+                        continue
                     if e.replica is not None and e.replica.log_length:
                         e.base_stale = True  # the stream seeds its state from the base: make it current
                     x, y, y_is_text, x2 = e.family.stream_columns(e.physical, state.definition)
@@ -206,7 +214,7 @@ class Streaming:
                                                      stream_id, control, staged)
                 outs.append(subscription_group(ranges_out, self._describe([(e.physical, e) for e in ranges],
                                                                           f"stream {mode}")))
-                live.ranges, live.range_schema = set(specs), wide
+                live.ranges, live.range_schema = {e.group_id for e in ranges}, wide
             if sjoins:
                 outs.append(subscription_group(self._stream_stream_joins(state, sjoins, valid, mode, where, stream_id,
                                                                          control),
@@ -276,6 +284,19 @@ class Streaming:
         return ((x, y, base, y_is_text, x2_column), (None, stored, ks),
                 stream_control.RangeClassShards(shards, record))
 
+    def _box_stream_shards(self, state: TableState, entry, shards: int, where, n: int, live, partitions: int) -> dict:
+        """A BOX_MIN / BOX_MAX / BOX_TOPK group the stream runs in ``shards`` subscription shards
+        (``runtime/stream.py``, "a large box group in subscription shards"): ``{shard key: its run_stream entry}``,
+        each shard's base the group's rows and the subscriptions whose id hashes to it (publish's split,
+        ``box.shards.shard_snapshots``), each key in a state partition of its own among the stream's ``partitions``
+        where it can (``box.stream_shards.shard_keys``); its ``BoxStreamShards`` recorded in ``live`` (a change then
+        reaches only the shards it touches)."""
+        parts, record = stream_shard_bases(self._box_snapshot(entry), shards, partitions)
+        live.box_shards[entry.group_id] = record
+        x, y, y_is_text, x2 = entry.family.stream_columns(entry.physical, state.definition)
+        return {record.keys[j]: (x, y, spark_replicas.write_value(f"{where}/box-{n}-b{j}.pickle", part),
+                                               y_is_text, x2, j) for j, part in parts.items()}
+
     def _stream_events(self, state: TableState, classes: list, streaming_df, where=None, stream_id=None,
                        control=None):
         """Event queries over a stream (``runtime/event_stream.py``): the streaming DataFrame needs
@@ -315,7 +336,8 @@ class Streaming:
                     for e in entries for rid, r in self._replicas(state, e).items()}
         if control is not None:
             replicas = stream_control.LiveReplicas(replicas, control)
-        out = spark_groups.stream_groups(events, replicas, "unicast", schema, _operator_name(e.physical for e in entries))
+        out = spark_groups.stream_groups(events, replicas, "unicast", schema,
+                                         _operator_name(e.physical for e in entries))
         return _rename_event_columns(out, tdef)
 
     def _stream_joins(self, state: TableState, entries: list, streaming_df, mode: str, where=None,
@@ -413,9 +435,19 @@ class Streaming:
                                                         entry.family.limits(entry.registry, slots), version,
                                                         record.shards)
                 stream_control.publish_subscriptions(live.directory, gid, version, members)
-            elif placement == ONE and gid in live.ranges:
+            elif placement == ONE and gid in live.box_shards:   # in shards: only those the change touches
+                # (no rows: the stream has them)
                 snap = entry.family.snapshot(entry.registry, entry.physical, gid,
-                                             {live.table: TableState(state.definition)})   # no rows: the stream has them
+                                             {live.table: TableState(state.definition)})
+                record = live.box_shards[gid]
+                changed = changed_shards(record, snap)
+                version = live.next_version() if changed else 0
+                for j, part in changed.items():
+                    stream_control.publish_subscriptions(live.directory, record.keys[j], version, part)
+            elif placement == ONE and gid in live.ranges:
+                # (no rows: the stream has them)
+                snap = entry.family.snapshot(entry.registry, entry.physical, gid,
+                                             {live.table: TableState(state.definition)})
                 stream_control.publish_subscriptions(live.directory, gid, live.next_version(), snap)
             elif placement == ONE and live.range_schema is not None and not _stream_stream(entry) \
                     and self._fits_stream(live, entry, state):
@@ -471,7 +503,8 @@ class Streaming:
             self._following = False
 
     def _absorb(self, state: TableState, rows: pa.Table) -> None:
-        """One micro-batch's applied rows (``checked_updates``' columns) into the engine's state (``_follow_streams``)."""
+        """One micro-batch's applied rows (``checked_updates``' columns) into the engine's state
+        (``_follow_streams``)."""
         tdef = state.definition
         ops = pc.if_else(pc.equal(rows.column(spark_stream.OP_COLUMN), DELETE), "delete", "upsert")
         batch, reasons, _ = self._validated(state, rows.select(tdef.column_names).append_column("_op", ops))

@@ -42,17 +42,17 @@ pinned.
 
 The state is the truth; the in-memory index (a materialised group: for MIN/MAX a :class:`RangeMinGroup`,
 A2B-tree + the subscriptions' point index; for the other classes a ``range_groups`` group, whose
-unicast state is rebuilt from its core after a log replay) is a cache in the Python worker, keyed by (engine uid, group, stream id)
-and usable only by the same streaming query *run* (``spark.jobGroup.id`` is the run id). If its
-``applied`` counter equals the state's, it is used as is; if it is behind by at most ``LOG_SLOTS``
+unicast state is rebuilt from its core after a log replay) is a cache in the Python worker, keyed by
+(engine uid, group, stream id) and usable only by the same streaming query *run* (``spark.jobGroup.id`` is
+the run id). If its ``applied`` counter equals the state's, it is used as is; if it is behind by at most ``LOG_SLOTS``
 (Spark gives a group's next task to whichever Python worker is idle, so a worker often last saw the
 group a batch or two ago), the missing micro-batches are replayed from the log ring; otherwise -- a
 first task in this worker, a restart (new run id), a replayed or retried micro-batch (the cache is
 *ahead* of the state store) -- the index is rebuilt from the MapState plus the subscriptions of the
 base snapshot, a file the stream keeps under the engine's directory (``stream_files/<stream id>/``, a link to
 the group's base when the stream starts: ``runtime/replicas.py``). On the first micro-batch (no state yet)
-the rows come from the base snapshot and are written into the MapState. State writes per micro-batch: one MapState write per distinct key
-touched (one round trip each to the JVM), one ListState put, one ValueState update.
+the rows come from the base snapshot and are written into the MapState. State writes per micro-batch: one
+MapState write per distinct key touched (one round trip each to the JVM), one ListState put, one ValueState update.
 
 **A large RANGE_MIN / RANGE_MAX group in two stages** (issue 16 item 4; ``Engine.range_subscription_shards``,
 decided when the stream starts, ``control/range_shards.py``; a ``unicast`` stream only -- a reformulated one has no
@@ -116,6 +116,22 @@ each shard its ``ShardChange`` (its ids after the change, the added with their s
 stateful output has no binary column) and sends it a row (``op`` :data:`SHARD_CHANGE`) through the exchange; the
 shard drops what the set no longer holds and adds the seeded, before the messages.  A top-k stage 1 paints for the k
 values of the change's subscriptions too.
+
+**A large BOX_MIN / BOX_MAX / BOX_TOPK group in subscription shards** (issue 16 item 4; the same setting, decided
+when the stream starts, in either mode; the pure parts in ``operators/box/stream_shards.py``).  Publish's box shards
+(``operators/box/shards.py``) as state partitions: the group is Q keys of the stateful operator, ``<group>#b<j>``
+(salted, ``~<salt>``, until each is in a state partition of its own: ``stream_shards.shard_keys``), each a whole
+box group over the subscriptions whose id hashes to j (publish's CRC32, so both agree where an id lives)
+and **every row of the table** -- the router sends each row to every shard's key, as it sends it to every group
+(the rows copied: 002 §II-C, a box subscription's notifications depend only on the rows and itself).  Each key is an
+ordinary partition of this operator (its MapState, log ring, cache entry; ``GroupSpec.box_shard``), so the union of
+the shards' unicast rows is the whole group's, row for row, and in a reformulated stream shard 0 alone sends the
+messages (its top-k cores for every k of the group, ``extra['ks']``), the others none.  A delete of an unknown key
+is emitted by the stream's first key alone, as for any groups.  A subscription change is published per shard under
+the shard's key, to the shards whose subscriptions it changed only (and shard 0 when the group's k values moved:
+``box.stream_shards.changed_shards``): the others keep their index and cached operator.  ``stream_stats`` counts a
+shard partition's build (seeded, rebuilt) as ``shard_builds``, a cache hit as ``shard_cache_hits``, a catch-up as
+``shard_caught_up``.  A box group added while the stream runs is hosted whole.
 
 **Order.** Every row gets its ``seq`` in ``checked_updates``, before any path sees it (the range groups
 here, FILTER, joins and event queries alike): ``_seq`` when the stream has that integer column; without
@@ -236,6 +252,10 @@ _CLASS_SHARD_WORKER = stateful.StreamCache(SHARD_CACHE_ENTRIES, lambda: _CLASS_S
 _STATS: dict[str, CounterFile] = {}
 
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+#: a box group's subscription shard (a state partition of its own) in the shards' counters: built from its base or
+#: the state store's rows, found in the worker, caught up from the log ring
+_BOX_SHARD_HOW = {"seeded": "shard_builds", "rebuilt": "shard_builds", "cache_hits": "shard_cache_hits",
+                  "caught_up": "shard_caught_up"}
 
 
 def output_schema(schema: pa.Schema) -> pa.Schema:
@@ -285,6 +305,9 @@ class GroupSpec:
     # ``RangeShardBase``), not x1 cuts; ``ks`` the k values its stage 1 painted for at the start (top-k)
     hashed: bool = False
     ks: tuple = ()
+    # subscription shard j of a BOX_MIN / BOX_MAX / BOX_TOPK group (its key ``<group>#b<j>``: every row of the table,
+    # the subscriptions whose id hashes to j, ``operators/box/stream_shards.py``); None: not a box shard
+    box_shard: int | None = None
 
     def snapshot(self):
         return _loaded(self.base.get())
@@ -647,7 +670,9 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
     (``<name>_route``, a ``mapInArrow`` that reads the micro-batch's plan there).  ``shards``: group_id -> (x1 cut
     points, the stored ``ShardBase`` of each shard) of the RANGE_MIN / RANGE_MAX groups run in two stages, (None,
     the stored ``RangeShardBase`` of each shard, the k values stage 1 paints for) of the top-k / DISTINCT / aggregate
-    ones (their ``base`` without subscriptions; a ``unicast`` stream: :func:`range_shard_stage`)."""
+    ones (their ``base`` without subscriptions; a ``unicast`` stream: :func:`range_shard_stage`).  A box group in
+    subscription shards is one ``groups`` entry per shard, keyed ``<group>#b<j>`` (``box.stream_shards.shard_key``),
+    its base the shard's (every row, its subscriptions) and a sixth element, ``j``."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
@@ -656,8 +681,9 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
         stream_id = new_stream_id()
     shards = shards or {}
     spec = StreamSpec(engine_uid, stream_id, table_def.name, u.key_type, mode, output_schema(schema),
-                      {gid: GroupSpec(gid, x, y, base, text, x2, **_staged_fields(shards.get(gid)))
-                       for gid, (x, y, base, text, x2) in groups.items()},
+                      {gid: GroupSpec(gid, x, y, base, text, x2, **_staged_fields(shards.get(gid)),
+                                      box_shard=box[0] if box else None)
+                       for gid, (x, y, base, text, x2, *box) in groups.items()},
                       min(groups), u.seq_given, _STATS.get(stream_id), control, table_def.key)
     first = stage_one_spec(spec)
     staged = first is not spec
@@ -897,8 +923,10 @@ def stream_stats(df_or_id) -> dict:
     took on while it ran), shard_builds / shard_cache_hits (a two-stage join or range group's subscription shard
     built from its base file / found in the worker, ``join_stream``, :func:`range_shard_stage`; a two-stage range
     group's notifications are counted by its shards), shard_caught_up / shard_compactions (a two-stage top-k,
-    DISTINCT or aggregate shard brought up to date from its logs / given a new base, :func:`_class_shard`).  Read
-    from the stream's counter files (``replicas.CounterFile``), which every task adds to."""
+    DISTINCT or aggregate shard brought up to date from its logs / given a new base, :func:`_class_shard`; a box
+    group's shard partition counts its build, cache hit and catch-up as ``shard_builds`` / ``shard_cache_hits`` /
+    ``shard_caught_up`` too).  Read from the stream's counter files (``replicas.CounterFile``), which every task
+    adds to."""
     sid = df_or_id if isinstance(df_or_id, str) else df_or_id.sparksub_stream_id
     counters = _STATS.get(sid)
     value = counters.read() if counters is not None else {}
@@ -981,6 +1009,8 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
     version = max(gspec.version, spec.control.version(gid, batch) if changes else 0)
     group, null_keys, applied, rebuilds, how, skip = _group_for(spec, gid, gspec, state, ident, version, batch, stats)
     stats[how] = 1
+    if gspec.box_shard is not None:   # a box group's subscription shard: counted as the shards are too
+        stats[_BOX_SHARD_HOW[how]] = 1
     signals, applies = None, version
     if gspec.staged(spec.mode) and gspec.hashed:
         # a top-k / DISTINCT / aggregate group in two stages: its change goes to the shards, seeded from these rows

@@ -19,6 +19,10 @@ engine's directory (``stream.new_stream_id``); the tasks read them directly (one
                                      (a RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG group the stream runs in two
                                      stages: ``subscriptions.pickle`` is its whole set with births,
                                      ``range_shard_stream.ShardMembers``)
+    changes/<group>#b<j>/<version>/  subscription shard j of a BOX_MIN / BOX_MAX / BOX_TOPK group the stream runs
+        subscriptions.pickle         in shards (a state partition each): the shard's own subscriptions
+                                     (``box.shards.shard_snapshots``, no rows), written only for the shards a
+                                     change touches (``box.stream_shards.changed_shards``)
     range_class_shards/<group>/<shard>/   that group's subscription shards' state (``runtime/stream.py``):
         base-<batch>.pickle          a compaction: the shard as of the start of micro-batch <batch>
         log-<batch>.pickle           what the shard applied in micro-batch <batch> (its change, its messages)
@@ -306,6 +310,8 @@ class LiveStream:
     range_shards: dict = field(default_factory=dict)  # range group run in two stages -> its RangeShards
     range_class_shards: dict = field(default_factory=dict)  # top-k / DISTINCT / agg group in two stages -> its
     #                                                          RangeClassShards
+    box_shards: dict = field(default_factory=dict)   # box group in subscription shards -> its BoxStreamShards
+    #                                                  (``operators/box/stream_shards.py``; partitions ``<group>#b<j>``)
     events: bool = False
     version: int = 0
     absorbed: int = -1
