@@ -25,16 +25,12 @@ RSS and PSS taken while the query still runs, the stream's own counters in place
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import forms
@@ -86,16 +82,7 @@ def _stream(spark, e, batches: list, args) -> dict:
     from runtime import pss_mb, rss_mb, worker_pids
 
     from sparksub.runtime.stream import stream_stats
-    work = Path(tempfile.mkdtemp(prefix="box-shards-"))
-    src, ck = work / "src", work / "ck"
-    src.mkdir()
-    now = time.time() - 1000
-    for j, b in enumerate(batches):
-        path = src / f"part-{j:03d}.parquet"
-        pq.write_table(b, path)
-        os.utime(path, (now + j, now + j))
-    sdf = spark.readStream.schema("sym bigint, risk double, beta double, per double") \
-        .option("maxFilesPerTrigger", 1).parquet(str(src))
+    sdf, ck = forms.file_stream(spark, batches, "sym bigint, risk double, beta double, per double", "box-shards-")
     df = e.stream("stock", sdf)
     q = df.writeStream.format("noop").option("checkpointLocation", str(ck)).outputMode("append").start()
     try:

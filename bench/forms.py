@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +96,21 @@ def child_session(args, app: str):
     from runtime import _python_baseline, _session
     spark = _session(args.master, f"{app}-{args.form}")
     return spark, (_python_baseline(spark) if args.master != "local[2]" else None)
+
+
+def file_stream(spark, batches: list, schema: str, prefix: str) -> tuple:
+    """The batches as a bounded parquet file stream, one file a micro-batch, oldest first (``maxFilesPerTrigger``
+    1): ``(streaming DataFrame, a checkpoint directory)``."""
+    import pyarrow.parquet as pq
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    src, ck = work / "src", work / "ck"
+    src.mkdir()
+    now = time.time() - 1000
+    for j, b in enumerate(batches):
+        path = src / f"part-{j:03d}.parquet"
+        pq.write_table(b, path)
+        os.utime(path, (now + j, now + j))
+    return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(src)), ck
 
 
 def subscribed_engine(spark, args, table_ddl: str, rows_table, template: str, subscriptions) -> tuple:

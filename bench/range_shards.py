@@ -22,16 +22,13 @@ JSON and PNG (``--out``).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import forms
@@ -110,16 +107,8 @@ def _publishes(e, batches: list, mode: str = "unicast") -> dict:
 def _stream(spark, e, batches: list) -> dict:
     """One file per micro-batch (``maxFilesPerTrigger`` 1), oldest first; a noop sink counts nothing, so the
     notifications are counted by the stream's own counters."""
-    work = Path(tempfile.mkdtemp(prefix="range-shards-"))
-    src, ck = work / "src", work / "ck"
-    src.mkdir()
-    now = time.time() - 1000
-    for j, b in enumerate(batches):
-        path = src / f"part-{j:03d}.parquet"
-        pq.write_table(b, path)
-        os.utime(path, (now + j, now + j))
-    sdf = spark.readStream.schema("sym bigint, risk double, per double, sector string") \
-        .option("maxFilesPerTrigger", 1).parquet(str(src))
+    sdf, ck = forms.file_stream(spark, batches, "sym bigint, risk double, per double, sector string",
+                                "range-shards-")
     q = e.stream("stock", sdf).writeStream.format("noop").option("checkpointLocation", str(ck)) \
         .outputMode("append").start()
     try:

@@ -38,14 +38,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.catalyst_passthrough]   # the exten
 
 
 #: Known-open mismatches, each with its strict-xfail reproduction at the end of this module; the fuzzer
-#: tolerates exactly these, and the lead removes the entry with the xfail when the fix lands:
-#:  - deliver_event_column (item 6): a FILTER / BAND_JOIN row that deliver() passes through loses a column
-#:    whose name the messages also use (the table's ``k`` beside a top-k message's ``k``: the reformulated
-#:    output names it ``event_k``, deliver() reads ``k``); the fuzzer skips those rows of deliver().
-#: (Items 1, 5, 6 and 8 were found here too and are fixed, as is deliver_rejected -- deliver() refused a
-#: reformulated output holding a ``rejected`` row, which it now passes through: their reproductions stay as
-#: regression tests.)
-KNOWN_OPEN = frozenset({"deliver_event_column"})
+#: tolerates exactly these, and the lead removes the entry with the xfail when the fix lands: none now.
+#: (Items 1, 5, 6 and 8 were found here too and are fixed, as are deliver_rejected -- deliver() refused a
+#: reformulated output holding a ``rejected`` row, which it now passes through -- and deliver_event_column -- a
+#: FILTER / BAND_JOIN row deliver() passed through lost a column whose name the messages also use, the table's
+#: ``k`` beside a top-k message's ``k``: their reproductions stay as regression tests.)
+KNOWN_OPEN = frozenset()
 #: what the running case tolerates: KNOWN_OPEN for the fuzzer, nothing for the reproductions
 OPEN = KNOWN_OPEN
 

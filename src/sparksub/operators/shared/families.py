@@ -20,7 +20,7 @@ from sparksub.operators.contract import ONE
 from sparksub.operators.range_min.delivery import SubscriptionPoints
 from sparksub.operators.shared import json_text
 from sparksub.operators.shared.range_classes import with_range_class_columns
-from sparksub.operators.shared.schemas import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA
+from sparksub.operators.shared.schemas import ITEM_SCHEMA, RANGE_MESSAGE_SCHEMA, UNICAST_ITEMS_SCHEMA
 from sparksub.planner.catalog import INTEGRAL_TYPES
 from sparksub.planner.classifier import bind_range
 
@@ -233,15 +233,26 @@ class RangeClassFamily(RangeFamily):
 class PassThrough:
     """The subscriber side of a class without messages (FILTER, BAND_JOIN; issue 15 item 6): its unicast rows
     among reformulated output reach their subscribers as they are -- the unicast columns and the columns its
-    rows carry (``carried``: the event's; the result tuple's keys and selected columns), under the names
-    publish gave them (``event_<name>`` where one of ours has the name)."""
+    rows carry (``carried``: the event's; the result tuple's keys and selected columns) under the names a
+    unicast publish gives them: a reformulated publish renames a carried column that collides with a message
+    column (``k`` beside top-k messages' ``k``) to ``event_<name>``, which a unicast publish does only for the
+    unicast form's own columns (``control/event_queries._rename_event_columns``).
+
+    >>> rows = pa.table({"subscription_id": ["f"], "op": ["match"], "k": pa.nulls(1, pa.int64()), "event_k": [7],
+    ...                  "y": [2.0]})
+    >>> PassThrough(["subscription_id", "op"], ["k", "y"]).deliver(rows).to_pylist()
+    [{'subscription_id': 'f', 'op': 'match', 'k': 7, 'y': 2.0}]
+    """
 
     def __init__(self, unicast_names, carried):
         self.unicast_names = list(unicast_names)
         self.carried = list(carried)
 
     def deliver(self, rows: pa.Table) -> pa.Table:
-        names = [c for c in self.unicast_names if c in rows.column_names]
-        names += [c if c in rows.column_names else f"event_{c}" for c in self.carried
-                  if c in rows.column_names or f"event_{c}" in rows.column_names]
-        return rows.select(list(dict.fromkeys(names)))
+        cols = {c: rows.column(c) for c in self.unicast_names if c in rows.column_names}
+        reserved = {*UNICAST_ITEMS_SCHEMA.names, "reason"}
+        for c in self.carried:
+            source = f"event_{c}" if f"event_{c}" in rows.column_names else c if c in rows.column_names else None
+            if source is not None:
+                cols.setdefault(f"event_{c}" if c in reserved else c, rows.column(source))
+        return pa.table(cols)
