@@ -20,13 +20,13 @@ from sparksub.operators.box.stream_shards import changed_shards, stream_shard_ba
 from sparksub.operators.shared.families import key_type as family_key_type
 from sparksub.operators.shared.range_shard_stream import members_after
 from sparksub.operators.shared.range_shards import RANGE_SHARD_CLASSES, rows_extra
-from sparksub.operators.shared.range_shards import shard_bases as range_class_shard_bases
 from sparksub.operators.contract import ONE, ROW_PARTITIONS, SUBSCRIPTION_SHARDS
 from sparksub.operators.range_min.subscription_shards import shard_bases, shard_bases_at, shard_digest
 from sparksub.operators.shared.schemas import (DELETE, mode_schema, publish_schema,
                                                with_reason)
 from sparksub.runtime import frames as spark_frames
 from sparksub.runtime import groups as spark_groups
+from sparksub.runtime import range_shards as spark_range_shards
 from sparksub.runtime import replicas as spark_replicas
 from sparksub.runtime import stream as spark_stream
 from sparksub.runtime import stream_control
@@ -265,7 +265,8 @@ class Streaming:
         bases, the k values stage 1 paints for), its stream_control.RangeClassShards)``.  Stage 1's base holds the
         table's rows and no subscription (``rows_extra``: top-k paints per update, Paint-Dense, 002 §III-A); the
         subscriptions go to shards by a CRC32 of their id, as publish's (``shared/range_shards.py``), each base its
-        subscriptions with their results as of now (seeded here from the rows' operator, as publish's driver does)."""
+        subscriptions with their results as of now, seeded in a Spark task from the rows' base, as publish's shards
+        are seeded where the rows are (``runtime/range_shards.seed_stream_shards``)."""
         family = entry.family
         snap = self._snapshot(state, entry)
         ks = sorted(set(np.asarray(snap.sub_k).tolist())) if entry.physical.klass == "RANGE_TOPK" else []
@@ -276,9 +277,9 @@ class Streaming:
         base = spark_replicas.write_value(f"{where}/range-{n}.pickle", rows_only)
         ids, x1, x2, k = snap.sub_ids, snap.sub_x1, snap.sub_x2, snap.sub_k
         key_type = family_key_type(state.definition)
-        bases = range_class_shard_bases(rows_only.build(), entry.group_id, ids, x1, x2, k, shards, key_type)
         del snap, rows_only
-        stored = [spark_replicas.write_value(f"{where}/range-{n}-q{j}.pickle", bases[j]) for j in range(shards)]
+        stored = spark_range_shards.seed_stream_shards(self.spark, base, entry.group_id, key_type, ids, x1, x2, k,
+                                                       [f"{where}/range-{n}-q{j}.pickle" for j in range(shards)])
         _, record = members_after(None, ids, x1, x2, k, 0, shards)
         x, y, y_is_text, x2_column = family.stream_columns(entry.physical, state.definition)
         return ((x, y, base, y_is_text, x2_column), (None, stored, ks),

@@ -36,14 +36,16 @@ import os
 import pickle
 import shutil
 
+import pyarrow as pa
+
 from sparksub.operators.shared.range_shards import RangeShardBase, shard_bases
 from sparksub.operators.shared.range_zones import ZonedRows
 from sparksub.runtime import join_shards
 from sparksub.runtime.remote import call_on_each
-from sparksub.runtime.replicas import Replica, write_base
+from sparksub.runtime.replicas import Replica, StoredValue, write_base, write_value
 
 __all__ = ["ShardPart", "messages_frame", "messages_in", "output_frame", "publish_folder", "remote_zones", "run_rows",
-           "seed_shards", "seeded_base"]
+           "seed_shards", "seed_stream_shards", "seeded_base"]
 
 ShardPart = join_shards.ShardPart
 messages_in = join_shards.messages_in
@@ -131,6 +133,36 @@ def seed_shards(spark, zones: list, group_id: str, key_type, places: dict, folde
                             name="range_shard_seeds", function=_merged_bases)[0]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stream_seed_task(rows_base, group_id: str, key_type, ids, x1, x2, k, paths: list):
+    def range_stream_shard_seeds(batches):
+        for _ in batches:   # one empty input row: the task's trigger
+            pass
+        try:
+            # the rows' core is built here, never on the driver; one base at a time, as publish's seeds
+            rows = rows_base.get().build()
+            for j, path in enumerate(paths):
+                base = shard_bases(rows, group_id, ids, x1, x2, k, len(paths), key_type, only={j})[j]
+                write_value(path, base)
+            error = None
+        except Exception as err:  # noqa: BLE001 - raised on the driver, naming the group
+            error = f"{type(err).__name__}: {err}"
+        yield pa.RecordBatch.from_pydict({"error": pa.array([error], pa.string())})
+    return range_stream_shard_seeds
+
+
+def seed_stream_shards(spark, rows_base, group_id: str, key_type, ids, x1, x2, k, paths: list) -> list:
+    """A stream's subscription shards of a top-k / DISTINCT / aggregate group at its start (``control/streaming.py``):
+    one Spark task reads the rows' base (``rows_base``, a ``replicas.StoredValue``), builds the rows' core, seeds
+    each shard's subscriptions from it and writes shard j's base to ``paths[j]``, as publish's shards are seeded
+    where the rows are (:func:`seed_shards`): the driver holds neither the core nor a result.  The bases, stored."""
+    task = _stream_seed_task(rows_base, group_id, key_type, ids, x1, x2, k, list(paths))
+    error = spark.range(0, 1, 1, 1).mapInArrow(task, "error string").collect()[0][0]
+    if error is not None:
+        raise RuntimeError(f"seeding the stream's subscription shards of group {group_id!r} failed in its Spark "
+                           f"task: {error}")
+    return [StoredValue(path) for path in paths]
 
 
 def remote_zones(spark, zones: list, group_class: type, option, cuts) -> ZonedRows:

@@ -98,8 +98,9 @@ subscription shard by a CRC32 of the id, every message to every shard of its gro
 band of the messages), each shard delivering them to its subscribers (002 §II-A; 000 §4): the union of the shards'
 rows is the whole group's, row for row.  Top-k and aggregate subscribers are stateful (each list, each exact count
 and sum) and a shard is no state-store partition (it sees every stage-1 partition's messages), so a shard's state is
-files of the stream's directory (``StreamControl``'s ``range_class_shards/<group>/<shard>/``): a base -- the driver's
-``RangeShardBase`` at the stream's start, later a compaction its task wrote (``base-<micro-batch>``, every
+files of the stream's directory (``StreamControl``'s ``range_class_shards/<group>/<shard>/``): a base -- the
+``RangeShardBase`` at the stream's start (seeded in a Spark task from the rows' base:
+``range_shards.seed_stream_shards``), later a compaction its task wrote (``base-<micro-batch>``, every
 :data:`SHARD_COMPACTION_BATCHES` micro-batches or :data:`SHARD_COMPACTION_MESSAGES` logged messages) -- and one log
 file per micro-batch it applied (``log-<micro-batch>``: the change it took, and its messages but for DISTINCT's,
 whose subscribers keep nothing), written by its task under the micro-batch's id.  A replayed micro-batch rewrites
