@@ -8,31 +8,106 @@ unicast rows of the same batch, row for row.  Pure (numpy / pyarrow).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
 
-from sparksub.operators.agg.core import AggState, exact, to_float
+from sparksub.operators.agg.core import AggState, _avg_exact, _avg_of, _dd_add, _dd_of, exact, to_float
 from sparksub.operators.range_min.delivery import SubscriptionPoints
 from sparksub.operators.shared.range_classes import RangeRegistry, by_seq, rows_table, update_rows
 
-__all__ = ["AggSubscribers"]
+__all__ = ["AggSubscribers", "ExactSums"]
 
 
-_to_float_many = np.frompyfunc(to_float, 2, 1)
+class ExactSums:
+    """Exact range sums of a set of slots (``agg/core.py``'s ``exact`` scale): a normalised double-double ``(h, l)``
+    per slot, ``h`` the correctly rounded SUM, and an exact Python int only where a pair cannot hold the sum (``h``
+    NaN marks it), as :class:`~sparksub.operators.agg.core.AggUnicast` keeps the whole group's.  A subscriber's
+    value is then read from ``h`` (SUM) or a vectorised correctly rounded division (AVG) instead of a Python
+    int's true division per subscription, which took ~60% of a shard's ``deliver`` (docs/parallelism.md).
 
+    >>> from sparksub.operators.agg.core import exact
+    >>> sums = ExactSums(); sums.fit(3)
+    >>> sums.add(np.array([0, 1]), 1e16); sums.add(np.array([0, 2]), 1.0)
+    >>> sums.exact(0) == exact(1e16) + exact(1.0), sums.h[:3].tolist()
+    (True, [1e+16, 1e+16, 1.0])
+    >>> sums.add(np.array([0]), 2.0 ** -80)  # three floats' worth: slot 0 falls back to an exact int
+    >>> sums.exact(0) == exact(1e16) + exact(1.0) + exact(2.0 ** -80), sorted(sums.big)
+    (True, [0])
+    >>> sums.values("avg", np.array([0, 2]), np.array([2, 1])).tolist()  # just above the tie 5e15 + 0.5
+    [5000000000000001.0, 1.0]
+    """
 
-def _agg_values(func: str, counts: np.ndarray, sums: np.ndarray) -> np.ndarray:
-    """SQL values of exact states as float64, NaN = NULL (COUNT: the count)."""
-    if func == "count":
-        return counts.astype(np.float64)
-    out = np.full(len(counts), np.nan)
-    nz = np.flatnonzero(counts != 0)
-    if nz.size:
-        den = np.ones(nz.size, dtype=np.int64) if func == "sum" else counts[nz]
-        out[nz] = _to_float_many(sums[nz], den.astype(object)).astype(np.float64)
-    return out
+    def __init__(self):
+        self.h = np.zeros(0)
+        self.l = np.zeros(0)
+        self.big: dict[int, int] = {}
+
+    def fit(self, capacity: int) -> None:
+        if self.h.size < capacity:
+            h, l = np.zeros(capacity), np.zeros(capacity)
+            h[: self.h.size], l[: self.l.size] = self.h, self.l
+            self.h, self.l = h, l
+
+    def set(self, slots: np.ndarray, sums) -> None:
+        """Slots ``slots`` hold the exact scaled sums ``sums`` (Python ints)."""
+        for slot, v in zip(slots.tolist(), sums):
+            self._set_exact(slot, int(v))
+
+    def clear(self, slots: np.ndarray) -> None:
+        self.h[slots] = 0.0
+        self.l[slots] = 0.0
+        for slot in slots.tolist():
+            self.big.pop(slot, None)
+
+    def _set_exact(self, slot: int, v: int) -> None:
+        dd = _dd_of(v)
+        if dd is None:
+            self.h[slot], self.l[slot] = math.nan, 0.0
+            self.big[slot] = v
+        else:
+            self.h[slot], self.l[slot] = dd
+            self.big.pop(slot, None)
+
+    def exact(self, slot: int) -> int:
+        v = self.big.get(slot)
+        return exact(float(self.h[slot])) + exact(float(self.l[slot])) if v is None else v
+
+    def add(self, slots: np.ndarray, d: float) -> None:
+        """Add the float ``d`` exactly to the sums at ``slots`` (distinct): one vectorised error-free addition,
+        Python ints only where the pair cannot hold the result or held none."""
+        h0, l0 = self.h[slots], self.l[slots]
+        h, l, bad = _dd_add(h0, l0, d)
+        self.h[slots], self.l[slots] = h, l
+        for i in bad.tolist():
+            slot = int(slots[i])
+            old = self.big.get(slot)
+            if old is None:  # the pair held the old sum exactly
+                old = exact(float(h0[i])) + exact(float(l0[i]))
+            self._set_exact(slot, old + exact(d))
+
+    def values(self, func: str, slots: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """SQL values of ``slots`` with their ``counts``: float64, NaN = NULL (an empty range)."""
+        h = self.h[slots]
+        if func == "sum":
+            out = h.copy()
+            if self.big:  # (NaN: an exact-int fallback)
+                for i in np.flatnonzero(np.isnan(h)).tolist():
+                    out[i] = to_float(self.big[int(slots[i])])
+        else:  # the correctly rounded mean where the pair's error bound is certain, else exactly (AggUnicast's)
+            c = np.maximum(counts, 1)
+            l = self.l[slots]
+            out, ok = _avg_of(h, l, c)
+            unsure = np.flatnonzero(~ok)
+            if unsure.size:
+                v, ok2 = _avg_exact(h[unsure], l[unsure], c[unsure])
+                out[unsure[ok2]] = v[ok2]
+                for i in unsure[~ok2].tolist():
+                    out[i] = to_float(self.exact(int(slots[i])), int(c[i]))
+        out[counts == 0] = math.nan
+        return out
 
 
 class AggSubscribers(RangeRegistry):
@@ -46,7 +121,7 @@ class AggSubscribers(RangeRegistry):
         self.group_id = group_id
         self.points = SubscriptionPoints()
         self.counts = np.zeros(0, dtype=np.int64)
-        self.sums = np.zeros(0, dtype=object)
+        self.sums = ExactSums()            # a COUNT subscriber's stay 0 (range_agg keeps no COUNT sums)
         self._empty: dict = {}             # sid -> (x1, x2) of the x1 > x2 subscriptions
         self._init_counters()
 
@@ -62,9 +137,8 @@ class AggSubscribers(RangeRegistry):
         if self.counts.size < cap:
             c = np.zeros(cap, dtype=np.int64)
             c[: self.counts.size] = self.counts
-            s = np.zeros(cap, dtype=object)
-            s[: self.sums.size] = self.sums
-            self.counts, self.sums = c, s
+            self.counts = c
+        self.sums.fit(cap)
 
     @classmethod
     def from_seed(cls, group_id, func, key_type, ids, x1, x2, k, seed) -> AggSubscribers:
@@ -87,34 +161,39 @@ class AggSubscribers(RangeRegistry):
         if core is not None and slots.size:
             c, s = core.states(x1[sel], x2[sel])
             self.counts[slots] = c
-            self.sums[slots] = s
+            self.sums.set(slots, s)
         elif states is not None and slots.size:
             self.counts[slots] = np.asarray(states[0], dtype=np.int64)[sel]
-            self.sums[slots] = np.asarray(states[1], dtype=object)[sel]
+            self.sums.set(slots, np.asarray(states[1], dtype=object)[sel])
         else:
             self.counts[slots] = 0
-            self.sums[slots] = 0
+            self.sums.clear(slots)
 
     def _forget(self, slots: np.ndarray) -> None:
         self.counts[slots] = 0
-        self.sums[slots] = 0
+        self.sums.clear(slots)
 
     def reseed(self, core) -> None:
         slots = self.points.live_slots()
         if slots.size:
             c, s = core.states(self.points.x1[slots], self.points.x2[slots])
             self.counts[slots] = c
-            self.sums[slots] = s
+            self.sums.set(slots, s)
 
     def state(self, sid) -> AggState:
         if sid in self._empty:
             return AggState()
         s = self.points.slot(sid)
-        return AggState(int(self.counts[s]), int(self.sums[s]))
+        return AggState(int(self.counts[s]), self.sums.exact(s))
 
     def result(self, sid):
         """The SQL value: COUNT an int; SUM / AVG a float, None when the range is empty."""
         return self.state(sid).value(self.func)
+
+    def _values(self, slots: np.ndarray) -> np.ndarray:
+        """SQL values of ``slots`` as float64, NaN = NULL (COUNT: the count)."""
+        counts = self.counts[slots]
+        return counts.astype(np.float64) if self.func == "count" else self.sums.values(self.func, slots, counts)
 
     def count(self, x: float) -> int:
         return self.points.index.stab_count(x)
@@ -128,17 +207,17 @@ class AggSubscribers(RangeRegistry):
             slots = self.points.index.stab(x)      # the rectangle (-inf, X] x [X, +inf)
             self._reached(int(slots.size))
             if slots.size:
-                hits.append((slots, int(dc), exact(float(ds))))
+                hits.append((slots, int(dc), float(ds)))
         if not hits:
             return None
         idx = np.unique(np.concatenate([h[0] for h in hits]))
-        old = _agg_values(self.func, self.counts[idx], self.sums[idx])
+        old = self._values(idx)
         for slots, dc, ds in hits:              # slots are distinct within one query
             if dc:
                 self.counts[slots] += dc
             if ds and self.func != "count":     # a COUNT subscriber's sum is not kept (range_agg)
-                self.sums[slots] += ds
-        new = _agg_values(self.func, self.counts[idx], self.sums[idx])
+                self.sums.add(slots, ds)
+        new = self._values(idx)
         changed = ~((old == new) | (np.isnan(old) & np.isnan(new)))
         idx, new = idx[changed], new[changed]
         self.counters["notified"] += int(idx.size)
