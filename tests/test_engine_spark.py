@@ -232,6 +232,33 @@ def test_a_failing_group_does_not_stop_the_others(spark):
     assert [(r.subscription_id, r.value) for r in out] == [("hi", 20.0)]
 
 
+def test_a_failing_shard_s_error_row_names_its_group(spark):
+    """A FILTER group in shards, one shard's shipped state corrupted: the error row's group_id is the group's
+    (what a user filters on), its reason names the shard; the other shard's matches still come out, and the
+    group is rebuilt from its subscriptions for the next publish (DESIGN §7)."""
+    from sparksub.runtime import replicas as spark_replicas
+
+    e = Engine(spark)
+    e.filter_shard_size = 1   # two subscriptions: two shards (parallelism 2)
+    e.sql("CREATE TABLE trades (name STRING, price DOUBLE)")
+    e.sql("CREATE SUBSCRIPTION cheap AS SELECT * FROM trades WHERE price < 50")
+    e.sql("CREATE SUBSCRIPTION any_ibm AS SELECT * FROM trades WHERE name = 'IBM'")
+    e.publish("trades", [{"name": "SAP", "price": 1.0}]).collect()   # builds the shards
+    entry = next(iter(e._groups.values()))
+    assert len(entry.shards) == 2
+    broken_id = sorted(entry.shards)[1]
+    entry.shards[broken_id] = spark_replicas.new_base(e.directory, e.uid, broken_id, b"not a snapshot")
+    spark_replicas._CACHE.clear()
+    out = e.publish("trades", [{"name": "IBM", "price": 10.0}]).collect()
+    errors = [r for r in out if r.op == "error"]
+    assert [r.group_id for r in errors] == [entry.group_id] and entry.group_id != broken_id
+    assert f"in {broken_id}: " in errors[0].reason and "UnpicklingError" in errors[0].reason
+    matched = {r.subscription_id for r in out if r.op != "error"}
+    assert len(matched) == 1 and matched < {"cheap", "any_ibm"}   # the healthy shard's subscription
+    out = e.publish("trades", [{"name": "IBM", "price": 20.0}]).collect()
+    assert sorted(r.subscription_id for r in out) == ["any_ibm", "cheap"]
+
+
 def test_plain_spark_sql_sees_current_rows(spark):
     e = fig1_engine(spark)
     e.publish("stock", [{"symbol": "t4", "_op": "delete"}, {"symbol": "zz", "risk": 1.0, "per": 2.0}])

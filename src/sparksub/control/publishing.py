@@ -254,9 +254,8 @@ class Publishing:
                         write_whole = (combined, name)
                     else:
                         describe = self._describe([(e.physical, e) for e in whole], mode)
-                        df, failed_parts = spark_groups.run_groups(self.spark, replicas, combined, mode, schema,
-                                                                   name, describe)
-                        failed = {owner[rid] for rid in failed_parts}
+                        df, failed = spark_groups.run_groups(self.spark, replicas, combined, mode, schema,
+                                                             name, describe, owners=owner)
                     if self._net_join_rows:
                         df = spark_frames.net_join_notifications(df)
                 if zoned:
@@ -283,17 +282,17 @@ class Publishing:
                                     allowMissingColumns=True)
             # Only now, with the notifications computed -- and kept, with the rows the batch applies
             # (journal.py) -- does the batch become part of the state.
-            failed_replicas = set()
+            failed_written = set()
             if write_whole is not None:
                 def write(path):
                     return spark_groups.write_groups(self.spark, replicas, write_whole[0], mode, schema, path,
-                                                     df.columns, self._journal.durable, failed_replicas,
-                                                     write_whole[1])
+                                                     df.columns, self._journal.durable, failed_written,
+                                                     write_whole[1], owners=owner)
             else:
                 def write(path):
-                    return spark_output.write_notifications(df, path, self._journal.durable, failed_replicas)
+                    return spark_output.write_notifications(df, path, self._journal.durable, failed_written)
             kept = self._journal.publish_begin(state.definition, self._next_seq, n_rows, batch, batch_id, write)
-            failed |= {owner[rid] for rid in failed_replicas if rid in owner}
+            failed |= failed_written   # the error rows name their groups (runtime/groups.py _error_batch)
             # the caller reads the kept files: the operators never run again for this output
             df = spark_output.read_written(self.spark, self._journal.notification_path(kept), df.schema)
             self._apply_rows(state, batch)

@@ -44,17 +44,22 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
                      else pa.nulls(table.num_rows, f.type) for f in schema}, schema=schema)
 
 
-def _error_batch(schema: pa.Schema, gid: str, seq: int, err: Exception) -> pa.RecordBatch:
+def _error_batch(schema: pa.Schema, gid: str, seq: int, err: Exception, replica_id: str | None = None
+                 ) -> pa.RecordBatch:
+    """The ``op = 'error'`` row of group ``gid``; a failed shard or partition of it (``replica_id``) is named in
+    the reason, the row's ``group_id`` stays the group's (DESIGN §7: what a user filters on)."""
     row = {f.name: [None] for f in schema}
-    row.update(group_id=[gid], op=["error"], seq=[seq], reason=[f"{type(err).__name__}: {err}"])
+    where = f"in {replica_id}: " if replica_id and replica_id != gid else ""
+    row.update(group_id=[gid], op=["error"], seq=[seq], reason=[f"{where}{type(err).__name__}: {err}"])
     return pa.RecordBatch.from_pydict(row, schema=schema)
 
 
-def _run_group(replica: Replica, table: pa.Table, mode: str, schema: pa.Schema):
+def _run_group(replica: Replica, table: pa.Table, mode: str, schema: pa.Schema, group_id: str | None = None):
     """One group's (replica's) rows, sorted by seq, through its operator: its notifications in ``schema``, or
     one ``op = 'error'`` row naming the failure (the driver reads the failed groups from those rows:
-    :func:`failed_groups`), so that the other groups' notifications still come out (DESIGN §7)."""
-    gid = replica.replica_id
+    :func:`failed_groups`), so that the other groups' notifications still come out (DESIGN §7).  ``group_id``:
+    the group a shard or partition replica belongs to (default: the replica is the group)."""
+    gid = group_id or replica.replica_id
     if "reason" in table.column_names:   # a stream's rows set aside upstream (stream_groups): emit them
         bad = pa.compute.is_valid(table.column("reason"))
         rejected = table.filter(bad)
@@ -70,7 +75,7 @@ def _run_group(replica: Replica, table: pa.Table, mode: str, schema: pa.Schema):
         group = materialize(replica)
         out = group.apply(table, mode)
     except Exception as err:  # noqa: BLE001 - reported as a row, which the driver reads
-        yield _error_batch(schema, gid, int(table.column("seq")[0].as_py()), err)
+        yield _error_batch(schema, gid, int(table.column("seq")[0].as_py()), err, replica.replica_id)
         return
     # a stateless group (FILTER) logs nothing: it stays at the replica's position and the next task hits
     remember(replica, replica.log_length + (0 if getattr(group, "stateless", False) else 1), group)
@@ -196,7 +201,8 @@ def remove_folder(folder: str) -> None:
 
 
 def run_groups(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, schema: pa.Schema,
-               name: str = "range_min_group", describe: str | None = None, slots: int | None = None):
+               name: str = "range_min_group", describe: str | None = None, slots: int | None = None,
+               owners: dict[str, str] | None = None):
     """Run ``batch`` (columns group_id, key, x, y, op, seq) through each group's operator in Spark.
 
     Returns ``(DataFrame, failed group ids)``; the DataFrame is checkpointed locally (Spark Connect has
@@ -205,9 +211,10 @@ def run_groups(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, 
     every later action; a lazy local checkpoint saves a second job).  Each replica runs in the task that
     claims it (:func:`placed_frame`), whose batch the job's folder holds until the job ran.  ``schema`` must
     end with the nullable ``reason`` column; ``slots``: the least number of tasks (default: the session
-    keep-alive's, ``keepalive.slots_of``).  ``publish`` uses :func:`write_groups` when only whole groups run.
+    keep-alive's, ``keepalive.slots_of``); ``owners``: replica id -> its group, for a shard's or a partition's
+    error row.  ``publish`` uses :func:`write_groups` when only whole groups run.
     """
-    df, folder = _placed(spark, replicas, batch, mode, schema, name, describe, slots, stage=True)
+    df, folder = _placed(spark, replicas, batch, mode, schema, name, describe, slots, stage=True, owners=owners)
     try:
         out = df.localCheckpoint(eager=False)
         return out, failed_groups(out)
@@ -217,7 +224,7 @@ def run_groups(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, 
 
 def write_groups(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, schema: pa.Schema, path,
                  names: list[str], sync: bool, failed: set, name: str = "range_min_group",
-                 slots: int | None = None) -> int:
+                 slots: int | None = None, owners: dict[str, str] | None = None) -> int:
     """:func:`run_groups`'s job whose tasks also keep their output: each writes its replica's notifications,
     under the output's column ``names``, as one part of the kept directory ``path`` (``output.write_directory``)
     and sends back only its row count and failed groups (added to ``failed``).  One job and one Python worker
@@ -232,7 +239,8 @@ def write_groups(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str
 
     def fill(folder) -> int:
         def body(replica: Replica, table: pa.Table):
-            parts = [b for b in _run_group(replica, table, mode, schema) if b.num_rows]
+            parts = [b for b in _run_group(replica, table, mode, schema, (owners or {}).get(replica.replica_id))
+                     if b.num_rows]
             rows, bad = 0, []
             if parts:
                 out = pa.Table.from_batches(parts).rename_columns(names)
@@ -295,12 +303,15 @@ def plan_text(df) -> str:
 
 
 def _placed(spark, replicas, batch: pa.Table, mode: str, schema: pa.Schema, name: str = "range_min_group",
-            describe: str | None = None, slots: int | None = None, stage: bool = True):
+            describe: str | None = None, slots: int | None = None, stage: bool = True,
+            owners: dict[str, str] | None = None):
     # One task per group replica, its rows in seq order (split on the driver: a task reads only its own).
     if slots is None:
         slots = keepalive.slots_of(spark) or 1
     tables = split_batch(batch, "group_id", ["seq"])
-    df, folder = placed_frame(spark, replicas, tables, lambda r, t: _run_group(r, t, mode, schema), _ddl(schema),
+    owners = owners or {}
+    df, folder = placed_frame(spark, replicas, tables,
+                              lambda r, t: _run_group(r, t, mode, schema, owners.get(r.replica_id)), _ddl(schema),
                               f"{name}_{mode}", slots, stage)
     return subscription_group(df, describe), folder
 
