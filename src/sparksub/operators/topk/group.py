@@ -124,6 +124,26 @@ class TopkGroup(RangeClassGroup):
     def subscriber_option(self):
         return self.descending
 
+    @staticmethod
+    def merge_seeds(parts, descending: bool, k) -> TopkLists:
+        """The top-k lists of ranges over rows split into X zones (``topk/zones.py``): per range, the best ``k``
+        of the zones' own lists (each zone's list holds its best k in the range, so the best k overall are among
+        them), ranked as the core ranks them: by y (descending: largest first), ties by key.
+
+        >>> a = TopkLists([[("a", 1.0, 5.0), ("b", 2.0, 7.0)]]); b = TopkLists([[("c", 9.0, 6.0)]])
+        >>> TopkGroup.merge_seeds([a, b], False, [2])[0], TopkGroup.merge_seeds([a, b], True, [2])[0]
+        ([('a', 1.0, 5.0), ('c', 9.0, 6.0)], [('b', 2.0, 7.0), ('c', 9.0, 6.0)])
+        """
+        sign = -1.0 if descending else 1.0
+        ks = np.asarray(k, dtype=np.int64).tolist()
+        return TopkLists(sorted((item for part in parts for item in part[i]),
+                                key=lambda it: (sign * it[2], it[0]))[: ks[i]] for i in range(len(ks)))
+
+    @staticmethod
+    def value_of_seed(seed, option) -> list:
+        """The result of the first range of a seed (:meth:`merge_seeds`), as ``result_of`` gives it."""
+        return seed[0]
+
     def _batch_messages(self, cols) -> list[dict]:
         """A whole batch through Paint-Batch (002 §IV-A): subscribers are exact at the batch's end;
         every message carries the batch's last ``seq``."""
