@@ -154,9 +154,13 @@ def engine_main() -> int:
              fmt_num(r["largest_worker_mb"], 0), " / ".join(fmt_num(x, 0) for x in r["worker_pss_mb"]),
              fmt_num(r["driver_rss_mb"], 0), f"{r['notifications']:,}", str(r["runtime"]),
              f"{r['load_before']} -> {r['load']}"] for r in results]
-    table = md_table(["form", "median s per publish", "publish s (each)", "warm-up publish s",
-                      "largest Python worker PSS MB", "Python workers PSS MB", "driver RSS MB",
-                      "messages (timed)", "worker cache", "load (1/5/15 min)"], rows)
+    head = ["form", "median s per publish", "publish s (each)", "warm-up publish s", "largest Python worker PSS MB",
+            "Python workers PSS MB", "driver RSS MB", "messages (timed)", "worker cache", "load (1/5/15 min)"]
+    if args.master != "local[2]":   # each executor's share: its Python processes' growth above their baseline
+        for row, r in zip(rows, results):
+            row.insert(6, " / ".join(fmt_num(x, 0) for x in r["executor_pss_mb"]))
+        head.insert(6, "Python PSS per executor above its baseline MB")
+    table = md_table(head, rows)
     stages = zoned.get("stages_s") or {}
     stage_text = ", ".join(f"{k} {v:.2f} s" for k, v in stages.items())
     how = {"S-MN": "S-MN (000 §2.1.2): the zones' S-CN rounds, then one task per x1 subscription shard writes its "
