@@ -22,6 +22,7 @@ JSON and PNG (``--out``).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import statistics
 import sys
 import time
@@ -55,7 +56,10 @@ ZONES_NOTE = """
 
 The sharded form's rows run in {zones} X zones (`Engine.range_zones`; operators/shared/range_zones.py): a task per
 zone, each holding the rows of its X range and emitting the messages at the X it owns, so no worker holds every
-row either."""
+row either{distinct}."""
+#: RANGE_DISTINCT's zones close their open Mar ends in a second job (operators/distinct/zones.py)
+DISTINCT_ZONES_NOTE = (" (RANGE_DISTINCT: a second job over the zones answers the Mar ends no tuple of the value in "
+                       "the message's zone closes, as of the message's seq; operators/distinct/zones.py)")
 SECTORS = np.array([f"sector{i:02d}" for i in range(40)])
 
 
@@ -77,8 +81,9 @@ def child(args) -> dict:
     e, batches, rss0 = forms.subscribed_engine(
         spark, args, "CREATE TABLE stock (sym BIGINT PRIMARY KEY, risk DOUBLE, per DOUBLE, sector STRING)",
         rows_table, TEMPLATES[args.klass], subscriptions)
-    if args.form == "sharded":   # RANGE_AGG's rows in X zones too (0: the rows in one replica)
-        e.range_zones = args.zones
+    # the sharded form's RANGE_AGG / RANGE_DISTINCT rows in X zones (0: one replica); the whole form's never (the
+    # default, None, would split a table of RANGE_ZONE_ROWS rows or more and run the group zoned, one shard)
+    e.range_zones = args.zones if args.form == "sharded" else 0
     out = {"form": args.form, "klass": args.klass, "rows": args.rows, "subs": args.subs, "batch": args.batch,
            "batches": args.batches}
     if args.klass == "RANGE_MIN":
@@ -94,14 +99,28 @@ def _publishes(e, batches: list, mode: str = "unicast") -> dict:
     t0 = time.perf_counter()
     warm = e.publish("stock", batches[0], mode).count()
     warm_s = time.perf_counter() - t0
-    times, notes = [], 0
+    times, notes, stages = [], 0, []
+    digest = hashlib.blake2b(digest_size=12)
     for b in batches[1:]:
         t0 = time.perf_counter()
-        notes += e.publish("stock", b, mode).count()
+        df = e.publish("stock", b, mode)
+        notes += df.count()
         times.append(time.perf_counter() - t0)
+        # the sharded form's wall seconds per job (control/range_shards.py: rows, second round, shards / output)
+        stages.append({k: round(v, 3) for rs in e._range_shard_states.values() for k, v in rs.timings.items()})
+        if mode == "reformulated":   # the messages themselves, in (seq, msg_no) order: equal in both forms
+            digest.update(_messages_digest(df))
     n = sum(b.num_rows for b in batches[1:])
     return {"path": "publish", "warm_s": warm_s, "warm_notifications": warm, "times": times, "notifications": notes,
-            "rows_per_s": n / sum(times), "notes_per_s": notes / sum(times)}
+            "rows_per_s": n / sum(times), "notes_per_s": notes / sum(times), "stage_timings": stages,
+            **({"messages_digest": digest.hexdigest()} if mode == "reformulated" else {})}
+
+
+def _messages_digest(df) -> bytes:
+    """A digest of a reformulated publish's checkpointed output (every column but the timing-free ones), not timed."""
+    rows = sorted(tuple(r) for r in df.select("seq", "msg_no", "op", "new_value", "item_text", "inner_l", "inner_r",
+                                              "outer_l", "outer_r").collect())
+    return repr(rows).encode()
 
 
 def _stream(spark, e, batches: list) -> dict:
@@ -133,7 +152,8 @@ def main() -> None:
                     help="publish's mode (RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG): a reformulated publish of the "
                          "sharded form runs the rows alone")
     ap.add_argument("--zones", type=int, default=0,
-                    help="RANGE_AGG: the sharded form's rows in this many X zones (Engine.range_zones; 0: one replica)")
+                    help="RANGE_AGG / RANGE_DISTINCT: the sharded form's rows in this many X zones "
+                         "(Engine.range_zones; 0: one replica)")
     started = forms.parent_or_child(ap, __file__, child, OUT_DIR, ("klass", "mode", "zones"))
     if started is None:
         return
@@ -169,12 +189,21 @@ subscription; of the sharded form, the rows' replica (no subscription) or one sh
 ({args.subs // args.shards:,} each), so a worker's share of the subscription side falls with the shard count.  The
 sharded form pays a second stage per batch (the messages written between the stages); on 2 shared cores its
 throughput is not a settled comparison.{REFORMULATED_NOTE if reformulated else ""}\
-{ZONES_NOTE.format(zones=args.zones) if args.zones else ""}
+{ZONES_NOTE.format(zones=args.zones, distinct=DISTINCT_ZONES_NOTE if args.klass == "RANGE_DISTINCT" else "")
+ if args.zones else ""}{_digests(results)}
 """
     stem = f"range_shards_{args.klass.lower()}" + ("_reformulated" if reformulated else "") + \
         (f"_{args.zones}_zones" if args.zones else "")
     forms.write_outputs(args, stem, results, m, text,
                         f"{args.klass}: the whole group vs its subscriptions in shards ({path})", f"updates/s ({path})")
+
+
+def _digests(results: list) -> str:
+    got = [r.get("messages_digest") for r in results]
+    if None in got:
+        return ""
+    return (f"\n\nThe timed publishes' messages (every message column, in (seq, msg_no) order) "
+            f"{'are equal in both forms' if len(set(got)) == 1 else 'DIFFER'}: digests {' / '.join(got)}.")
 
 
 if __name__ == "__main__":

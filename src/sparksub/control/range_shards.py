@@ -54,7 +54,15 @@ from sparksub.operators.shared.range_shards import (
     shard_bases,
     shardable,
 )
-from sparksub.operators.shared.range_zones import ZONED_ROWS_CLASSES, RowsZoneSnapshot, ZonedRows, zone_cuts, zone_rows
+from sparksub.operators.distinct.zones import DistinctZoneSnapshot
+from sparksub.operators.shared.range_zones import (
+    SECOND_ROUND_CLASSES,
+    ZONED_ROWS_CLASSES,
+    RowsZoneSnapshot,
+    ZonedRows,
+    zone_cuts,
+    zone_rows,
+)
 from sparksub.operators.topk.group import PaintedKs
 from sparksub.process_memory import BULK_ROWS, release_freed_memory
 from sparksub.runtime import groups as spark_groups
@@ -267,7 +275,8 @@ class RangeShardGroups:
 
     def _rows_zone_count(self, entry) -> int:
         """How many X zones a sharded group's rows run in; 0: one replica (``range_zones.ZONED_ROWS_CLASSES``:
-        the classes whose messages need no second round)."""
+        RANGE_AGG, whose messages need no second round, and RANGE_DISTINCT, whose zones run one:
+        ``distinct/zones.py``)."""
         if entry.physical.klass not in ZONED_ROWS_CLASSES:
             return 0
         table = self._tables[entry.family.tables(entry.physical)[0]]
@@ -302,7 +311,9 @@ class RangeShardGroups:
             # (none when the rows have fewer than two X values: the rows in one replica until the next new bases)
             cuts = rs.cuts if not changed and rs.n_zones == n_zones and rs.cuts else \
                 zone_cuts(xs, n_zones) if n_zones else ()
-            bases = [RowsZoneSnapshot(snapshot(*zone_rows(keys, xs, ys, cuts, z)), z, cuts)
+            # a DISTINCT zone records its steps per seq for the second round (``distinct/zones.py``)
+            zone_base = DistinctZoneSnapshot if rs.kind == "RANGE_DISTINCT" else RowsZoneSnapshot
+            bases = [zone_base(snapshot(*zone_rows(keys, xs, ys, cuts, z)), z, cuts)
                      for z in range(len(cuts) + 1)] if cuts else [snapshot(keys, xs, ys)]
             # a worker's cached rows continue if the layout is the same and they paint for every k the new base does
             continues = not changed and cuts == rs.cuts and ks <= rs.ks
@@ -378,8 +389,9 @@ class RangeShardGroups:
             # seeded where the rows are cached, not here: the driver holds neither the rows' core nor a result
             # (zoned rows: each zone's partial states, merged in zone 0's task)
             seeds = str(self.directory.area("groups", entry.group_id, "seeds"))
+            stateless = entry.family.snapshot_class.group_class.shard_stateless
             rs.stateless_shards = spark_range_shards.seed_shards(self.spark, rs.zones, entry.group_id, key_type,
-                                                                 places, seeds)
+                                                                 places, seeds, stateless=stateless)
             for j in sorted(rebuild):
                 new[j] = spark_replicas.adopt_base(self.uid, f"{entry.group_id}#q{j}", places[j][0],
                                                    replaces=old[j] if j < len(old) else None, continues=rebuild[j])
@@ -410,6 +422,9 @@ class RangeShardGroups:
         records = spark_range_shards.run_rows(self.spark, replicas, tables, folders,
                                               keepalive.slots_of(self.spark) or 1, rows_mode(mode)) if tables else {}
         t1 = time.perf_counter()
+        self._range_zones_second_round(entries, group_batches, records)
+        t_round2 = time.perf_counter() - t1
+        t1 = time.perf_counter()
         parts = []
         for e in entries:
             rs = self._range_shard_states[e.group_id]
@@ -427,8 +442,32 @@ class RangeShardGroups:
         failed = spark_groups.failed_groups(df)    # the one job that computes stage 2
         t2 = time.perf_counter()
         for e in entries:
-            self._range_shard_states[e.group_id].timings = {"rows_job_s": t1 - t0, "shards_job_s": t2 - t1}
+            rs = self._range_shard_states[e.group_id]
+            rs.timings = {"rows_job_s": t1 - t0 - t_round2, "shards_job_s": t2 - t1,
+                          **({"second_round_job_s": t_round2} if rs.kind in SECOND_ROUND_CLASSES and rs.cuts else {})}
         return df, failed
+
+    def _range_zones_second_round(self, entries: list, group_batches: dict, records: dict) -> None:
+        """Round 2 of the groups whose zones' messages have open ends (``range_zones.SECOND_ROUND_CLASSES``: a
+        DISTINCT Mar end with no tuple of the value in its zone), one job over their zones, each where round 1 left
+        it: the zones' replicas with the batch logged ahead of the commit (which logs it again, the same file), so
+        that a worker that lost its zone rebuilds it at the batch's end.  A zone's failure is its group's
+        (``records``)."""
+        ahead, folders = {}, {}
+        for e in entries:
+            rs = self._range_shard_states[e.group_id]
+            batch = group_batches[e.group_id]
+            if rs.kind not in SECOND_ROUND_CLASSES or not rs.cuts or not batch.num_rows or \
+                    any(records.get(r.replica_id, (None, 0))[0] is not None for r in rs.zones):
+                continue
+            for r in rs.zones:
+                ahead[r.replica_id], folders[r.replica_id] = r.append(batch), rs.folder
+        if not ahead:
+            return
+        errors = spark_range_shards.run_second_round(self.spark, ahead, folders, keepalive.slots_of(self.spark) or 1)
+        for rid, error in errors.items():
+            if error is not None:
+                records[rid] = (error, 0)
 
     def _range_shards_commit(self, entry, group_batch, failed: set, rows: int, mode="unicast") -> None:
         """After the batch committed: the rows' replica logs the batch and each stateful shard the messages it

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from sparksub.operators.distinct.zones import merge_closed
 from sparksub.operators.shared.range_zones import merge_zone_messages
 from sparksub.runtime import placement
 from sparksub.runtime.groups import (
@@ -43,7 +44,8 @@ from sparksub.runtime.groups import (
 )
 from sparksub.runtime.replicas import Replica, keep_one_per_group, materialize, remember
 
-__all__ = ["ShardPart", "messages_in", "output_frame", "publish_folder", "run_row_partitions"]
+__all__ = ["ShardPart", "answer_file", "messages_in", "output_frame", "publish_folder", "run_row_partitions",
+           "zone_messages"]
 
 _STAGE1_SCHEMA = pa.schema([("replica", pa.string()), ("error", pa.string()), ("messages", pa.int64())])
 
@@ -109,8 +111,22 @@ def run_row_partitions(spark, replicas: dict, tables: dict, folders: dict, slots
 
 def messages_in(folder: str) -> pa.Table | None:
     """Every row partition's messages of one publish (None: none was written); a range group's X zones' merged in
-    the whole group's order (``range_zones.merge_zone_messages``)."""
+    the whole group's order (``range_zones.merge_zone_messages``), a DISTINCT zone's open Mar ends closed first with
+    the second round's answers where it wrote them (``distinct/zones.py``: ``a-r<i>.arrow``)."""
+    answers = sorted(glob.glob(os.path.join(folder, "a-*.arrow")))
+    if answers:
+        return merge_closed(zone_messages(folder), [read_table(p) for p in answers])
     return merge_zone_messages([read_table(p) for p in sorted(glob.glob(os.path.join(folder, "m-*.arrow")))])
+
+
+def zone_messages(folder: str) -> dict:
+    """A zoned range group's round-1 messages of one publish: zone index -> its table (``m-r<i>.arrow``)."""
+    return {int(os.path.basename(p)[3:-6]): read_table(p) for p in glob.glob(os.path.join(folder, "m-r*.arrow"))}
+
+
+def answer_file(folder: str, zone: int) -> str:
+    """Where a DISTINCT zone writes its second round's answers (read by :func:`messages_in`)."""
+    return os.path.join(folder, f"a-r{zone}.arrow")
 
 
 def _shard_task(parts: list, schema: pa.Schema):

@@ -38,14 +38,24 @@ import shutil
 
 import pyarrow as pa
 
+from sparksub.operators.distinct.zones import zone_answers
 from sparksub.operators.shared.range_shards import RangeShardBase, shard_bases
 from sparksub.operators.shared.range_zones import ZonedRows
 from sparksub.runtime import join_shards
+from sparksub.runtime.groups import placed_frame, remove_folder, write_table
 from sparksub.runtime.remote import call_on_each
-from sparksub.runtime.replicas import Replica, StoredValue, write_base, write_value
+from sparksub.runtime.replicas import (
+    Replica,
+    StoredValue,
+    keep_one_per_group,
+    materialize,
+    remember,
+    write_base,
+    write_value,
+)
 
 __all__ = ["ShardPart", "messages_frame", "messages_in", "output_frame", "publish_folder", "remote_zones", "run_rows",
-           "seed_shards", "seed_stream_shards", "seeded_base"]
+           "run_second_round", "seed_shards", "seed_stream_shards", "seeded_base"]
 
 ShardPart = join_shards.ShardPart
 messages_in = join_shards.messages_in
@@ -59,6 +69,41 @@ def run_rows(spark, replicas: dict, tables: dict, folders: dict, slots: int = 1,
     messages)}``."""
     return join_shards.run_row_partitions(spark, replicas, tables, folders, slots,
                                           name="range_rows_per_update_messages", mode=mode)
+
+
+_SECOND_ROUND_SCHEMA = pa.schema([("replica", pa.string()), ("error", pa.string())])
+
+
+def _second_round_body(folders: dict):
+    def body(replica: Replica, _trigger: pa.Table):
+        try:
+            keep_one_per_group(replica)
+            # the zone at the batch's end: where round 1 left it (a hit), else rebuilt from its files -- the batch
+            # replayed records the same steps (``DistinctRowsZone.apply``)
+            zone = materialize(replica)
+            folder = folders[replica.replica_id]
+            write_table(join_shards.answer_file(folder, zone.zone),
+                        zone_answers(zone, join_shards.zone_messages(folder)))
+            remember(replica, replica.log_length, zone)
+            row = {"replica": [replica.replica_id], "error": [None]}
+        except Exception as err:  # noqa: BLE001 - reported to the driver: the group's 'error' row
+            row = {"replica": [replica.replica_id], "error": [f"{type(err).__name__}: {err}"]}
+        yield pa.RecordBatch.from_pydict(row, schema=_SECOND_ROUND_SCHEMA)
+    return body
+
+
+def run_second_round(spark, replicas: dict, folders: dict, slots: int = 1) -> dict:
+    """Round 2 of RANGE_DISTINCT groups whose rows run in X zones (``operators/distinct/zones.py``), one job: a
+    task per zone (``replicas``: zone replica id -> the replica *with the batch logged*, so the worker that ran
+    its round 1 hits its cache), answering the open Mar ends of the other zones' round-1 messages in ``folders``
+    (replica id -> the group's publish folder) as of each message's seq.  ``{replica id: error or None}``."""
+    trigger = {rid: pa.table({"seq": pa.array([0], pa.int64())}) for rid in replicas}
+    df, board = placed_frame(spark, replicas, trigger, _second_round_body(folders), "replica string, error string",
+                             "range_distinct_zones_second_round", slots)
+    try:
+        return {r["replica"]: r["error"] for r in df.collect()}
+    finally:
+        remove_folder(board)
 
 
 def output_frame(spark, parts: list, schema):
@@ -115,14 +160,16 @@ def _merged_bases(zone0, group_id: str, key_type, places: dict, folder: str, n_z
     return bool(zone0.group.shard_stateless)
 
 
-def seed_shards(spark, zones: list, group_id: str, key_type, places: dict, folder: str) -> bool:
+def seed_shards(spark, zones: list, group_id: str, key_type, places: dict, folder: str,
+                stateless: bool = False) -> bool:
     """Write the bases of a sharded group's rebuilt shards where its rows are cached (``places``: shard ->
     ``(base directory, ids, x1, x2, k)``, the directories from ``replicas.base_place``); ``zones``: the rows'
     replicas -- one: one task on it; X zones (``shared/range_zones.py``): a task per zone but the first writes its
     partial states to ``folder``, then zone 0's task merges them with its own into the bases (the driver holds no
-    result either way).  Whether the shards are stateless (DISTINCT: no results kept)."""
-    if len(zones) == 1:
-        return call_on_each(spark, zones, (), (group_id, key_type, places), name="range_shard_seeds",
+    result either way); ``stateless`` (DISTINCT: no results kept): zone 0's task alone writes the bases, no
+    partial state is asked of the others.  Whether the shards are stateless."""
+    if len(zones) == 1 or stateless:
+        return call_on_each(spark, zones[:1], (), (group_id, key_type, places), name="range_shard_seeds",
                             function=_written_bases)[0]
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)

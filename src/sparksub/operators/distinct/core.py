@@ -41,10 +41,11 @@ VALUE to (ADD) or removes it from (REMOVE) its local set (:func:`apply`).  INNER
 * Y change at the same x (y_o → y_n): the deletion message of y_o then the insertion message of y_n.  They carry
   different values, so no subscription sees a value removed and re-added;
 * X-move with unchanged y (x_o → x_n): *consolidated* (dissertation §5.3.1 consolidates X-updates to at most one
-  notification per subscription but omits the details, digest C.8; this rule is ours): the REMOVE's Mar is taken w.r.t. O ∪ {x_n} and the ADD's Mar
-  w.r.t. O ∪ {x_o}.  A subscription containing both x_o and x_n matches neither message (its set does not
-  change), one containing x_o but neither x_n nor another y-tuple matches the REMOVE, one containing x_n but
-  neither x_o nor another y-tuple matches the ADD.  The two rectangles are disjoint: each subscription gets at most one message;
+  notification per subscription but omits the details, digest C.8; this rule is ours): the REMOVE's Mar is taken
+  w.r.t. O ∪ {x_n} and the ADD's Mar w.r.t. O ∪ {x_o}.  A subscription containing both x_o and x_n matches
+  neither message (its set does not change), one containing x_o but neither x_n nor another y-tuple matches the
+  REMOVE, one containing x_n but neither x_o nor another y-tuple matches the ADD.  The two rectangles are
+  disjoint: each subscription gets at most one message;
 * X-move with a Y change: REMOVE of y_o at x_o (w.r.t. the other y_o tuples), ADD of y_n at x_n.
 
 Hence for every update and every subscription: the subscription matches at least one message iff its DISTINCT
@@ -87,6 +88,7 @@ REMOVE = "REMOVE"
 _INF = math.inf
 _NINF = -math.inf
 _isfinite = math.isfinite
+_EMPTY = SortedList()
 
 
 class Message(NamedTuple):
@@ -276,6 +278,11 @@ class RangeDistinctCore:
     def get(self, key) -> tuple[float, Hashable] | None:
         """(x, y) of ``key``, or None."""
         return self._pos.get(key)
+
+    def xs_of(self, y) -> SortedList:
+        """The sorted X of value ``y``'s tuples (empty if none): what a zone's round 2 reads
+        (``distinct/zones.py``).  Not to be modified."""
+        return self._by_y.get(y) or _EMPTY
 
     def num_values(self) -> int:
         """Number of distinct Y values in the table."""

@@ -54,6 +54,21 @@ class DistinctGroup(RangeClassGroup):
     subscribers_class = DistinctSubscribers
     shard_stateless = True
 
+    #: what EXPLAIN says of the rows in X zones (``range_zones.ZonedRows``; ``distinct/zones.py``)
+    zones_note = ("each zone closes a Mar end at its own nearest tuple of the value; an end with none in the zone is "
+                  "closed in a second round by the zones beyond it, each answering as of the message's seq (000 §4)")
+
+    @staticmethod
+    def merge_seeds(parts) -> list:
+        """The values of ranges over rows split into X zones (``distinct/zones.py``: a zone's ``shard_seed`` is
+        its set per range): their union per range."""
+        return [set().union(*sets) for sets in zip(*parts)]
+
+    @staticmethod
+    def value_of_seed(seed, option) -> list:
+        """The result of the first range of a merged seed, as :meth:`result_of` gives it."""
+        return sorted(seed[0], key=lambda v: (isinstance(v, str), v))
+
     @staticmethod
     def _value_columns(v) -> dict:
         return {"item_text": v} if isinstance(v, str) else {"new_value": float(v), "value": float(v)}

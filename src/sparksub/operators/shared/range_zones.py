@@ -10,8 +10,9 @@ one Spark task each.
 Why aggregates split with no second round: a RANGE_AGG message is ``⟨X, D_COUNT, D_SUM⟩`` at the update's old or
 new X (000 §4), computed from that X's own tuples only, so the zone owning X alone emits it.  An X-move across a
 boundary is the old zone's delete (``⟨x_o, -1, -y_o⟩``) and the new zone's insert (``⟨x_n, +1, y_n⟩``): the two
-messages the whole group's core emits for it.  (RANGE_DISTINCT's Mar and top-k's painting read the neighbouring
-tuples, which may sit in another zone: they need a second round, as RANGE_MIN's DS-CN does, and run their rows
+messages the whole group's core emits for it.  (RANGE_DISTINCT's Mar reads the nearest tuple of the same value,
+which may sit in another zone: its zones (``distinct/zones.py``) run this round, then a second one that closes the
+open Mar ends, as RANGE_MIN's DS-CN has one.  Top-k's painting reads the k-th better neighbour: its rows run
 whole.)
 
 * :func:`zone_batch` -- a zone's part of the group's whole batch, built in the zone alone (every zone task reads
@@ -42,6 +43,7 @@ from sparksub.operators.shared.schemas import DELETE, UPSERT  # noqa: F401 - UPS
 
 __all__ = [
     "PART_COLUMN",
+    "SECOND_ROUND_CLASSES",
     "ZONED_ROWS_CLASSES",
     "RowsZone",
     "RowsZoneSnapshot",
@@ -53,8 +55,11 @@ __all__ = [
     "zones_layout",
 ]
 
-#: the classes whose rows split into X zones with no second round (module docstring)
-ZONED_ROWS_CLASSES = ("RANGE_AGG",)
+#: the classes whose rows split into X zones (module docstring): RANGE_AGG with no second round, RANGE_DISTINCT
+#: with one (``distinct/zones.py``: ``SECOND_ROUND_CLASSES``)
+ZONED_ROWS_CLASSES = ("RANGE_AGG", "RANGE_DISTINCT")
+#: the zoned classes whose messages' open ends a second job over the zones closes (``distinct/zones.py``)
+SECOND_ROUND_CLASSES = ("RANGE_DISTINCT",)
 #: a zone's messages carry their part of the update until they are merged (:func:`merge_zone_messages`)
 PART_COLUMN = "_part"
 
@@ -154,10 +159,15 @@ class RowsZone:
             return self.group.apply(batch, mode)
         part, deletes = zone_batch(batch, self.lo, self.hi, self.group.core.__contains__,
                                    text=self.group.kind == "RANGE_DISTINCT")
+        self._routed(part)
         out = self.group.apply(part, mode)
         seqs = out.column("seq").to_numpy(zero_copy_only=False)
         halves = np.where(np.isin(seqs, np.fromiter(deletes, np.int64, len(deletes))), 0, 1).astype(np.int8)
         return out.append_column(PART_COLUMN, pa.array(halves, pa.int8()))
+
+    def _routed(self, part: pa.Table) -> None:
+        """The zone's part of a batch, before the zone applies it (a DISTINCT zone records its steps:
+        ``distinct/zones.py``)."""
 
     # what the rows' operator answers (``ZonedRows`` asks each zone)
     def shard_seed(self, x1, x2, k):
@@ -244,7 +254,8 @@ class ZonedRows:
         lines = dict(self.explain_zone())
         stats = self.stats()
         lines["tuples"] = sum(stats["zone_rows"])
+        note = getattr(self.group_class, "zones_note", "each zone alone emits the messages at the X it owns (000 §4)")
         lines["zones"] = (f"{stats['zones']} X zones, rows per zone {stats['zone_rows']} (cut points "
-                          f"{list(self.cuts)}): each zone alone emits the messages at the X it owns (000 §4), an "
-                          f"X-move across a cut is the old zone's delete and the new zone's insert")
+                          f"{list(self.cuts)}): {note}, an X-move across a cut is the old zone's delete and the new "
+                          f"zone's insert")
         return lines
