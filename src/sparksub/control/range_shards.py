@@ -38,15 +38,18 @@ only, no subscriber state) with each subscription's bounds from the registry -- 
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from sparksub.control.zones import RANGE_ZONE_ROWS
+from sparksub.operators.distinct.zones import DistinctZoneSnapshot
 from sparksub.operators.joins.shards import subscription_shard
 from sparksub.operators.shared.families import key_type as family_key_type
 from sparksub.operators.shared.range_shards import (
+    PER_UPDATE_VARIANT,
     RANGE_SHARD_CLASSES,
     ShardedRangeView,
     rows_extra,
@@ -54,8 +57,8 @@ from sparksub.operators.shared.range_shards import (
     shard_bases,
     shardable,
 )
-from sparksub.operators.distinct.zones import DistinctZoneSnapshot
 from sparksub.operators.shared.range_zones import (
+    HALO_CLASSES,
     SECOND_ROUND_CLASSES,
     ZONED_ROWS_CLASSES,
     RowsZoneSnapshot,
@@ -63,7 +66,9 @@ from sparksub.operators.shared.range_zones import (
     zone_cuts,
     zone_rows,
 )
+from sparksub.operators.shared.variants import variant_of
 from sparksub.operators.topk.group import PaintedKs
+from sparksub.operators.topk.zones import TopkRowsZoneSnapshot, halo_depth
 from sparksub.process_memory import BULK_ROWS, release_freed_memory
 from sparksub.runtime import groups as spark_groups
 from sparksub.runtime import keepalive
@@ -195,6 +200,9 @@ class RangeShardGroups:
         klass = getattr(entry.physical, "klass", None)
         if klass not in RANGE_SHARD_CLASSES or not shardable(mode, klass):
             return 0
+        if klass in HALO_CLASSES and self._rows_zone_count(entry) and \
+                variant_of(rows_mode(mode), "topk") not in (None, PER_UPDATE_VARIANT):   # (None: unicast's)
+            return 0   # zoned top-k rows paint per update only: Paint-Batch's messages span the zones (002 §IV-A)
         shards = range_shard_count(getattr(self, "range_subscription_shards", None), len(entry.registry),
                                    self._parallelism())
         return shards or (1 if self._rows_zone_count(entry) else 0)
@@ -275,16 +283,21 @@ class RangeShardGroups:
 
     def _rows_zone_count(self, entry) -> int:
         """How many X zones a sharded group's rows run in; 0: one replica (``range_zones.ZONED_ROWS_CLASSES``:
-        RANGE_AGG, whose messages need no second round, and RANGE_DISTINCT, whose zones run one:
-        ``distinct/zones.py``)."""
+        RANGE_AGG, whose messages need no second round, RANGE_DISTINCT, whose zones run one:
+        ``distinct/zones.py``, and RANGE_TOPK, whose zones paint with halos: ``topk/zones.py``)."""
         if entry.physical.klass not in ZONED_ROWS_CLASSES:
+            return 0
+        setting = getattr(self, "range_zones", None)
+        if entry.physical.klass in HALO_CLASSES and setting is None:
+            # top-k zones only when asked for: each publish pays the edges' job and a reformulated publish in
+            # Paint-Batch runs the group whole (its zones rebuilt after), so no table size makes them a default
             return 0
         table = self._tables[entry.family.tables(entry.physical)[0]]
         try:
             rows = len(table.rows)
         except TypeError:   # rows kept off the driver
             rows = RANGE_ZONE_ROWS
-        return range_zone_count(getattr(self, "range_zones", None), rows, self._parallelism())
+        return range_zone_count(setting, rows, self._parallelism())
 
     def _range_rows(self, entry) -> RangeShardState:
         """The group's rows (stage 1: one replica, or one per X zone), the bases rebuilt from the table's rows
@@ -311,8 +324,10 @@ class RangeShardGroups:
             # (none when the rows have fewer than two X values: the rows in one replica until the next new bases)
             cuts = rs.cuts if not changed and rs.n_zones == n_zones and rs.cuts else \
                 zone_cuts(xs, n_zones) if n_zones else ()
-            # a DISTINCT zone records its steps per seq for the second round (``distinct/zones.py``)
-            zone_base = DistinctZoneSnapshot if rs.kind == "RANGE_DISTINCT" else RowsZoneSnapshot
+            # a DISTINCT zone records its steps per seq for the second round (``distinct/zones.py``); a top-k zone
+            # paints with its neighbours' halos (``topk/zones.py``)
+            zone_base = DistinctZoneSnapshot if rs.kind in SECOND_ROUND_CLASSES else \
+                TopkRowsZoneSnapshot if rs.kind in HALO_CLASSES else RowsZoneSnapshot
             bases = [zone_base(snapshot(*zone_rows(keys, xs, ys, cuts, z)), z, cuts)
                      for z in range(len(cuts) + 1)] if cuts else [snapshot(keys, xs, ys)]
             # a worker's cached rows continue if the layout is the same and they paint for every k the new base does
@@ -418,12 +433,16 @@ class RangeShardGroups:
             seq_of[e.group_id] = first_seq(batch)
             for r in rs.zones:    # every zone reads the whole batch and routes it itself (range_zones.zone_batch)
                 replicas[r.replica_id], tables[r.replica_id], folders[r.replica_id] = r, batch, rs.folder
+        t_start = time.perf_counter()
+        edge_errors = self._range_zone_edges(entries, group_batches)
+        for rid in edge_errors:   # a zone without its halos would paint wrongly: its group fails (DESIGN §7)
+            replicas.pop(rid), tables.pop(rid)
         t0 = time.perf_counter()
         records = spark_range_shards.run_rows(self.spark, replicas, tables, folders,
                                               keepalive.slots_of(self.spark) or 1, rows_mode(mode)) if tables else {}
-        t1 = time.perf_counter()
+        records.update({rid: (error, 0) for rid, error in edge_errors.items()})
+        t_rows = time.perf_counter()
         self._range_zones_second_round(entries, group_batches, records)
-        t_round2 = time.perf_counter() - t1
         t1 = time.perf_counter()
         parts = []
         for e in entries:
@@ -443,9 +462,38 @@ class RangeShardGroups:
         t2 = time.perf_counter()
         for e in entries:
             rs = self._range_shard_states[e.group_id]
-            rs.timings = {"rows_job_s": t1 - t0 - t_round2, "shards_job_s": t2 - t1,
-                          **({"second_round_job_s": t_round2} if rs.kind in SECOND_ROUND_CLASSES and rs.cuts else {})}
+            zoned = bool(rs.cuts)
+            rs.timings = {**({"edges_job_s": t0 - t_start} if rs.kind in HALO_CLASSES and zoned else {}),
+                          "rows_job_s": t_rows - t0,
+                          **({"second_round_job_s": t1 - t_rows} if rs.kind in SECOND_ROUND_CLASSES and zoned else {}),
+                          "shards_job_s": t2 - t1}
         return df, failed
+
+    def _range_zone_edges(self, entries: list, group_batches: dict) -> dict:
+        """Before the zones run: each zone of a top-k group in X zones (``range_zones.HALO_CLASSES``) with a batch
+        writes its edge objects of depth kmax + B into the group's publish folder, one job for every group
+        (``topk/zones.py``: what the other zones' halos are folded from).  ``{zone replica id: error}`` of every
+        zone of a group one of whose zones failed."""
+        zones, depths, folders = [], {}, {}
+        for e in entries:
+            rs = self._range_shard_states[e.group_id]
+            batch = group_batches[e.group_id]
+            if rs.kind in HALO_CLASSES and rs.cuts and batch.num_rows:
+                zones += rs.zones
+                depths[e.group_id], folders[e.group_id] = halo_depth(rs.ks, batch.num_rows), rs.folder
+                os.makedirs(rs.folder, exist_ok=True)
+        if not zones:
+            return {}
+        written = spark_range_shards.write_zone_edges(self.spark, zones, depths, folders,
+                                                      keepalive.slots_of(self.spark) or 1)
+        errors = {}
+        for e in entries:
+            rs = self._range_shard_states[e.group_id]
+            error = next((f"{r.replica_id}: {written[r.replica_id][0]}" for r in rs.zones
+                          if written.get(r.replica_id, (None, 0))[0] is not None), None)
+            if error is not None:
+                errors.update({r.replica_id: f"edge objects: {error}" for r in rs.zones})
+        return errors
 
     def _range_zones_second_round(self, entries: list, group_batches: dict, records: dict) -> None:
         """Round 2 of the groups whose zones' messages have open ends (``range_zones.SECOND_ROUND_CLASSES``: a

@@ -85,6 +85,9 @@ def _row_partition_body(folders: dict, mode: str = "reformulated"):
         try:
             keep_one_per_group(replica)   # one row partition per group in a worker: an executor holds its share
             group = materialize(replica)
+            prepare = getattr(group, "prepare", None)   # a top-k zone's halos, from the edges written before
+            if prepare is not None:
+                prepare(folders[replica.replica_id])
             messages = group.apply(table, mode)   # 000 §4: the messages, whatever the subscriptions
             write_table(_message_file(folders[replica.replica_id], replica), messages)
             remember(replica, replica.log_length + 1, group)   # the driver logs the batch when the publish commits

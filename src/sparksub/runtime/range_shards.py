@@ -55,7 +55,7 @@ from sparksub.runtime.replicas import (
 )
 
 __all__ = ["ShardPart", "messages_frame", "messages_in", "output_frame", "publish_folder", "remote_zones", "run_rows",
-           "run_second_round", "seed_shards", "seed_stream_shards", "seeded_base"]
+           "run_second_round", "seed_shards", "seed_stream_shards", "seeded_base", "write_zone_edges"]
 
 ShardPart = join_shards.ShardPart
 messages_in = join_shards.messages_in
@@ -102,6 +102,39 @@ def run_second_round(spark, replicas: dict, folders: dict, slots: int = 1) -> di
                              "range_distinct_zones_second_round", slots)
     try:
         return {r["replica"]: r["error"] for r in df.collect()}
+    finally:
+        remove_folder(board)
+
+
+_EDGES_SCHEMA = pa.schema([("replica", pa.string()), ("error", pa.string()), ("objects", pa.int64())])
+
+
+def _edges_body(depths: dict, folders: dict):
+    def body(replica: Replica, _trigger: pa.Table):
+        try:
+            keep_one_per_group(replica)   # one zone per group in a worker, as the zones' own job keeps
+            zone = materialize(replica)
+            remember(replica, replica.log_length, zone)   # a read: the zones' job runs it next, here if it can
+            group = replica.replica_id.rpartition("#")[0]
+            row = {"replica": [replica.replica_id], "error": [None],
+                   "objects": [zone.write_edges(folders[group], depths[group])]}
+        except Exception as err:  # noqa: BLE001 - reported to the driver: the publish fails
+            row = {"replica": [replica.replica_id], "error": [f"{type(err).__name__}: {err}"], "objects": [0]}
+        yield pa.RecordBatch.from_pydict(row, schema=_EDGES_SCHEMA)
+    return body
+
+
+def write_zone_edges(spark, zones: list, depths: dict, folders: dict, slots: int = 1) -> dict:
+    """Before a publish's zones run: every top-k zone (``zones``: their replicas, of any groups) writes its edge
+    objects of depth ``depths[group]`` into its group's publish folder ``folders[group]``, one job, a task per zone
+    where it is cached (``topk/zones.py``; the zones' job then folds each zone's halos from them,
+    ``TopkRowsZone.prepare``): ``{replica id: (error or None, objects written)}``."""
+    by_id = {r.replica_id: r for r in zones}
+    trigger = {rid: pa.table({"seq": pa.array([0], pa.int64())}) for rid in by_id}
+    df, board = placed_frame(spark, by_id, trigger, _edges_body(depths, folders), "replica string, error string, "
+                             "objects bigint", "range_topk_zone_edges", slots)
+    try:
+        return {r["replica"]: (r["error"], r["objects"]) for r in df.collect()}
     finally:
         remove_folder(board)
 

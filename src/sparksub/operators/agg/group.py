@@ -71,9 +71,10 @@ class AggGroup(RangeClassGroup):
         return self.func
 
     @staticmethod
-    def merge_seeds(parts) -> tuple:
+    def merge_seeds(parts, option=None, k=None) -> tuple:
         """The exact states of ranges over rows split into X zones (``shared/range_zones.py``): each zone's
-        ``shard_seed`` added up -- counts and exact scaled sums are additive over disjoint sets of rows (000 §4).
+        ``shard_seed`` added up -- counts and exact scaled sums are additive over disjoint sets of rows (000 §4);
+        ``option`` and ``k`` unused (the signature top-k's needs).
 
         >>> AggGroup.merge_seeds([(np.array([1, 0]), np.array([3, 0], dtype=object)),
         ...                       (np.array([2, 1]), np.array([4, 5], dtype=object))])

@@ -59,9 +59,9 @@ class DistinctGroup(RangeClassGroup):
                   "closed in a second round by the zones beyond it, each answering as of the message's seq (000 §4)")
 
     @staticmethod
-    def merge_seeds(parts) -> list:
+    def merge_seeds(parts, option=None, k=None) -> list:
         """The values of ranges over rows split into X zones (``distinct/zones.py``: a zone's ``shard_seed`` is
-        its set per range): their union per range."""
+        its set per range): their union per range (``option``, ``k``: unused, the signature top-k's needs)."""
         return [set().union(*sets) for sets in zip(*parts)]
 
     @staticmethod

@@ -42,6 +42,7 @@ from sparksub.operators.shared.range_classes import RangeClassSnapshot, batch_co
 from sparksub.operators.shared.schemas import DELETE, UPSERT  # noqa: F401 - UPSERT: the doctest
 
 __all__ = [
+    "HALO_CLASSES",
     "PART_COLUMN",
     "SECOND_ROUND_CLASSES",
     "ZONED_ROWS_CLASSES",
@@ -56,10 +57,13 @@ __all__ = [
 ]
 
 #: the classes whose rows split into X zones (module docstring): RANGE_AGG with no second round, RANGE_DISTINCT
-#: with one (``distinct/zones.py``: ``SECOND_ROUND_CLASSES``)
-ZONED_ROWS_CLASSES = ("RANGE_AGG", "RANGE_DISTINCT")
+#: with one (``distinct/zones.py``: ``SECOND_ROUND_CLASSES``), RANGE_TOPK with a halo of its neighbours per zone
+#: (``topk/zones.py``: ``HALO_CLASSES``)
+ZONED_ROWS_CLASSES = ("RANGE_AGG", "RANGE_DISTINCT", "RANGE_TOPK")
 #: the zoned classes whose messages' open ends a second job over the zones closes (``distinct/zones.py``)
 SECOND_ROUND_CLASSES = ("RANGE_DISTINCT",)
+#: the zoned classes whose zones read their neighbours' edge objects, written by a job before theirs
+HALO_CLASSES = ("RANGE_TOPK",)
 #: a zone's messages carry their part of the update until they are merged (:func:`merge_zone_messages`)
 PART_COLUMN = "_part"
 
@@ -237,7 +241,7 @@ class ZonedRows:
         return self.option
 
     def shard_seed(self, x1, x2, k):
-        return self.group_class.merge_seeds(self.partials(x1, x2, k))
+        return self.group_class.merge_seeds(self.partials(x1, x2, k), self.option, k)
 
     def result_of(self, x1: float, x2: float, k: int = 1):
         seed = self.shard_seed(np.array([x1], np.float64), np.array([x2], np.float64), np.array([k], np.int64))

@@ -41,6 +41,9 @@ from a cut are those among the best d of the objects between them and the cut).
 """
 from __future__ import annotations
 
+import glob
+import os
+import pickle
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -49,7 +52,9 @@ import pyarrow as pa
 from sortedcontainers import SortedList
 
 from sparksub.operators.shared.range_classes import RangeClassSnapshot
+from sparksub.operators.shared.range_shards import PER_UPDATE_VARIANT
 from sparksub.operators.shared.range_zones import PART_COLUMN, RowsZone, zone_batch
+from sparksub.operators.shared.variants import variant_of
 from sparksub.operators.topk.core import Step, TopkCore
 from sparksub.operators.topk.group import TopkGroup
 
@@ -164,6 +169,7 @@ class TopkRowsZone(RowsZone):
         group.load(rows.keys, rows.xs, rows.ys)     # (as ``RangeClassSnapshot.build``)
         super().__init__(group, zone, cuts)
         group.core = ZoneTopkCore.of(group.core, self.lo, self.hi)
+        self._halos: tuple | None = None
 
     @property
     def ks(self) -> list[int]:
@@ -173,20 +179,50 @@ class TopkRowsZone(RowsZone):
         """(west-edge objects, east-edge objects) of depth < ``depth`` (:func:`edge_objects`)."""
         return edge_objects(self.group.core, self.lo, self.hi, depth)
 
-    def apply(self, batch, mode: str = "reformulated", halo_west: Sequence[Item] = (),
-              halo_east: Sequence[Item] = ()) -> pa.Table:
+    def write_edges(self, folder: str, depth: int) -> int:
+        """Write :meth:`edges` to the publish's ``folder`` (``e-r<zone>.pickle``) for the other zones' halos; the
+        objects written."""
+        west, east = self.edges(depth)
+        with open(os.path.join(folder, f"e-r{self.zone}.pickle"), "wb") as f:
+            pickle.dump((depth, west, east), f, protocol=pickle.HIGHEST_PROTOCOL)
+        return len(west) + len(east)
+
+    def prepare(self, folder: str) -> None:
+        """Before the publish's batch: the halos folded from the other zones' edge files in ``folder``
+        (:meth:`write_edges`; none there: no halo, as for a group of one zone)."""
+        edges = {}
+        for path in glob.glob(os.path.join(folder, "e-r*.pickle")):
+            with open(path, "rb") as f:
+                edges[int(os.path.basename(path)[3:-7])] = pickle.load(f)
+        if not edges:
+            self._halos = None
+            return
+        depth = edges[self.zone][0]
+        n = len(self.cuts) + 1
+        self._halos = (halo([edges[j][2] for j in range(self.zone)], "west", depth),
+                       halo([edges[j][1] for j in range(n - 1, self.zone, -1)], "east", depth))
+
+    def apply(self, batch, mode: str = "reformulated", halo_west: Sequence[Item] | None = None,
+              halo_east: Sequence[Item] | None = None) -> pa.Table:
         """Paint the group's whole ``batch`` (reformulated, per update) with the halos of depth
-        ``halo_depth(ks, batch rows)``, the messages of the steps at an X the zone owns tagged with their half
-        (``PART_COLUMN``); ``mode='none'``: apply the zone's part alone, no message (a log replay)."""
+        ``halo_depth(ks, batch rows)`` -- given, or those :meth:`prepare` folded --, the messages of the steps at an
+        X the zone owns tagged with their half (``PART_COLUMN``); ``mode='none'``: apply the zone's part alone, no
+        message (a log replay)."""
         if not isinstance(batch, pa.Table):   # a log entry of another kind (``PaintedKs``)
             return self.group.apply(batch, mode)
         if mode == "none":
             part, _ = zone_batch(batch, self.lo, self.hi, self.group.core.__contains__)
             return self.group.apply(part, "none")
+        if variant_of(mode, "topk") not in (None, PER_UPDATE_VARIANT):
+            raise ValueError(f"a top-k zone paints per update ({PER_UPDATE_VARIANT}), not {variant_of(mode, 'topk')}: "
+                             f"a batch-wide variant's messages are no union of the zones' (002 §IV-A)")
+        if halo_west is None and halo_east is None:
+            halo_west, halo_east = self._halos or ((), ())
+            self._halos = None
         core = self.group.core
         self.group.deletion_halves = set()
-        core.load_halo(halo_west)
-        core.load_halo(halo_east)
+        core.load_halo(halo_west or ())
+        core.load_halo(halo_east or ())
         try:
             out = self.group.apply(batch, mode)
         finally:
