@@ -41,8 +41,8 @@ each end at the nearest answer (the greatest on the left, the least on the right
 the whole group's messages, row for row (``tests/operators/test_distinct_zones.py``).
 
 The as-of query is general: :meth:`ValueSteps.walk` yields a zone's X of a value outward from an edge as of any
-version.  A top-k painting across a cut (the k-th better neighbour, 002 §III) would read the same undone steps
-over the zone's X-ordered index of all tuples instead of one value's X list, walking until the k-th better.
+version.  Top-k's zones (``topk/zones.py``) read across a cut the other way round: a halo taken before the batch,
+deep enough for any step of it, since a painting's walk and sweep would ask one question per step crossing a cut.
 """
 from __future__ import annotations
 
