@@ -15,11 +15,13 @@ import pyarrow.compute as pc
 from sparksub.errors import (InvalidArgument,
                              SparksubError)
 from sparksub.jvm.bridge import subscription_group
-from sparksub.control.range_shards import range_shard_count
+from sparksub.control.range_shards import range_shard_count, range_zone_count
 from sparksub.operators.box.stream_shards import changed_shards, stream_shard_bases
 from sparksub.operators.shared.families import key_type as family_key_type
 from sparksub.operators.shared.range_shard_stream import members_after
 from sparksub.operators.shared.range_shards import RANGE_SHARD_CLASSES, rows_extra
+from sparksub.operators.shared.range_zone_stream import ZONED_STREAM_CLASSES, StreamZone, zone_keys
+from sparksub.operators.shared.range_zones import zone_cuts
 from sparksub.operators.contract import ONE, ROW_PARTITIONS, SUBSCRIPTION_SHARDS
 from sparksub.operators.range_min.subscription_shards import shard_bases, shard_bases_at, shard_digest
 from sparksub.operators.shared.schemas import (DELETE, mode_schema, publish_schema,
@@ -101,7 +103,9 @@ class Streaming:
         partition holds the rows and no subscription and emits their messages (S-CN's; top-k, DISTINCT and
         aggregates: per update, as publish's sharded groups), and one task per subscription shard (x1 shards;
         top-k, DISTINCT, aggregates: by a hash of the id, each shard's results kept in the stream's directory)
-        matches them, in the same streaming query (``runtime/stream.py``); the output is the same, row for row.  A
+        matches them, in the same streaming query (``runtime/stream.py``); the output is the same, row for row.  Such
+        a RANGE_AGG group over ``Engine.range_zones`` rows or more (publish's rule, fixed here) keeps its rows in X
+        zones, a state partition each, whose messages the shards merge (``operators/shared/range_zone_stream.py``).  A
         BOX_MIN / BOX_MAX / BOX_TOPK group past the same setting (either mode) runs as one state partition per
         subscription shard, each every row and the subscriptions whose id hashes to it, as publish's box shards.
 
@@ -192,9 +196,15 @@ class Streaming:
                         specs[e.group_id], staged[e.group_id], live.range_shards[e.group_id] = \
                             self._range_stream_stages(state, e, shards, where, n)
                         continue
-                    if shards:   # top-k, DISTINCT, aggregates: their shards by a hash of the id
-                        specs[e.group_id], staged[e.group_id], live.range_class_shards[e.group_id] = \
-                            self._range_class_stream_stages(state, e, shards, where, n)
+                    if shards:   # top-k, DISTINCT, aggregates: their shards by a hash of the id (aggregates' rows
+                        #          past Engine.range_zones in X zones, a state partition each)
+                        partitions = int(self.spark.conf.get("spark.sql.shuffle.partitions"))
+                        part, staged[e.group_id], live.range_class_shards[e.group_id] = \
+                            self._range_class_stream_stages(state, e, shards, where, n, partitions)
+                        zones = part[5] if len(part) > 5 else {}
+                        specs.update({key: (*part[:5], zone) for key, zone in zones.items()} or {e.group_id: part})
+                        if zones:
+                            spark_stream._STATS[stream_id].add({"zones": len(zones)})
                         continue
                     boxes = self._box_shard_count(e)
                     if boxes:   # a large box group: a state partition per subscription shard, every row in each
@@ -259,14 +269,19 @@ class Streaming:
         x, y, y_is_text, x2 = entry.family.stream_columns(entry.physical, state.definition)
         return (x, y, base, y_is_text, x2), (record.cuts, stored), record
 
-    def _range_class_stream_stages(self, state: TableState, entry, shards: int, where, n: int) -> tuple:
+    def _range_class_stream_stages(self, state: TableState, entry, shards: int, where, n: int,
+                                   partitions: int = 0) -> tuple:
         """A RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG group the stream runs in two stages (``runtime/stream.py``, "a
         large top-k, DISTINCT or aggregate group in two stages"): ``(its run_stream entry, (None, its shards' stored
-        bases, the k values stage 1 paints for), its stream_control.RangeClassShards)``.  Stage 1's base holds the
-        table's rows and no subscription (``rows_extra``: top-k paints per update, Paint-Dense, 002 §III-A); the
-        subscriptions go to shards by a CRC32 of their id, as publish's (``shared/range_shards.py``), each base its
-        subscriptions with their results as of now, seeded in a Spark task from the rows' base, as publish's shards
-        are seeded where the rows are (``runtime/range_shards.seed_stream_shards``)."""
+        bases, the k values stage 1 paints for), its stream_control.RangeClassShards)``.  A RANGE_AGG group over
+        ``Engine.range_zones`` rows or more (``range_zone_count``, as publish's) keeps stage 1's rows in X zones (its
+        entry's sixth element ``{zone key: StreamZone}``): one key per zone (``range_zone_stream.zone_keys``, each in
+        a state partition of its own among the stream's ``partitions`` where it can), at equal-count cuts of the
+        table's X now, its shards seeded from the zones' partial states (``stream.seed_zoned_stream_shards``).  Stage
+        1's base holds the table's rows and no subscription (``rows_extra``: top-k paints per update, Paint-Dense,
+        002 §III-A); the subscriptions go to shards by a CRC32 of their id, as publish's (``shared/range_shards.py``),
+        each base its subscriptions with their results as of now, seeded in a Spark task from the rows' base, as
+        publish's shards are seeded where the rows are (``runtime/range_shards.seed_stream_shards``)."""
         family = entry.family
         snap = self._snapshot(state, entry)
         ks = sorted(set(np.asarray(snap.sub_k).tolist())) if entry.physical.klass == "RANGE_TOPK" else []
@@ -277,13 +292,33 @@ class Streaming:
         base = spark_replicas.write_value(f"{where}/range-{n}.pickle", rows_only)
         ids, x1, x2, k = snap.sub_ids, snap.sub_x1, snap.sub_x2, snap.sub_k
         key_type = family_key_type(state.definition)
+        zones = self._stream_zones(entry, snap.xs, type(snap).group_class, partitions)
         del snap, rows_only
-        stored = spark_range_shards.seed_stream_shards(self.spark, base, entry.group_id, key_type, ids, x1, x2, k,
-                                                       [f"{where}/range-{n}-q{j}.pickle" for j in range(shards)])
+        paths = [f"{where}/range-{n}-q{j}.pickle" for j in range(shards)]
+        if zones:
+            stored = spark_stream.seed_zoned_stream_shards(self.spark, base, list(zones.values()), entry.group_id,
+                                                           key_type, ids, x1, x2, k, paths)
+        else:
+            stored = spark_range_shards.seed_stream_shards(self.spark, base, entry.group_id, key_type, ids, x1, x2,
+                                                           k, paths)
         _, record = members_after(None, ids, x1, x2, k, 0, shards)
         x, y, y_is_text, x2_column = family.stream_columns(entry.physical, state.definition)
-        return ((x, y, base, y_is_text, x2_column), (None, stored, ks),
-                stream_control.RangeClassShards(shards, record))
+        part = (x, y, base, y_is_text, x2_column, zones) if zones else (x, y, base, y_is_text, x2_column)
+        return part, (None, stored, ks), stream_control.RangeClassShards(shards, record)
+
+    def _stream_zones(self, entry, xs, group_class: type, partitions: int) -> dict:
+        """``{state partition key: StreamZone}`` of a two-stage group's X zones in a stream (``Engine.range_zones``
+        over the table's rows now, as publish's ``range_zone_count``; a RANGE_AGG group only: ``ZONED_STREAM_CLASSES``),
+        cut at equal-count points of ``xs`` (fewer zones when values repeat; ``group_class`` merges their partial
+        states); {} for one."""
+        if entry.physical.klass not in ZONED_STREAM_CLASSES:
+            return {}
+        wanted = range_zone_count(getattr(self, "range_zones", None), len(xs), self._parallelism())
+        cuts = zone_cuts(xs, wanted) if wanted else ()
+        if not cuts:
+            return {}
+        keys = zone_keys(entry.group_id, len(cuts) + 1, partitions)
+        return {key: StreamZone(entry.group_id, i, len(cuts) + 1, cuts, group_class) for i, key in enumerate(keys)}
 
     def _box_stream_shards(self, state: TableState, entry, shards: int, where, n: int, live, partitions: int) -> dict:
         """A BOX_MIN / BOX_MAX / BOX_TOPK group the stream runs in ``shards`` subscription shards

@@ -118,6 +118,27 @@ stateful output has no binary column) and sends it a row (``op`` :data:`SHARD_CH
 shard drops what the set no longer holds and adds the seeded, before the messages.  A top-k stage 1 paints for the k
 values of the change's subscriptions too.
 
+**A two-stage RANGE_AGG group's rows in X zones** (issue 16 item 4; ``Engine.range_zones``, publish's setting and rule
+-- ``control/range_shards.range_zone_count`` over the table's rows -- fixed when the stream starts; the pure parts in
+``operators/shared/range_zone_stream.py``).  Stage 1 is then Z keys of the stateful operator, ``<group>#r<i>`` (salted
+as the box shards' keys, ``~<salt>``, until no two share a state partition), each an X zone at equal-count cut points
+of the table's X at the start (``range_zones.zone_cuts``): its state store holds **every row** (the router copies each
+row to every zone's key, as to a box shard's; a delete's key check is then the table's in every zone, and the
+stream's first key alone emits a rejection), its index (``range_zones.RowsZone``, :func:`_built`) only the rows it
+owns, ``cuts[i-1] <= x < cuts[i]``.  Each zone takes its part of the micro-batch itself (``zone_batch``: an upsert at
+an X it owns, a delete / NULL / move-out of a key it holds as a delete) and emits the aggregate messages at the X it
+owns -- ``<X, D_COUNT, D_SUM>`` reads that X's tuples alone (000 §4), so no second round; an X-move across a cut is the
+old zone's delete and the new zone's insert -- tagged with its zone and half (:data:`ZONE_MESSAGE_FIELDS`).  A stage-2
+shard gets every zone's messages and merges them (``range_zone_stream.merged_messages``: by seq, a move's delete half
+first, zone order, ``msg_no`` anew) before delivering and logging them: the whole group's messages, row for row.  A
+subscription change: each zone seeds the added from its own rows and writes each shard its ``ShardChange``
+(``range_class_shards/<group>/<shard>/zone-<i>/change-<micro-batch>``), the shard adds the zones' partial states up
+(``merged_change``: ``AggGroup.merge_seeds``) -- the driver holds no row and no result.  At the start one Spark task
+seeds the shards from the zones' rows, one zone's core at a time (:func:`seed_zoned_stream_shards`).  ``stream_stats``:
+``zones`` (the zone partitions the stream started with), ``zone_batches``, ``zone_builds``.  A reformulated stream
+keeps the group whole (its output is the messages: zoned, they would need a merge task per group after an exchange,
+a second stage that stream does not have).
+
 **A large BOX_MIN / BOX_MAX / BOX_TOPK group in subscription shards** (issue 16 item 4; the same setting, decided
 when the stream starts, in either mode; the pure parts in ``operators/box/stream_shards.py``).  Publish's box shards
 (``operators/box/shards.py``) as state partitions: the group is Q keys of the stateful operator, ``<group>#b<j>``
@@ -180,6 +201,15 @@ from sparksub.operators.shared.range_shard_stream import (
     shard_changes,
     shard_of_base,
 )
+from sparksub.operators.shared.range_zone_stream import (
+    PART_MESSAGE_COLUMN,
+    ZONE_COLUMN,
+    StreamZone,
+    merged_change,
+    merged_messages,
+    zoned_shard_bases,
+)
+from sparksub.operators.shared.range_zones import PART_COLUMN, RowsZone, RowsZoneSnapshot, zone_rows
 from sparksub.operators.shared.schemas import (
     DELETE,
     RANGE_MESSAGE_SCHEMA,
@@ -189,7 +219,7 @@ from sparksub.operators.shared.schemas import (
     with_reason,
 )
 from sparksub.runtime import shard_stage, stateful, stream_control
-from sparksub.runtime.replicas import CounterFile
+from sparksub.runtime.replicas import CounterFile, StoredValue, write_value
 from sparksub.runtime.stateful import StreamLogic, note_subscriptions
 
 __all__ = ["run_stream", "stream_stats", "output_schema", "checked_updates", "valid_updates", "rejected_updates",
@@ -198,7 +228,7 @@ __all__ = ["run_stream", "stream_stats", "output_schema", "checked_updates", "va
 REJECTED = row_validation.REJECTED
 STAT_NAMES = ("micro_batches", "seeded", "cache_hits", "caught_up", "rebuilt", "updates", "rejected",
               "notifications", "subscription_changes", "groups_added", "shard_builds", "shard_cache_hits",
-              "shard_caught_up", "shard_compactions")
+              "shard_caught_up", "shard_compactions", "zones", "zone_builds", "zone_batches")
 #: Micro-batches of valid rows kept in the state (a ring of ListStates), to bring a stale cached index
 #: up to date instead of rebuilding it: Spark hands a group's task to any idle Python worker.
 LOG_SLOTS = 4
@@ -235,6 +265,9 @@ _RECTANGLE = ("new_value", "inner_l", "inner_r", "outer_l", "outer_r")
 CLASS_MESSAGE_FIELDS = (pa.field("m_k", pa.int64()), pa.field("m_item_text", pa.string()),
                         pa.field("m_item_key", pa.string()), pa.field("m_item_x", pa.float64()),
                         pa.field("m_d_count", pa.int64()), pa.field("m_shard", pa.int32()))
+#: Stage 1's columns beyond those, for a two-stage RANGE_AGG group with its rows in X zones: a message's zone and its
+#: half of the update (0: an X-move's delete half; ``range_zones.RowsZone``), which stage 2 merges by
+ZONE_MESSAGE_FIELDS = (pa.field(ZONE_COLUMN, pa.int32()), pa.field(PART_MESSAGE_COLUMN, pa.int8()))
 #: a range-class message's columns, ``m_``-prefixed between the stages (all but group_id, seq and op)
 _CLASS_MESSAGE = tuple(f.name for f in RANGE_MESSAGE_SCHEMA if f.name not in ("group_id", "seq", "op"))
 #: stage 1's row that tells a shard its micro-batch applies a subscription change (``op``)
@@ -309,6 +342,9 @@ class GroupSpec:
     # subscription shard j of a BOX_MIN / BOX_MAX / BOX_TOPK group (its key ``<group>#b<j>``: every row of the table,
     # the subscriptions whose id hashes to j, ``operators/box/stream_shards.py``); None: not a box shard
     box_shard: int | None = None
+    # an X zone of a two-stage RANGE_AGG group (its key ``<group>#r<i>``: every row of the table in its state store,
+    # the zone's rows in its index; ``operators/shared/range_zone_stream.py``); None: not a zone
+    zone: StreamZone | None = None
 
     def snapshot(self):
         return _loaded(self.base.get())
@@ -316,6 +352,11 @@ class GroupSpec:
     def staged(self, mode: str) -> bool:
         """Whether the group runs in two stages in a stream of ``mode`` (stage 1 here: its rows, no subscription)."""
         return self.shards is not None and mode == "unicast"
+
+    @property
+    def logical_id(self) -> str:
+        """The group this partition is of: its own id, or a zone's group's (its notifications and changes')."""
+        return self.zone.group_id if self.zone is not None else self.group_id
 
 
 def _loaded(value):
@@ -343,6 +384,16 @@ class StreamSpec:
         """A group the stream started with, or one added since (``stream_control``)."""
         got = self.groups.get(gid)
         return got if got is not None else self.control.new_group(gid)
+
+    def staged_groups(self) -> dict:
+        """group id -> GroupSpec of the groups run in two stages, a zoned group once (its first zone's spec: the
+        zones share the shards)."""
+        out: dict = {}
+        for key in sorted(self.groups):
+            g = self.groups[key]
+            if g.staged(self.mode):
+                out.setdefault(g.logical_id, g)
+        return dict(sorted(out.items()))
 
     def hosted(self, plan: dict | None) -> dict:
         """group id -> GroupSpec of every group a micro-batch with ``plan`` (``StreamControl.plan``) routes to."""
@@ -673,7 +724,9 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
     the stored ``RangeShardBase`` of each shard, the k values stage 1 paints for) of the top-k / DISTINCT / aggregate
     ones (their ``base`` without subscriptions; a ``unicast`` stream: :func:`range_shard_stage`).  A box group in
     subscription shards is one ``groups`` entry per shard, keyed ``<group>#b<j>`` (``box.stream_shards.shard_key``),
-    its base the shard's (every row, its subscriptions) and a sixth element, ``j``."""
+    its base the shard's (every row, its subscriptions) and a sixth element, ``j``; a two-stage RANGE_AGG group with
+    its rows in X zones is one entry per zone, keyed ``<group>#r<i>`` (``range_zone_stream.zone_keys``), its base the
+    table's rows and a sixth element, its ``StreamZone`` (its ``shards`` entry under the group's id)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
@@ -682,9 +735,8 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
         stream_id = new_stream_id()
     shards = shards or {}
     spec = StreamSpec(engine_uid, stream_id, table_def.name, u.key_type, mode, output_schema(schema),
-                      {gid: GroupSpec(gid, x, y, base, text, x2, **_staged_fields(shards.get(gid)),
-                                      box_shard=box[0] if box else None)
-                       for gid, (x, y, base, text, x2, *box) in groups.items()},
+                      {gid: GroupSpec(gid, x, y, base, text, x2, **_part_fields(gid, part, shards))
+                       for gid, (x, y, base, text, x2, *part) in groups.items()},
                       min(groups), u.seq_given, _STATS.get(stream_id), control, table_def.key)
     first = stage_one_spec(spec)
     staged = first is not spec
@@ -702,6 +754,15 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
 
 
 # ---- a large RANGE_MIN / RANGE_MAX group in two stages (unicast; issue 16 item 4) -----------------------------
+def _part_fields(gid: str, part: list, shards: dict) -> dict:
+    """A GroupSpec's fields from ``run_stream``'s entry beyond the first five: a box shard's number, or a zone's
+    ``StreamZone`` (its two-stage fields are its group's)."""
+    zone = part[0] if part and isinstance(part[0], StreamZone) else None
+    if zone is not None:
+        return {**_staged_fields(shards.get(zone.group_id)), "zone": zone}
+    return {**_staged_fields(shards.get(gid)), "box_shard": part[0] if part else None}
+
+
 def _staged_fields(shards: tuple | None) -> dict:
     """A GroupSpec's two-stage fields from ``run_stream``'s ``shards`` entry: ``(x1 cuts, stored ShardBases)`` for
     RANGE_MIN / RANGE_MAX, ``(None, stored RangeShardBases, painted k values)`` for top-k, DISTINCT, aggregates."""
@@ -721,7 +782,8 @@ def stage_one_spec(spec: StreamSpec) -> StreamSpec:
     if not staged:
         return spec
     more = CLASS_MESSAGE_FIELDS if any(g.hashed for g in staged) else ()
-    return dataclasses.replace(spec, schema=pa.schema([*spec.schema, *MESSAGE_FIELDS, *more]))
+    zones = ZONE_MESSAGE_FIELDS if any(g.zone is not None for g in staged) else ()
+    return dataclasses.replace(spec, schema=pa.schema([*spec.schema, *MESSAGE_FIELDS, *more, *zones]))
 
 
 def range_shard_stage(stage1, spec: StreamSpec, schema: pa.Schema, name: str):
@@ -732,18 +794,23 @@ def range_shard_stage(stage1, spec: StreamSpec, schema: pa.Schema, name: str):
     shard of the group, its change rows each to its own shard (:func:`_class_shard_rows`); every other row (another
     group's notification, a rejected row) passes through a shard's task, spread over them.  The result in
     ``schema``, the stream's."""
-    slots = [(gid, j) for gid in sorted(spec.groups) if spec.groups[gid].staged(spec.mode)
-             for j in range(len(spec.groups[gid].shards))]
+    slots = shard_slots(spec)
     return shard_stage.shard_stage(stage1, spec.schema, len(slots), _range_targets(spec, slots),
                                    _range_match(spec, slots, schema), schema, name)
+
+
+def shard_slots(spec: StreamSpec) -> list:
+    """Stage 2's slots: ``(group id, shard)`` of every shard of every group in two stages (a zoned group's once)."""
+    return [(gid, j) for gid, g in spec.staged_groups().items() for j in range(len(g.shards))]
 
 
 def _range_targets(spec: StreamSpec, slots: list):
     first = {}
     for i, (gid, _) in enumerate(slots):
         first.setdefault(gid, i)
-    hashed = {gid for gid in first if spec.groups[gid].hashed}
-    cuts = {gid: np.asarray(spec.groups[gid].cuts, dtype=np.float64) for gid in first if gid not in hashed}
+    staged = spec.staged_groups()
+    hashed = {gid for gid in first if staged[gid].hashed}
+    cuts = {gid: np.asarray(staged[gid].cuts, dtype=np.float64) for gid in first if gid not in hashed}
 
     def targets(rb):
         """A message to the shards it can match in (000 §2.3.2: a message's rectangle meets few x1 intervals when
@@ -762,7 +829,7 @@ def _range_targets(spec: StreamSpec, slots: list):
                 if signals.num_rows:
                     yield signals, at + signals.column("m_shard").to_numpy().astype(np.int64)
                 rows = rows.filter(pc.invert(change))
-                for j in range(len(spec.groups[gid].shards)):
+                for j in range(len(staged[gid].shards)):
                     yield rows, at + j
                 continue
             lo, hi = visited_shards(cuts[gid], pa.table({"outer_l": rows.column("m_outer_l"),
@@ -773,6 +840,8 @@ def _range_targets(spec: StreamSpec, slots: list):
 
 
 def _range_match(spec: StreamSpec, slots: list, schema: pa.Schema):
+    staged = spec.staged_groups()
+
     def match(i: int, part: pa.Table):
         """A shard's messages of one micro-batch -> its subscriptions' unicast rows, the other rows as they are."""
         message = pc.is_valid(part.column("m_msg_no"))
@@ -783,7 +852,7 @@ def _range_match(spec: StreamSpec, slots: list, schema: pa.Schema):
         if not mine.num_rows:
             return
         gid, j = slots[i]
-        if spec.groups[gid].hashed:
+        if staged[gid].hashed:
             rows = _class_shard_rows(spec, gid, j, mine)
             if spec.stats is not None:
                 spec.stats.add({"notifications": rows.num_rows})
@@ -811,10 +880,20 @@ def _class_shard_rows(spec: StreamSpec, gid: str, j: int, mine: pa.Table) -> pa.
     if batch is None:
         raise RuntimeError("a two-stage range group's shard runs in a streaming task only")
     shard, base_at, logged = _class_shard(spec, gid, j, batch)
-    change = spec.control.shard_change(gid, j, batch) if pc.any(pc.is_valid(mine.column("m_shard"))).as_py() else None
+    zone = spec.staged_groups()[gid].zone
+    signalled = pc.any(pc.is_valid(mine.column("m_shard"))).as_py()
+    if not signalled:
+        change = None
+    elif zone is None:
+        change = spec.control.shard_change(gid, j, batch)
+    else:   # each zone's change, its partial seeds, added up: the whole group's stage 1 would have sent this
+        change = merged_change([spec.control.shard_change(gid, j, batch, zone=i) for i in range(zone.n_zones)],
+                               zone.group_class.merge_seeds)
     if change is not None:
         shard.change(change)
     mine = mine.filter(pc.is_null(mine.column("m_shard")))
+    if zone is not None:   # the zones' messages as the whole group emits them (range_zones.merge_zone_messages)
+        mine = merged_messages(mine, mine.column_names)
     messages = pa.table({"group_id": mine.column("group_id"), "seq": mine.column("seq"), "op": mine.column("op"),
                          **{c: mine.column(f"m_{c}") for c in _CLASS_MESSAGE}}).cast(RANGE_MESSAGE_SCHEMA)
     rows = shard.unicast(messages) if messages.num_rows else UNICAST_ITEMS_SCHEMA.empty_table()
@@ -845,7 +924,7 @@ def _class_shard(spec: StreamSpec, gid: str, j: int, batch: int) -> tuple:
     else:
         stored = spec.control.shard_base(gid, j, batch)
         if stored is None:
-            at, base_at, shard = 0, 0, shard_of_base(_loaded(spec.groups[gid].shards[j].get()))
+            at, base_at, shard = 0, 0, shard_of_base(_loaded(spec.staged_groups()[gid].shards[j].get()))
         else:
             at = base_at = stored[0]
             shard = shard_of_base(stored[1])
@@ -856,6 +935,42 @@ def _class_shard(spec: StreamSpec, gid: str, j: int, batch: int) -> tuple:
     if spec.stats is not None:
         spec.stats.add({how: 1})
     return shard, base_at, logged
+
+
+def _zoned_seed_task(rows_base, zones: list, group_id: str, key_type, ids, x1, x2, k, paths: list):
+    def range_zone_stream_shard_seeds(batches):
+        for _ in batches:   # one empty input row: the task's trigger
+            pass
+        try:
+            snap = _loaded(rows_base.get())
+
+            def zone_groups():   # one zone's core at a time (the task holds one zone's rows' index at most)
+                for zone in zones:
+                    keys, xs, ys = zone_rows(snap.keys, snap.xs, snap.ys, zone.cuts, zone.zone)
+                    yield dataclasses.replace(snap, keys=keys, xs=xs, ys=ys).build()
+            bases = zoned_shard_bases(zone_groups(), group_id, ids, x1, x2, k, len(paths), key_type, zones[0].cuts)
+            for j, path in enumerate(paths):
+                write_value(path, bases[j])
+            error = None
+        except Exception as err:  # noqa: BLE001 - raised on the driver, naming the group
+            error = f"{type(err).__name__}: {err}"
+        yield pa.RecordBatch.from_pydict({"error": pa.array([error], pa.string())})
+    return range_zone_stream_shard_seeds
+
+
+def seed_zoned_stream_shards(spark, rows_base, zones: list, group_id: str, key_type, ids, x1, x2, k,
+                             paths: list) -> list:
+    """A stream's subscription shards of a RANGE_AGG group whose rows it keeps in X ``zones`` (``StreamZone`` each),
+    at its start: one Spark task reads the rows' base, builds each zone's core in turn and adds the zones' exact
+    partial states of each shard's ranges up (``zoned_shard_bases``: ``AggGroup.merge_seeds``), writing shard j's
+    base to ``paths[j]`` -- the driver holds neither a core nor a result (as ``range_shards.seed_stream_shards``).
+    The bases, stored."""
+    task = _zoned_seed_task(rows_base, list(zones), group_id, key_type, ids, x1, x2, k, list(paths))
+    error = spark.range(0, 1, 1, 1).mapInArrow(task, "error string").collect()[0][0]
+    if error is not None:
+        raise RuntimeError(f"seeding the stream's subscription shards of group {group_id!r} from its X zones failed "
+                           f"in its Spark task: {error}")
+    return [StoredValue(path) for path in paths]
 
 
 def _range_shard(spec: StreamSpec, gid: str, j: int):
@@ -926,7 +1041,9 @@ def stream_stats(df_or_id) -> dict:
     group's notifications are counted by its shards), shard_caught_up / shard_compactions (a two-stage top-k,
     DISTINCT or aggregate shard brought up to date from its logs / given a new base, :func:`_class_shard`; a box
     group's shard partition counts its build, cache hit and catch-up as ``shard_builds`` / ``shard_cache_hits`` /
-    ``shard_caught_up`` too).  Read from the stream's counter files (``replicas.CounterFile``), which every task
+    ``shard_caught_up`` too), zones / zone_batches / zone_builds (a two-stage RANGE_AGG group's X zones: the zone
+    partitions the stream started with, the micro-batches they applied, a zone's index seeded or rebuilt).  Read from
+    the stream's counter files (``replicas.CounterFile``), which every task
     adds to."""
     sid = df_or_id if isinstance(df_or_id, str) else df_or_id.sparksub_stream_id
     counters = _STATS.get(sid)
@@ -1012,17 +1129,23 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
     stats[how] = 1
     if gspec.box_shard is not None:   # a box group's subscription shard: counted as the shards are too
         stats[_BOX_SHARD_HOW[how]] = 1
+    if gspec.zone is not None:   # an X zone of a two-stage aggregate group
+        stats["zone_batches"] = 1
+        stats["zone_builds"] = int(how in ("seeded", "rebuilt"))
     signals, applies = None, version
     if gspec.staged(spec.mode) and gspec.hashed:
         # a top-k / DISTINCT / aggregate group in two stages: its change goes to the shards, seeded from these rows
         # (its stage-1 index holds no subscription: cached as of version 0 whatever the shards apply)
-        applies = spec.control.version(gid, batch) if spec.control is not None else 0
+        applies = spec.control.version(gspec.logical_id, batch) if spec.control is not None else 0
         signals = _stage_one_change(spec, gid, gspec, group, _version_applied(state.subs, spec.stream_id), applies,
                                     batch)
     stats["subscription_changes"] = note_subscriptions(state.subs, spec.stream_id, applies)
 
     # a group added while the stream runs whose base already holds this micro-batch's rows: nothing to apply
-    done = _apply_frame(spec, gid, gspec, group, null_keys, pdf.iloc[:0] if skip else pdf, applied, spec.mode)
+    # (a zone's index holds its zone's rows; its state store every row: a key held elsewhere is asked there)
+    elsewhere = (lambda k: state.rows.containsKey((k,))) if gspec.zone is not None else None
+    done = _apply_frame(spec, gid, gspec, group, null_keys, pdf.iloc[:0] if skip else pdf, applied, spec.mode,
+                        elsewhere)
     if signals is not None:
         done.notes = signals if done.notes is None else pa.concat_tables([signals, done.notes],
                                                                          promote_options="default")
@@ -1045,9 +1168,10 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
 
 
 def _apply_frame(spec: StreamSpec, gid: str, gspec: GroupSpec, group, null_keys: set, pdf: pd.DataFrame,
-                 applied: int, mode: str) -> _Applied:
+                 applied: int, mode: str, elsewhere=None) -> _Applied:
     """Apply ``pdf``'s rows (in ``ord`` order) to ``group`` in ``mode``: a delete of a key the group does not
-    hold is rejected (emitted by the primary group alone); returns what :class:`_Applied` holds."""
+    hold is rejected (emitted by the primary group alone); returns what :class:`_Applied` holds.  ``elsewhere(key)``:
+    whether the table holds a key the group's index does not (an X zone's: held by another zone)."""
     n = len(pdf)
     keys = pdf["key"].tolist()
     xs = pdf["x"].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -1065,13 +1189,14 @@ def _apply_frame(spec: StreamSpec, gid: str, gspec: GroupSpec, group, null_keys:
     valid_ops = np.zeros(n, dtype=np.int8)
     final: dict = {}  # key -> (x, y, t, x2) or None (deleted): the state writes of this micro-batch
     rej_seq, rej_reason = [], []
-    core = group.core if hasattr(group, "core") else group.store  # box groups keep their rows in a store
+    core = _core_of(group)
     for i in range(n):
         reason = reasons[i]
         if reason is None or reason != reason:  # None or NaN (pandas' null)
             k = keys[i]
             if ops[i] == "delete":
-                exists = final[k] is not None if k in final else (k in null_keys or core.get(k) is not None)
+                exists = final[k] is not None if k in final else (k in null_keys or core.get(k) is not None
+                                                                  or (elsewhere is not None and elsewhere(k)))
                 if exists:
                     final[k] = None
                     valid[i], valid_ops[i] = True, DELETE
@@ -1089,6 +1214,8 @@ def _apply_frame(spec: StreamSpec, gid: str, gspec: GroupSpec, group, null_keys:
                    x2s[idx] if gspec.x2 else None, valid_ops[idx], seqs[idx])
     if not len(idx):
         notes = None
+    elif gspec.staged(mode) and gspec.zone is not None:   # stage 1 of a zoned aggregate group: the zone's part
+        notes = stage_one_zone(group, batch)
     elif gspec.staged(mode) and gspec.hashed:   # stage 1 of a top-k / DISTINCT / aggregate group: per update
         notes = stage_one_classes(group, batch)
     elif gspec.staged(mode):   # stage 1: the messages, with what unicast needs beside them
@@ -1126,6 +1253,26 @@ def stage_one_classes(group, batch: pa.Table) -> pa.Table:
                      "op": messages.column("op"), **{f"m_{c}": messages.column(c) for c in _CLASS_MESSAGE}})
 
 
+def stage_one_zone(zone, batch: pa.Table) -> pa.Table:
+    """Stage 1 of one X zone of a two-stage RANGE_AGG group: the group's whole micro-batch, of which the zone takes
+    its part (``range_zones.RowsZone``: an upsert at an X it owns, a delete of a key it holds; 000 §4: the message at
+    X is the zone's alone), as :func:`stage_one_classes`' columns plus the zone and each message's half of the update
+    (:data:`ZONE_MESSAGE_FIELDS`), by which stage 2 merges the zones' messages."""
+    messages = zone.apply(batch, "reformulated")
+    return pa.table({"group_id": messages.column("group_id"), "seq": messages.column("seq"),
+                     "op": messages.column("op"), **{f"m_{c}": messages.column(c) for c in _CLASS_MESSAGE},
+                     ZONE_COLUMN: pa.array(np.full(messages.num_rows, zone.zone, np.int32)),
+                     PART_MESSAGE_COLUMN: messages.column(PART_COLUMN)})
+
+
+def _core_of(group):
+    """The rows' core of a stream partition's operator (a box group keeps its rows in a store; an X zone's group
+    is its ``RowsZone``'s)."""
+    if isinstance(group, RowsZone):
+        return group.group.core
+    return group.core if hasattr(group, "core") else group.store
+
+
 def _version_applied(subs_state, stream_id: str) -> int:
     """The change version the group's previous micro-batch applied in this stream (0: the stream's start, or a
     state another stream left: a new stream's shard bases hold every subscription as of its start)."""
@@ -1140,19 +1287,25 @@ def _stage_one_change(spec: StreamSpec, gid: str, gspec: GroupSpec, group, since
     change ``since`` to ``version``, each shard's ``ShardChange`` -- the subscriptions born after ``since`` seeded
     from the rows as they stand -- written for the shard (``StreamControl.write_shard_change``) and one row per
     shard telling it so (``op`` :data:`SHARD_CHANGE`, ``m_shard``; ``m_msg_no`` -1: before the messages)."""
-    members = spec.control.subscriptions(gid, version) if version else None
-    if group.kind == "RANGE_TOPK":
+    logical, zone = gspec.logical_id, gspec.zone
+    members = spec.control.subscriptions(logical, version) if version else None
+    if zone is None and group.kind == "RANGE_TOPK":
         group.core.paint_for(painted_ks(members, gspec.ks))
     if version == since or members is None:
         return None
     if batch is None:
         raise RuntimeError("a subscription change of a two-stage group applies in a streaming task only")
     n = len(gspec.shards)
-    for j, change in shard_changes(group, members, since, version, n).items():
-        spec.control.write_shard_change(gid, j, batch, change)
-    return pa.table({"group_id": pa.array([gid] * n, pa.string()), "seq": pa.nulls(n, pa.int64()),
-                     "op": pa.array([SHARD_CHANGE] * n, pa.string()),
-                     "m_shard": pa.array(np.arange(n, dtype=np.int32)), "m_msg_no": pa.array(np.full(n, -1))})
+    # an X zone seeds the added from its own rows: the shard adds the zones' partial states up (merged_change)
+    rows_group = group if zone is None else group.group
+    for j, change in shard_changes(rows_group, members, since, version, n).items():
+        spec.control.write_shard_change(logical, j, batch, change, zone=None if zone is None else zone.zone)
+    signals = {"group_id": pa.array([logical] * n, pa.string()), "seq": pa.nulls(n, pa.int64()),
+               "op": pa.array([SHARD_CHANGE] * n, pa.string()),
+               "m_shard": pa.array(np.arange(n, dtype=np.int32)), "m_msg_no": pa.array(np.full(n, -1))}
+    if zone is not None:
+        signals[ZONE_COLUMN] = pa.array(np.full(n, zone.zone, np.int32))
+    return pa.table(signals)
 
 
 def _write_rows(rows_state, final: dict) -> None:
@@ -1268,7 +1421,7 @@ def _seed(group_spec: GroupSpec, rows_state, subs=None):
                                       None if _is_null(x2) else float(x2)))
         if x != x or _is_null(y) or (group_spec.x2 and _is_null(x2)):
             null_keys.add(k)
-    return snap.build(), null_keys
+    return _built(group_spec, snap), null_keys
 
 
 def _rebuild(group_spec: GroupSpec, rows_state, subs=None):
@@ -1291,4 +1444,14 @@ def _rebuild(group_spec: GroupSpec, rows_state, subs=None):
     more = {"x2s": np.asarray(x2s, dtype=np.float64)} if group_spec.x2 else {}
     snap = dataclasses.replace(snap, keys=keys_a, xs=xs_a, ys=ys_a, **more)
     null_keys = {k for k, x, y, x2 in zip(keys, xs_a, ys, x2s) if _null_row(x, y, y, x2, group_spec)}
-    return snap.build(), null_keys
+    return _built(group_spec, snap), null_keys
+
+
+def _built(group_spec: GroupSpec, snap):
+    """The partition's operator from a snapshot of every row: the group, or an X zone's ``RowsZone`` over the rows it
+    owns (``range_zones.zone_rows`` at the stream's cuts; its state store keeps them all)."""
+    zone = group_spec.zone
+    if zone is None:
+        return snap.build()
+    keys, xs, ys = zone_rows(snap.keys, snap.xs, snap.ys, zone.cuts, zone.zone)
+    return RowsZoneSnapshot(dataclasses.replace(snap, keys=keys, xs=xs, ys=ys), zone.zone, zone.cuts).build()

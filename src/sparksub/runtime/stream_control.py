@@ -27,6 +27,8 @@ engine's directory (``stream.new_stream_id``); the tasks read them directly (one
         base-<batch>.pickle          a compaction: the shard as of the start of micro-batch <batch>
         log-<batch>.pickle           what the shard applied in micro-batch <batch> (its change, its messages)
         change-<batch>.pickle        the change stage 1 sent it at micro-batch <batch>, with the added seeds
+        zone-<i>/change-<batch>.pickle   (a RANGE_AGG group with its rows in X zones: zone i's change, its seeds
+                                     the zone's rows' partial states, which the shard adds up)
     groups/<group>.pickle            a range group the stream did not host when it started (its GroupSpec:
                                      columns, base, the last micro-batch its base holds)
     batches/<batch>.json             what micro-batch <batch> applies: per group the newest change version,
@@ -224,17 +226,22 @@ class StreamControl:
     def _class_shard_dir(self, group_id: str, shard: int) -> Path:
         return self._path(_CLASS_SHARDS, safe_name(group_id), str(shard))
 
-    def write_shard_change(self, group_id: str, shard: int, batch: int, change) -> None:
+    def _shard_change_dir(self, group_id: str, shard: int, zone: int | None) -> Path:
+        where = self._class_shard_dir(group_id, shard)
+        return where if zone is None else where / f"zone-{zone}"
+
+    def write_shard_change(self, group_id: str, shard: int, batch: int, change, zone: int | None = None) -> None:
         """What micro-batch ``batch``'s subscription change does to shard ``shard`` (a ``ShardChange``: the ids it
         keeps, the added ones with their seeds), written by stage 1 before the micro-batch's rows; its replay writes
-        the same (the state store rolls back, the batch file pins the change)."""
-        where = self._class_shard_dir(group_id, shard)
+        the same (the state store rolls back, the batch file pins the change).  ``zone``: X zone ``zone`` of a zoned
+        group wrote it, its seeds its rows' partial states (``zone-<zone>/``; the shard adds the zones' up)."""
+        where = self._shard_change_dir(group_id, shard, zone)
         where.mkdir(parents=True, exist_ok=True)
         _write_atomic(where / f"change-{batch:012d}.pickle", lambda fh: pickle.dump(change, fh, protocol=5))
 
-    def shard_change(self, group_id: str, shard: int, batch: int):
-        """The ``ShardChange`` stage 1 wrote for shard ``shard`` at micro-batch ``batch``."""
-        return _read_pickle(self._class_shard_dir(group_id, shard) / f"change-{batch:012d}.pickle")
+    def shard_change(self, group_id: str, shard: int, batch: int, zone: int | None = None):
+        """The ``ShardChange`` stage 1 (its X zone ``zone``) wrote for shard ``shard`` at micro-batch ``batch``."""
+        return _read_pickle(self._shard_change_dir(group_id, shard, zone) / f"change-{batch:012d}.pickle")
 
     def write_shard_log(self, group_id: str, shard: int, batch: int, entry) -> None:
         """Shard ``shard``'s micro-batch ``batch`` (a ``ShardLogEntry``), written by its task: a replayed
@@ -262,10 +269,11 @@ class StreamControl:
             keep = bases[-2]
             for b in bases[:-2]:
                 (where / f"base-{b:012d}.pickle").unlink(missing_ok=True)
-            for prefix in ("log-", "change-"):
-                for b in _numbered(where, prefix):
+            zones = [p for p in where.iterdir() if p.is_dir() and p.name.startswith("zone-")]
+            for folder, prefix in [(where, "log-"), (where, "change-"), *((z, "change-") for z in zones)]:
+                for b in _numbered(folder, prefix):
                     if b < keep:
-                        (where / f"{prefix}{b:012d}.pickle").unlink(missing_ok=True)
+                        (folder / f"{prefix}{b:012d}.pickle").unlink(missing_ok=True)
 
     def shard_base(self, group_id: str, shard: int, batch: int) -> tuple | None:
         """``(as_of, value)`` of the shard's newest compaction base usable by micro-batch ``batch`` (as of it or

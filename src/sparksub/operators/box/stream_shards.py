@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from sparksub.operators.box.group import BoxClassSnapshot
 from sparksub.operators.box.shards import shard_digests, shard_snapshots
 
-__all__ = ["BoxStreamShards", "changed_shards", "group_ks", "shard_key", "shard_keys", "spark_partition",
-           "stream_shard_bases"]
+__all__ = ["BoxStreamShards", "changed_shards", "group_ks", "salted_keys", "shard_key", "shard_keys",
+           "spark_partition", "stream_shard_bases"]
 
 #: salts tried per shard for a key whose state partition no other shard of the group has (:func:`shard_keys`)
 KEY_SALTS = 256
@@ -43,19 +43,26 @@ def shard_keys(group_id: str, n_shards: int, partitions: int) -> list:
     """The keys of the group's ``n_shards`` shards, each, when ``partitions`` (the stream's state partitions,
     ``spark.sql.shuffle.partitions`` at its start) allows, in a state partition no other shard of the group is in:
     Spark places a key by its hash (:func:`spark_partition`), and two shards in one partition run one after the other
-    in one task, on one Python worker -- the split would buy neither time nor memory.  A key is salted until its
-    partition is free (at most :data:`KEY_SALTS` tries; then it shares)."""
+    in one task, on one Python worker -- the split would buy neither time nor memory (:func:`salted_keys`)."""
+    return salted_keys([shard_key(group_id, j) for j in range(n_shards)], partitions)
+
+
+def salted_keys(names: list, partitions: int) -> list:
+    """State partition keys for ``names`` (one group's parts: box shards, a RANGE_AGG group's X zones), each salted
+    (``<name>~<salt>``) until its partition (:func:`spark_partition`) holds no other of them, when ``partitions`` is at
+    least their number (at most :data:`KEY_SALTS` tries; then it shares); else as named."""
     keys, taken = [], set()
-    for j in range(n_shards):
-        key = shard_key(group_id, j)
-        if partitions >= n_shards:
+    for name in names:
+        key = name
+        if partitions >= len(names):
             for salt in range(KEY_SALTS):
-                candidate = shard_key(group_id, j, salt)
+                candidate = f"{name}~{salt}" if salt else name
                 if spark_partition(candidate, partitions) not in taken:
                     key = candidate
                     break
         keys.append(key)
-        taken.add(spark_partition(key, partitions))
+        if partitions:
+            taken.add(spark_partition(key, partitions))
     return keys
 
 
