@@ -140,6 +140,10 @@ class _ZoneTopkGroup(TopkGroup):
     """The top-k group operator over one zone's rows, recording the seqs whose only painted step was an X-move's
     deletion step (its messages come before the new zone's, ``range_zones.merge_zone_messages``)."""
 
+    def __init__(self, snap: RangeClassSnapshot):
+        super().__init__(snap)
+        self.deletion_halves: set = set()   # of the batch being painted (``TopkRowsZone.apply``)
+
     def _notifications(self, outcome, seq: int, mode: str) -> list[dict]:
         steps = outcome.steps
         if len(steps) == 2 and steps[1].kind == ZoneTopkCore.ELSEWHERE and steps[0].kind != ZoneTopkCore.ELSEWHERE:
@@ -224,7 +228,7 @@ class TopkRowsZone(RowsZone):
             halo_west, halo_east = self._halos or ((), ())
             self._halos = None
         core = self.group.core
-        self.group.deletion_halves = set()
+        self.group.deletion_halves.clear()
         core.load_halo(halo_west or ())
         core.load_halo(halo_east or ())
         try:
