@@ -118,7 +118,7 @@ def _edges_body(depths: dict, folders: dict):
             group = replica.replica_id.rpartition("#")[0]
             row = {"replica": [replica.replica_id], "error": [None],
                    "objects": [zone.write_edges(folders[group], depths[group])]}
-        except Exception as err:  # noqa: BLE001 - reported to the driver: the publish fails
+        except Exception as err:  # noqa: BLE001 - reported to the driver: the group's 'error' row
             row = {"replica": [replica.replica_id], "error": [f"{type(err).__name__}: {err}"], "objects": [0]}
         yield pa.RecordBatch.from_pydict(row, schema=_EDGES_SCHEMA)
     return body
