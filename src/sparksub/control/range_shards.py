@@ -489,8 +489,8 @@ class RangeShardGroups:
         errors = {}
         for e in entries:
             rs = self._range_shard_states[e.group_id]
-            error = next((f"{r.replica_id}: {written[r.replica_id][0]}" for r in rs.zones
-                          if written.get(r.replica_id, (None, 0))[0] is not None), None)
+            error = next((f"{r.replica_id}: {written[r.replica_id]}" for r in rs.zones
+                          if written.get(r.replica_id) is not None), None)
             if error is not None:
                 errors.update({r.replica_id: f"edge objects: {error}" for r in rs.zones})
         return errors

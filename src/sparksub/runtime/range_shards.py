@@ -71,25 +71,29 @@ def run_rows(spark, replicas: dict, tables: dict, folders: dict, slots: int = 1,
                                           name="range_rows_per_update_messages", mode=mode)
 
 
-_SECOND_ROUND_SCHEMA = pa.schema([("replica", pa.string()), ("error", pa.string())])
+_ZONE_STEP_SCHEMA = pa.schema([("replica", pa.string()), ("error", pa.string())])
 
 
-def _second_round_body(folders: dict):
+def _on_each_zone(spark, replicas: dict, step, name: str, slots: int) -> dict:
+    """``step(zone, replica)`` on each zone (``replicas``: replica id -> replica), one job, a task per zone where it
+    is cached, one zone per group in a worker (as the zones' own job keeps): ``{replica id: error or None}``, a
+    zone's error its group's (the group's ``'error'`` row)."""
     def body(replica: Replica, _trigger: pa.Table):
         try:
             keep_one_per_group(replica)
-            # the zone at the batch's end: where round 1 left it (a hit), else rebuilt from its files -- the batch
-            # replayed records the same steps (``DistinctRowsZone.apply``)
             zone = materialize(replica)
-            folder = folders[replica.replica_id]
-            write_table(join_shards.answer_file(folder, zone.zone),
-                        zone_answers(zone, join_shards.zone_messages(folder)))
-            remember(replica, replica.log_length, zone)
+            step(zone, replica)
+            remember(replica, replica.log_length, zone)   # a read: the position does not move
             row = {"replica": [replica.replica_id], "error": [None]}
         except Exception as err:  # noqa: BLE001 - reported to the driver: the group's 'error' row
             row = {"replica": [replica.replica_id], "error": [f"{type(err).__name__}: {err}"]}
-        yield pa.RecordBatch.from_pydict(row, schema=_SECOND_ROUND_SCHEMA)
-    return body
+        yield pa.RecordBatch.from_pydict(row, schema=_ZONE_STEP_SCHEMA)
+    trigger = {rid: pa.table({"seq": pa.array([0], pa.int64())}) for rid in replicas}
+    df, board = placed_frame(spark, replicas, trigger, body, "replica string, error string", name, slots)
+    try:
+        return {r["replica"]: r["error"] for r in df.collect()}
+    finally:
+        remove_folder(board)
 
 
 def run_second_round(spark, replicas: dict, folders: dict, slots: int = 1) -> dict:
@@ -97,46 +101,23 @@ def run_second_round(spark, replicas: dict, folders: dict, slots: int = 1) -> di
     task per zone (``replicas``: zone replica id -> the replica *with the batch logged*, so the worker that ran
     its round 1 hits its cache), answering the open Mar ends of the other zones' round-1 messages in ``folders``
     (replica id -> the group's publish folder) as of each message's seq.  ``{replica id: error or None}``."""
-    trigger = {rid: pa.table({"seq": pa.array([0], pa.int64())}) for rid in replicas}
-    df, board = placed_frame(spark, replicas, trigger, _second_round_body(folders), "replica string, error string",
-                             "range_distinct_zones_second_round", slots)
-    try:
-        return {r["replica"]: r["error"] for r in df.collect()}
-    finally:
-        remove_folder(board)
-
-
-_EDGES_SCHEMA = pa.schema([("replica", pa.string()), ("error", pa.string()), ("objects", pa.int64())])
-
-
-def _edges_body(depths: dict, folders: dict):
-    def body(replica: Replica, _trigger: pa.Table):
-        try:
-            keep_one_per_group(replica)   # one zone per group in a worker, as the zones' own job keeps
-            zone = materialize(replica)
-            remember(replica, replica.log_length, zone)   # a read: the zones' job runs it next, here if it can
-            group = replica.replica_id.rpartition("#")[0]
-            row = {"replica": [replica.replica_id], "error": [None],
-                   "objects": [zone.write_edges(folders[group], depths[group])]}
-        except Exception as err:  # noqa: BLE001 - reported to the driver: the group's 'error' row
-            row = {"replica": [replica.replica_id], "error": [f"{type(err).__name__}: {err}"], "objects": [0]}
-        yield pa.RecordBatch.from_pydict(row, schema=_EDGES_SCHEMA)
-    return body
+    def answer(zone, replica: Replica) -> None:
+        # the zone at the batch's end: where round 1 left it (a hit), else rebuilt from its files -- the batch
+        # replayed records the same steps (``DistinctRowsZone.apply``)
+        folder = folders[replica.replica_id]
+        write_table(join_shards.answer_file(folder, zone.zone), zone_answers(zone, join_shards.zone_messages(folder)))
+    return _on_each_zone(spark, replicas, answer, "range_distinct_zones_second_round", slots)
 
 
 def write_zone_edges(spark, zones: list, depths: dict, folders: dict, slots: int = 1) -> dict:
     """Before a publish's zones run: every top-k zone (``zones``: their replicas, of any groups) writes its edge
     objects of depth ``depths[group]`` into its group's publish folder ``folders[group]``, one job, a task per zone
     where it is cached (``topk/zones.py``; the zones' job then folds each zone's halos from them,
-    ``TopkRowsZone.prepare``): ``{replica id: (error or None, objects written)}``."""
-    by_id = {r.replica_id: r for r in zones}
-    trigger = {rid: pa.table({"seq": pa.array([0], pa.int64())}) for rid in by_id}
-    df, board = placed_frame(spark, by_id, trigger, _edges_body(depths, folders), "replica string, error string, "
-                             "objects bigint", "range_topk_zone_edges", slots)
-    try:
-        return {r["replica"]: (r["error"], r["objects"]) for r in df.collect()}
-    finally:
-        remove_folder(board)
+    ``TopkRowsZone.prepare``): ``{replica id: error or None}``."""
+    def write(zone, replica: Replica) -> None:
+        group = replica.replica_id.rpartition("#")[0]
+        zone.write_edges(folders[group], depths[group])
+    return _on_each_zone(spark, {r.replica_id: r for r in zones}, write, "range_topk_zone_edges", slots)
 
 
 def output_frame(spark, parts: list, schema):
