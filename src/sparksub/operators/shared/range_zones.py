@@ -50,6 +50,7 @@ __all__ = [
     "RowsZoneSnapshot",
     "ZonedRows",
     "merge_zone_messages",
+    "with_halves",
     "zone_batch",
     "zone_cuts",
     "zone_rows",
@@ -164,10 +165,7 @@ class RowsZone:
         part, deletes = zone_batch(batch, self.lo, self.hi, self.group.core.__contains__,
                                    text=self.group.kind == "RANGE_DISTINCT")
         self._routed(part)
-        out = self.group.apply(part, mode)
-        seqs = out.column("seq").to_numpy(zero_copy_only=False)
-        halves = np.where(np.isin(seqs, np.fromiter(deletes, np.int64, len(deletes))), 0, 1).astype(np.int8)
-        return out.append_column(PART_COLUMN, pa.array(halves, pa.int8()))
+        return with_halves(self.group.apply(part, mode), deletes)
 
     def _routed(self, part: pa.Table) -> None:
         """The zone's part of a batch, before the zone applies it (a DISTINCT zone records its steps:
@@ -182,6 +180,15 @@ class RowsZone:
 
     def explain(self) -> dict:
         return self.group.explain()
+
+
+def with_halves(messages: pa.Table, deletion_seqs) -> pa.Table:
+    """A zone's messages tagged with their half of the update (``PART_COLUMN``: 0 at the seqs whose part in the zone
+    was an X-move's delete half, ``deletion_seqs``; else 1), by which :func:`merge_zone_messages` orders them."""
+    seqs = messages.column("seq").to_numpy(zero_copy_only=False)
+    deletions = np.fromiter(deletion_seqs, np.int64, len(deletion_seqs))
+    halves = np.where(np.isin(seqs, deletions), 0, 1).astype(np.int8)
+    return messages.append_column(PART_COLUMN, pa.array(halves, pa.int8()))
 
 
 def merge_zone_messages(tables: Sequence[pa.Table]) -> pa.Table | None:

@@ -47,13 +47,12 @@ import pickle
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 from sortedcontainers import SortedList
 
 from sparksub.operators.shared.range_classes import RangeClassSnapshot
 from sparksub.operators.shared.range_shards import PER_UPDATE_VARIANT
-from sparksub.operators.shared.range_zones import PART_COLUMN, RowsZone, zone_batch
+from sparksub.operators.shared.range_zones import RowsZone, with_halves, zone_batch
 from sparksub.operators.shared.variants import variant_of
 from sparksub.operators.topk.core import Step, TopkCore
 from sparksub.operators.topk.group import TopkGroup
@@ -238,7 +237,4 @@ class TopkRowsZone(RowsZone):
             # the halos' objects and the painting's transients are freed, but glibc keeps their pages in the worker
             # (200,000 rows in 2 zones, a batch of 2,000: 39 MB above the zone's core, 10 after)
             release_freed_memory()
-        deletions = np.fromiter(self.group.deletion_halves, np.int64, len(self.group.deletion_halves))
-        seqs = out.column("seq").to_numpy(zero_copy_only=False)
-        halves = np.where(np.isin(seqs, deletions), 0, 1).astype(np.int8)
-        return out.append_column(PART_COLUMN, pa.array(halves, pa.int8()))
+        return with_halves(out, self.group.deletion_halves)
