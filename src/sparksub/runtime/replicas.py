@@ -219,10 +219,13 @@ class StoredValue:
 
     def get(self):
         if not self._loaded:
-            with open(self.path, "rb") as fh:
-                self._value = pickle.load(fh)
-            self._loaded = True
+            self._value, self._loaded = self.read(), True
         return self._value
+
+    def read(self):
+        """The value read anew, not kept: a large base a task reads once and drops (``runtime/stream._seed``)."""
+        with open(self.path, "rb") as fh:
+            return pickle.load(fh)
 
 
 # ---- the worker cache -----------------------------------------------------------------------------------

@@ -209,7 +209,7 @@ from sparksub.operators.shared.range_zone_stream import (
     merged_messages,
     zoned_shard_bases,
 )
-from sparksub.operators.shared.range_zones import PART_COLUMN, RowsZone, RowsZoneSnapshot, zone_rows
+from sparksub.operators.shared.range_zones import PART_COLUMN, RowsZone, RowsZoneSnapshot, zone_bounds, zone_rows
 from sparksub.operators.shared.schemas import (
     DELETE,
     RANGE_MESSAGE_SCHEMA,
@@ -218,6 +218,7 @@ from sparksub.operators.shared.schemas import (
     UPSERT,
     with_reason,
 )
+from sparksub.process_memory import BULK_ROWS, release_freed_memory
 from sparksub.runtime import shard_stage, stateful, stream_control
 from sparksub.runtime.replicas import CounterFile, StoredValue, write_value
 from sparksub.runtime.stateful import StreamLogic, note_subscriptions
@@ -235,6 +236,8 @@ LOG_SLOTS = 4
 #: Groups cached per Python worker (each entry is a whole index).
 CACHE_ENTRIES = 32
 _NO_SEQ = -(2 ** 63)  # a null _seq (the row is rejected; its seq comes out null)
+#: rows a first micro-batch writes to the MapState per slice of the base (:func:`_seed`)
+SEED_SLICE = 20_000
 
 #: Worker-process cache (``stateful.StreamCache``): (engine uid, group id, stream id) -> (query id, run id, applied,
 #: (group, null_keys, subscription change version)).
@@ -316,6 +319,10 @@ class _Deferred:
             self._obj = pickle.loads(self._raw)
         return self._obj
 
+    def read(self):
+        """The value unpickled anew, not kept (``StoredValue.read``)."""
+        return pickle.loads(self._raw) if self._obj is None else self._obj
+
 
 @dataclass
 class GroupSpec:
@@ -347,7 +354,8 @@ class GroupSpec:
     zone: StreamZone | None = None
 
     def snapshot(self):
-        return _loaded(self.base.get())
+        """The partition's base, read anew (a build reads it once; kept, the table's rows would outlive it)."""
+        return _loaded(self.base.read())
 
     def staged(self, mode: str) -> bool:
         """Whether the group runs in two stages in a stream of ``mode`` (stage 1 here: its rows, no subscription)."""
@@ -942,7 +950,7 @@ def _zoned_seed_task(rows_base, zones: list, group_id: str, key_type, ids, x1, x
         for _ in batches:   # one empty input row: the task's trigger
             pass
         try:
-            snap = _loaded(rows_base.get())
+            snap = _loaded(rows_base.read())
 
             def zone_groups():   # one zone's core at a time (the task holds one zone's rows' index at most)
                 for zone in zones:
@@ -951,6 +959,8 @@ def _zoned_seed_task(rows_base, zones: list, group_id: str, key_type, ids, x1, x
             bases = zoned_shard_bases(zone_groups(), group_id, ids, x1, x2, k, len(paths), key_type, zones[0].cuts)
             for j, path in enumerate(paths):
                 write_value(path, bases[j])
+            snap = bases = None
+            release_freed_memory()   # the rows' base and the zones' cores: this worker goes on to run other tasks
             error = None
         except Exception as err:  # noqa: BLE001 - raised on the driver, naming the group
             error = f"{type(err).__name__}: {err}"
@@ -1407,21 +1417,36 @@ def _is_null(v) -> bool:
 
 def _seed(group_spec: GroupSpec, rows_state, subs=None):
     """First micro-batch: the group from the base snapshot (with the subscriptions of ``subs``, a change's
-    snapshot, when given), its rows written to the MapState."""
+    snapshot, when given), its rows written to the MapState :data:`SEED_SLICE` rows at a time."""
     snap = group_spec.snapshot()
     if subs is not None:   # the change's snapshot holds no rows: the base's go into it
         more = {"x2s": snap.x2s} if group_spec.x2 else {}
         snap = dataclasses.replace(subs, keys=snap.keys, xs=snap.xs, ys=snap.ys, **more)
     text = group_spec.text
     null_keys = set()
-    x2s = snap.x2s.tolist() if group_spec.x2 else [None] * len(snap.keys)
-    for k, x, y, x2 in zip(snap.keys.tolist(), snap.xs.tolist(), snap.ys.tolist(), x2s):
-        t = None if not text or _is_null(y) else str(y)
-        rows_state.updateValue((k,), (None if x != x else x, None if text or _is_null(y) else float(y), t,
-                                      None if _is_null(x2) else float(x2)))
-        if x != x or _is_null(y) or (group_spec.x2 and _is_null(x2)):
-            null_keys.add(k)
-    return _built(group_spec, snap), null_keys
+    # a slice at a time: the table's rows as Python objects all at once would be the worker's high-water mark,
+    # kept after the seed (the allocator does not give it back), which an X zone -- its index a part of the rows,
+    # its state store every row -- would pay as the whole group does
+    for lo in range(0, len(snap.keys), SEED_SLICE):
+        at = slice(lo, lo + SEED_SLICE)
+        x2s = snap.x2s[at].tolist() if group_spec.x2 else [None] * len(snap.keys[at])
+        for k, x, y, x2 in zip(snap.keys[at].tolist(), snap.xs[at].tolist(), snap.ys[at].tolist(), x2s):
+            t = None if not text or _is_null(y) else str(y)
+            rows_state.updateValue((k,), (None if x != x else x, None if text or _is_null(y) else float(y), t,
+                                          None if _is_null(x2) else float(x2)))
+            if x != x or _is_null(y) or (group_spec.x2 and _is_null(x2)):
+                null_keys.add(k)
+    group, rows = _built(group_spec, snap), len(snap.keys)
+    del snap
+    return _released(group, rows), null_keys
+
+
+def _released(group, rows: int):
+    """``group``, after the worker gave back the pages a build from ``rows`` rows freed (``process_memory``: the
+    allocators keep them otherwise, and the worker lives on with the base's whole size)."""
+    if rows >= BULK_ROWS:
+        release_freed_memory()
+    return group
 
 
 def _rebuild(group_spec: GroupSpec, rows_state, subs=None):
@@ -1430,7 +1455,13 @@ def _rebuild(group_spec: GroupSpec, rows_state, subs=None):
     snap = subs if subs is not None else group_spec.snapshot()
     text = group_spec.text
     keys, xs, ys, x2s = [], [], [], []
+    # an X zone keeps the rows it owns (and the NULL-X rows, in no zone's index but deletable) as it reads the
+    # state store, which holds every row: its worker never holds the table's rows at once
+    lo, hi = zone_bounds(group_spec.zone.cuts, group_spec.zone.zone) if group_spec.zone is not None else \
+        (-np.inf, np.inf)
     for (k,), (x, y, t, x2) in rows_state.iterator():
+        if x is not None and not lo <= x < hi:
+            continue
         keys.append(k)
         xs.append(np.nan if x is None else x)
         ys.append(t if text else (np.nan if y is None else y))
@@ -1444,7 +1475,9 @@ def _rebuild(group_spec: GroupSpec, rows_state, subs=None):
     more = {"x2s": np.asarray(x2s, dtype=np.float64)} if group_spec.x2 else {}
     snap = dataclasses.replace(snap, keys=keys_a, xs=xs_a, ys=ys_a, **more)
     null_keys = {k for k, x, y, x2 in zip(keys, xs_a, ys, x2s) if _null_row(x, y, y, x2, group_spec)}
-    return _built(group_spec, snap), null_keys
+    group, rows = _built(group_spec, snap), len(keys)
+    del snap, keys, xs, ys, x2s, xs_a, ys_a, keys_a
+    return _released(group, rows), null_keys
 
 
 def _built(group_spec: GroupSpec, snap):

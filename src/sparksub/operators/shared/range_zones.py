@@ -52,6 +52,7 @@ __all__ = [
     "merge_zone_messages",
     "with_halves",
     "zone_batch",
+    "zone_bounds",
     "zone_cuts",
     "zone_rows",
     "zones_layout",
@@ -82,12 +83,13 @@ def zone_rows(keys, xs, ys, cuts: Sequence[float], zone: int):
     """The rows zone ``zone`` owns (``cuts[zone-1] <= x < cuts[zone]``); a row with a NULL X is in no range and
     held by no zone (the group's core does not hold it either)."""
     xs = np.asarray(xs, dtype=np.float64)
-    lo, hi = _bounds(cuts, zone)
+    lo, hi = zone_bounds(cuts, zone)
     mine = np.flatnonzero((xs >= lo) & (xs < hi))
     return np.asarray(keys, dtype=object)[mine], xs[mine], np.asarray(ys)[mine]
 
 
-def _bounds(cuts: Sequence[float], zone: int) -> tuple[float, float]:
+def zone_bounds(cuts: Sequence[float], zone: int) -> tuple[float, float]:
+    """Zone ``zone``'s X interval ``[lo, hi)`` at ``cuts`` (the first zone from -inf, the last to +inf)."""
     lo = -np.inf if zone == 0 else float(cuts[zone - 1])
     hi = np.inf if zone == len(cuts) else float(cuts[zone])
     return lo, hi
@@ -154,7 +156,7 @@ class RowsZone:
         self.group = group
         self.zone = zone
         self.cuts = tuple(cuts)
-        self.lo, self.hi = _bounds(self.cuts, zone)
+        self.lo, self.hi = zone_bounds(self.cuts, zone)
 
     def __len__(self) -> int:
         return len(self.group.core)
