@@ -115,3 +115,38 @@ def test_filters_on_structured_streaming_equal_brute_force(spark, tmp_path):
     for r in out:
         if r.op == "match":
             assert r.name == events[r.seq]["name"]
+
+
+def test_a_failing_stream_shard_s_error_row_names_its_group(spark, tmp_path):
+    """stream()'s FILTER shards, one shard's state corrupted: its error row's group_id is the group's (what a user
+    filters on, as in a publish), its reason names the shard; the other shard's matches still come out."""
+    import json
+
+    from sparksub.runtime import replicas as spark_replicas
+    e = Engine(spark)
+    e.filter_shard_size = 1   # two subscriptions: two shards (parallelism 2)
+    e.sql("CREATE TABLE trades (name STRING, price DOUBLE)")
+    e.sql("CREATE SUBSCRIPTION cheap AS SELECT * FROM trades WHERE price < 50")
+    e.sql("CREATE SUBSCRIPTION any_ibm AS SELECT * FROM trades WHERE name = 'IBM'")
+    e.publish("trades", [{"name": "SAP", "price": 1.0}]).collect()   # builds the shards
+    entry = next(iter(e._groups.values()))
+    assert len(entry.shards) == 2
+    broken_id = sorted(entry.shards)[1]
+    entry.shards[broken_id] = spark_replicas.new_base(e.directory, e.uid, broken_id, b"not a snapshot")
+    spark_replicas._CACHE.clear()
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "0.json").write_text(json.dumps({"name": "IBM", "price": 10.0, "_seq": 1}))
+    df = spark.readStream.schema("name string, price double, _seq long").json(str(src))
+    q = (e.stream("trades", df).writeStream.format("memory").queryName("filter_stream_broken_shard")
+         .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    out = spark.table("filter_stream_broken_shard").collect()
+    errors = [r for r in out if r.op == "error"]
+    assert [r.group_id for r in errors] == [entry.group_id] and entry.group_id != broken_id
+    assert f"in {broken_id}: " in errors[0].reason and "UnpicklingError" in errors[0].reason
+    matched = {r.subscription_id for r in out if r.op != "error"}
+    assert len(matched) == 1 and matched < {"cheap", "any_ibm"}   # the healthy shard's subscription

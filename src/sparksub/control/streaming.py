@@ -368,12 +368,15 @@ class Streaming:
             checked_df = spark_stream.known_key_updates(checked_df, tdef, keys,
                                                         _operator_name(e.physical for e in entries) + "_stream")
         events = spark_frames.filter_stream_events(checked_df, tdef.column_names, with_reason=check_keys)
-        replicas = {rid: r if where is None else spark_replicas.pin(r, where)   # (files the stream keeps)
-                    for e in entries for rid, r in self._replicas(state, e).items()}
+        replicas, owners = {}, {}
+        for e in entries:
+            for rid, r in self._replicas(state, e).items():
+                replicas[rid] = r if where is None else spark_replicas.pin(r, where)   # (files the stream keeps)
+                owners[rid] = e.group_id
         if control is not None:
             replicas = stream_control.LiveReplicas(replicas, control)
         out = spark_groups.stream_groups(events, replicas, "unicast", schema,
-                                         _operator_name(e.physical for e in entries))
+                                         _operator_name(e.physical for e in entries), owners)
         return _rename_event_columns(out, tdef)
 
     def _stream_joins(self, state: TableState, entries: list, streaming_df, mode: str, where=None,

@@ -82,8 +82,11 @@ def _run_group(replica: Replica, table: pa.Table, mode: str, schema: pa.Schema, 
     yield from _conform(out, schema).to_batches()
 
 
-def _operator(replicas: dict[str, Replica], mode: str, schema: pa.Schema, name: str = "range_min_group"):
-    """The task body of a hash-partitioned job (``stream_groups``): rows arrive grouped by group_id."""
+def _operator(replicas: dict[str, Replica], mode: str, schema: pa.Schema, name: str = "range_min_group",
+              owners: dict[str, str] | None = None):
+    """The task body of a hash-partitioned job (``stream_groups``): rows arrive grouped by group_id (a shard's
+    replica id; ``owners``: replica id -> its group, which a failed shard's error row names)."""
+    owners = owners or {}
     def range_min_group_operator(batches):
         pending: dict[str, list[pa.RecordBatch]] = {}
         for rb in batches:
@@ -91,7 +94,8 @@ def _operator(replicas: dict[str, Replica], mode: str, schema: pa.Schema, name: 
                 part = rb.filter(pa.compute.equal(rb.column("group_id"), gid))
                 pending.setdefault(gid, []).append(part)
         for gid, parts in pending.items():
-            yield from _run_group(replicas[gid], pa.Table.from_batches(parts).sort_by("seq"), mode, schema)
+            yield from _run_group(replicas[gid], pa.Table.from_batches(parts).sort_by("seq"), mode, schema,
+                                  owners.get(gid))
     range_min_group_operator.__name__ = f"{name}_{mode}"  # what Spark's EXPLAIN prints
     return range_min_group_operator
 
@@ -317,12 +321,13 @@ def _placed(spark, replicas, batch: pa.Table, mode: str, schema: pa.Schema, name
 
 
 def stream_groups(events, replicas: dict[str, Replica], mode: str, schema: pa.Schema,
-                  name: str = "filter_group"):
+                  name: str = "filter_group", owners: dict[str, str] | None = None):
     """Stateless groups (FILTER) over a streaming DataFrame of events (columns group_id-free:
     the batch columns but ``group_id``; with a ``reason`` column, the rows that have one come out once as
     ``rejected``).  Every event goes to every shard (001 is stateless per
     event: shards only split the subscriptions), one partition per shard, as ``run_groups``;
-    nothing is kept between micro-batches, so no state store is involved."""
+    nothing is kept between micro-batches, so no state store is involved.  ``owners``: replica id -> its group
+    (a failed shard's error row names its group, the shard in its reason, as in a publish)."""
     from pyspark.sql import functions as F
     rids = sorted(replicas)
     shards = F.array(*[F.lit(r) for r in rids])
@@ -330,7 +335,7 @@ def stream_groups(events, replicas: dict[str, Replica], mode: str, schema: pa.Sc
         shards = F.when(F.col("reason").isNull(), shards).otherwise(F.array(F.lit(rids[0])))
     df = events.withColumn("group_id", F.explode(shards))
     df = df.repartition(max(len(rids), 1), "group_id")
-    return df.mapInArrow(_operator(replicas, mode, schema, name), _ddl(schema))
+    return df.mapInArrow(_operator(replicas, mode, schema, name, owners), _ddl(schema))
 
 
 def _ddl(schema: pa.Schema) -> str:
