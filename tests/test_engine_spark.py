@@ -232,10 +232,9 @@ def test_a_failing_group_does_not_stop_the_others(spark):
     assert [(r.subscription_id, r.value) for r in out] == [("hi", 20.0)]
 
 
-def test_a_failing_shard_s_error_row_names_its_group(spark):
-    """A FILTER group in shards, one shard's shipped state corrupted: the error row's group_id is the group's
-    (what a user filters on), its reason names the shard; the other shard's matches still come out, and the
-    group is rebuilt from its subscriptions for the next publish (DESIGN §7)."""
+def engine_with_a_broken_filter_shard(spark):
+    """``(engine, the FILTER group's entry, the broken shard's id)``: a FILTER group of two subscriptions in two
+    shards, built by a publish, then one shard's shipped state corrupted."""
     from sparksub.runtime import replicas as spark_replicas
 
     e = Engine(spark)
@@ -249,14 +248,28 @@ def test_a_failing_shard_s_error_row_names_its_group(spark):
     broken_id = sorted(entry.shards)[1]
     entry.shards[broken_id] = spark_replicas.new_base(e.directory, e.uid, broken_id, b"not a snapshot")
     spark_replicas._CACHE.clear()
+    return e, entry, broken_id
+
+
+def test_a_failing_shard_s_error_row_names_its_group(spark):
+    """A FILTER group in shards, one shard's shipped state corrupted: the error row's group_id is the group's
+    (what a user filters on), its reason names the shard; the other shard's matches still come out, and the
+    group is rebuilt from its subscriptions for the next publish (DESIGN §7)."""
+    e, entry, broken_id = engine_with_a_broken_filter_shard(spark)
     out = e.publish("trades", [{"name": "IBM", "price": 10.0}]).collect()
+    assert_one_error_row_names_the_group(out, entry.group_id, broken_id)
+    out = e.publish("trades", [{"name": "IBM", "price": 20.0}]).collect()
+    assert sorted(r.subscription_id for r in out) == ["any_ibm", "cheap"]
+
+
+def assert_one_error_row_names_the_group(out, group_id: str, broken_id: str) -> None:
+    """The output's one error row names the group and, in its reason, the broken shard; the healthy shard's
+    subscription matched."""
     errors = [r for r in out if r.op == "error"]
-    assert [r.group_id for r in errors] == [entry.group_id] and entry.group_id != broken_id
+    assert [r.group_id for r in errors] == [group_id] and group_id != broken_id
     assert f"in {broken_id}: " in errors[0].reason and "UnpicklingError" in errors[0].reason
     matched = {r.subscription_id for r in out if r.op != "error"}
     assert len(matched) == 1 and matched < {"cheap", "any_ibm"}   # the healthy shard's subscription
-    out = e.publish("trades", [{"name": "IBM", "price": 20.0}]).collect()
-    assert sorted(r.subscription_id for r in out) == ["any_ibm", "cheap"]
 
 
 def test_plain_spark_sql_sees_current_rows(spark):

@@ -122,18 +122,8 @@ def test_a_failing_stream_shard_s_error_row_names_its_group(spark, tmp_path):
     filters on, as in a publish), its reason names the shard; the other shard's matches still come out."""
     import json
 
-    from sparksub.runtime import replicas as spark_replicas
-    e = Engine(spark)
-    e.filter_shard_size = 1   # two subscriptions: two shards (parallelism 2)
-    e.sql("CREATE TABLE trades (name STRING, price DOUBLE)")
-    e.sql("CREATE SUBSCRIPTION cheap AS SELECT * FROM trades WHERE price < 50")
-    e.sql("CREATE SUBSCRIPTION any_ibm AS SELECT * FROM trades WHERE name = 'IBM'")
-    e.publish("trades", [{"name": "SAP", "price": 1.0}]).collect()   # builds the shards
-    entry = next(iter(e._groups.values()))
-    assert len(entry.shards) == 2
-    broken_id = sorted(entry.shards)[1]
-    entry.shards[broken_id] = spark_replicas.new_base(e.directory, e.uid, broken_id, b"not a snapshot")
-    spark_replicas._CACHE.clear()
+    from tests.test_engine_spark import assert_one_error_row_names_the_group, engine_with_a_broken_filter_shard
+    e, entry, broken_id = engine_with_a_broken_filter_shard(spark)
     src = tmp_path / "in"
     src.mkdir()
     (src / "0.json").write_text(json.dumps({"name": "IBM", "price": 10.0, "_seq": 1}))
@@ -144,9 +134,5 @@ def test_a_failing_stream_shard_s_error_row_names_its_group(spark, tmp_path):
         q.processAllAvailable()
     finally:
         q.stop()
-    out = spark.table("filter_stream_broken_shard").collect()
-    errors = [r for r in out if r.op == "error"]
-    assert [r.group_id for r in errors] == [entry.group_id] and entry.group_id != broken_id
-    assert f"in {broken_id}: " in errors[0].reason and "UnpicklingError" in errors[0].reason
-    matched = {r.subscription_id for r in out if r.op != "error"}
-    assert len(matched) == 1 and matched < {"cheap", "any_ibm"}   # the healthy shard's subscription
+    assert_one_error_row_names_the_group(spark.table("filter_stream_broken_shard").collect(), entry.group_id,
+                                         broken_id)
