@@ -51,7 +51,10 @@ first task in this worker, a restart (new run id), a replayed or retried micro-b
 *ahead* of the state store) -- the index is rebuilt from the MapState plus the subscriptions of the
 base snapshot, a file the stream keeps under the engine's directory (``stream_files/<stream id>/``, a link to
 the group's base when the stream starts: ``runtime/replicas.py``). On the first micro-batch (no state yet)
-the rows come from the base snapshot and are written into the MapState. State writes per micro-batch: one
+the rows come from the base snapshot and are written into the MapState, a slice of :data:`SEED_SLICE` rows at a
+time; the base is read anew for the build and dropped after it, and a build of ``BULK_ROWS`` rows or more gives the
+freed pages back (``process_memory``), so a worker does not keep the base's size once the index is built (an X zone's
+rebuild keeps only its own rows as it reads the state store). State writes per micro-batch: one
 MapState write per distinct key touched (one round trip each to the JVM), one ListState put, one ValueState update.
 
 **A large RANGE_MIN / RANGE_MAX group in two stages** (issue 16 item 4; ``Engine.range_subscription_shards``,
