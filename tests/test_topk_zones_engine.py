@@ -92,3 +92,21 @@ def test_topk_rows_in_x_zones_equal_whole_and_the_oracle(spark):
     assert all(rs.rebuilds == 2 for rs in states)
     zoned.driver_operator_limit = 0        # read where the zones are cached
     check()
+    # a zone whose state cannot be read fails the edges job: its group's error row (the group in group_id, the zone
+    # in the reason), the other group's notifications still out; the group is rebuilt, so what follows is exact
+    from sparksub.runtime import replicas as spark_replicas
+    broken_rs = states[0]
+    gid, rid = broken_rs.zones[1].replica_id.rpartition("#")[0], broken_rs.zones[1].replica_id
+    broken_rs.zones[1] = spark_replicas.new_base(zoned.directory, zoned.uid, rid, b"not a snapshot")
+    batch = gen_batch(rnd, 10, rows)
+    got, want = (e.publish("t", batch).collect() for e in engs)
+    apply_rows(rows, batch)
+    errors = [r for r in got if r.op == "error"]
+    assert [r.group_id for r in errors] == [gid]
+    assert f"edge objects: {rid}: " in errors[0].reason and "UnpicklingError" in errors[0].reason
+    other = states[1].zones[0].replica_id.rpartition("#")[0]
+    assert full_rows(r for r in got if r.group_id == other) == full_rows(r for r in want if r.group_id == other)
+    assert not [r for r in got if r.group_id == gid and r.op != "error"]
+    check()
+    publish(gen_batch(rnd, 10, rows))
+    check()
