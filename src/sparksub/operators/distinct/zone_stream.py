@@ -16,7 +16,10 @@ other zone's message can ask, without seeing the message:
 
 (``distinct/zones.py``: the whole core's rule, the consolidated X-move across a cut included).  A zone to the
 asker's left answers its greatest X of the value as of then, one to its right its least
-(:meth:`DistinctRowsZone.nearest`: its X lists at the batch's end with its later steps undone).  So stage 1's zone
+(its X lists at the batch's end with its later steps undone, as :meth:`DistinctRowsZone.nearest` reads them; here
+for every question of the batch at once, :class:`_Rewind`: the steps undone once each, from the batch's end back, the
+questions answered latest first -- where asking ``nearest`` per question would undo the value's later steps again
+for each, O(batch² / values)).  So stage 1's zone
 emits, beside its own messages with their open ends, its answers (:func:`batch_answers`), one row each where it
 holds a tuple of the value, tagged ``(asker, seq, step, side, x)`` -- ``step`` 0 for the update's REMOVE, 1 for its
 ADD (a seq has at most one of each in a zone), ``side`` 0 for the asker's left end, 1 its right.  A zone can tell
@@ -34,10 +37,12 @@ delete half first, zone order, ``msg_no`` anew) -- the whole ``DistinctGroup``'s
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
+from sortedcontainers import SortedList
 
 from sparksub.operators.distinct.core import REMOVE
 from sparksub.operators.distinct.zones import ANSWER_SCHEMA, DistinctRowsZone, close_open_ends, row_after
@@ -58,35 +63,81 @@ def batch_answers(zone: DistinctRowsZone, batch: pa.Table, old_rows: Mapping) ->
     or None (none, or in no range) -- a key absent is new.  The rows of :data:`STREAM_ANSWER_SCHEMA`."""
     cols = batch_columns(batch, text=True)
     cuts, me = zone.cuts, zone.zone
-    asker, seqs, steps, sides, xs = [], [], [], [], []
+    questions = []   # (seq, step, asker, side, value) of the messages another zone may emit
     now: dict = {}
-
-    def ask(row, seq: int, step: int) -> None:
-        # the message at ``row``'s X is its zone's; a REMOVE reads the others after its seq, an ADD before it
-        at = bisect_right(cuts, row[0])
-        if at == me:
-            return
-        side = 0 if at > me else 1
-        x = zone.nearest(row[1], seq, inclusive=step == 0, highest=side == 0)
-        if x is not None:
-            asker.append(at)
-            seqs.append(seq)
-            steps.append(step)
-            sides.append(side)
-            xs.append(x)
     for key, x, y, op, seq in zip(cols["key"], cols["x"], cols["y"], cols["op"], cols["seq"]):
         old = now[key] if key in now else old_rows.get(key)
         new = row_after(op, x, y)
         now[key] = new
         if old == new:   # no change: no message (the core's "unchanged")
             continue
-        if old is not None:
-            ask(old, int(seq), 0)
-        if new is not None:
-            ask(new, int(seq), 1)
-    return pa.table({"asker": pa.array(asker, pa.int32()), "seq": pa.array(seqs, pa.int64()),
-                     "step": pa.array(steps, pa.int8()), "side": pa.array(sides, pa.int8()),
-                     "x": pa.array(xs, pa.float64())}, schema=STREAM_ANSWER_SCHEMA)
+        for step, row in ((0, old), (1, new)):
+            at = None if row is None else bisect_right(cuts, row[0])   # the message at the row's X is its zone's
+            if at is not None and at != me:
+                questions.append((int(seq), step, at, 0 if at > me else 1, row[1]))
+    # latest first: a REMOVE (step 0) reads the zone after its seq, an ADD before it -- so at one seq the REMOVE's
+    # version is the later one
+    questions.sort(key=lambda q: (q[0], -q[1]), reverse=True)
+    rewind = _Rewind(zone)
+    asker, seqs, steps, sides, xs = [], [], [], [], []
+    for seq, step, at, side, value in questions:
+        x = rewind.nearest(value, seq, inclusive=step == 0, highest=side == 0)
+        if x is not None:
+            asker.append(at)
+            seqs.append(seq)
+            steps.append(step)
+            sides.append(side)
+            xs.append(x)
+    answers = pa.table({"asker": pa.array(asker, pa.int32()), "seq": pa.array(seqs, pa.int64()),
+                        "step": pa.array(steps, pa.int8()), "side": pa.array(sides, pa.int8()),
+                        "x": pa.array(xs, pa.float64())}, schema=STREAM_ANSWER_SCHEMA)
+    return answers.sort_by([("seq", "ascending"), ("step", "ascending"), ("asker", "ascending")])
+
+
+class _Rewind:
+    """A zone's tuples of each value rewound from the batch's end toward its start, one version after another, each
+    no later than the one before (:func:`batch_answers` asks latest first): per value, how many tuples each X had more
+    than at the end (``adj``, its steps undone so far, ``ValueSteps.undo``'s count) and the X it had more at
+    (``extra``, sorted); the end lists are the zone's core's, untouched."""
+
+    def __init__(self, zone: DistinctRowsZone):
+        self.xs_of = zone.group.core.xs_of
+        self.steps = zone.steps.by_value
+        self.left: dict = {}    # value -> how many of its steps are still applied (the first ones)
+        self.adj: dict = {}
+        self.extra: dict = {}
+
+    def nearest(self, value, seq: int, inclusive: bool, highest: bool) -> float | None:
+        """The zone's greatest (``highest``) or least X of ``value`` as of ``seq`` (``inclusive``: after its step),
+        or None."""
+        steps = self.steps.get(value, ())
+        n = self.left.get(value, len(steps))
+        adj = self.adj.setdefault(value, Counter())
+        extra = self.extra.setdefault(value, SortedList())
+        while n and (steps[n - 1][0] > seq or (steps[n - 1][0] == seq and not inclusive)):
+            n -= 1
+            _, x, sign = steps[n]
+            had = adj[x] > 0
+            adj[x] -= sign
+            if adj[x] > 0 and not had:
+                extra.add(x)
+            elif had and adj[x] <= 0:
+                extra.remove(x)
+        self.left[value] = n
+        end = self.xs_of(value)
+        best = (extra[-1] if highest else extra[0]) if extra else None
+        # the end list from the edge inward, each X once, the first with a tuple left as of the version (an X
+        # skipped lost every tuple it has at the end: at most one skip per step undone)
+        i = len(end) - 1 if highest else 0
+        while 0 <= i < len(end):
+            x = end[i]
+            lo, hi = end.bisect_left(x), end.bisect_right(x)
+            if hi - lo + adj.get(x, 0) > 0:
+                if best is None or (x > best if highest else x < best):
+                    best = x
+                break
+            i = lo - 1 if highest else hi
+        return best
 
 
 def close_answered(tables: dict, answers: pa.Table, ends: tuple = ("outer_l", "outer_r")) -> dict:
