@@ -1060,9 +1060,7 @@ def stream_stats(df_or_id) -> dict:
     group's shard partition counts its build, cache hit and catch-up as ``shard_builds`` / ``shard_cache_hits`` /
     ``shard_caught_up`` too), zones / zone_batches / zone_builds (a two-stage RANGE_AGG / RANGE_DISTINCT group's X
     zones: the zone partitions the stream started with, the micro-batches they applied, a zone's index seeded or
-    rebuilt).  Read from
-    the stream's counter files (``replicas.CounterFile``), which every task
-    adds to."""
+    rebuilt).  Read from the stream's counter files (``replicas.CounterFile``), which every task adds to."""
     sid = df_or_id if isinstance(df_or_id, str) else df_or_id.sparksub_stream_id
     counters = _STATS.get(sid)
     value = counters.read() if counters is not None else {}
