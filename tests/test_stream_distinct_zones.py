@@ -5,12 +5,13 @@ emitting its DISTINCT messages (000 §4) with the Mar ends it cannot close open 
 another zone's message can ask; the subscription shards close the ends with the answers and merge.
 
 * Through Spark (``range_zones`` 3 and 0, both with 2 subscription shards, side by side over the same files): a
-  DISTINCT over a text column and one over a number; the two streams' rows are equal row for row, and what each shard
-  delivered is the whole group's messages; every subscription's view (its result at the start, the notifications
+  DISTINCT over a text column and one over a number; the two streams' rows are equal row for row, and so are the
+  shards' logs (their changes); every subscription's view (its result at the start, the notifications
   applied in seq order) equals a brute force over the table after every seq -- upserts, deletes, X-moves across the
-  cuts keeping their value, Y changes, a key several times in one micro-batch, NULL X / Y, unknown-key deletes;
-  subscriptions added and dropped while the stream runs; the streams stopped and restarted from their checkpoints
-  (the zones rebuilt from the state store); every range's brute force after the stream equals the views.
+  cuts keeping their value (one no other row has), Y changes, a key several times in one micro-batch, NULL X / Y,
+  unknown-key deletes; subscriptions added and dropped while the stream runs; the streams stopped and restarted from
+  their checkpoints (the zones rebuilt from the state store); every range's brute force after the stream equals the
+  views.
 * Without Spark (hypothesis): the zones' stage-1 rows (messages and answers), shuffled as an exchange may, merged by
   the shard equal the whole group's stage 1 row for row, every column.
 """
@@ -39,7 +40,7 @@ from test_stream_agg_zones import Streams, cuts_of, shard_logs, start_rows, zone
 from test_stream_range_shards import two_shuffle_partitions  # noqa: E402
 from test_stream_range_shards_classes import apply_update, rows_of  # noqa: E402
 
-SHARDS, ZONES = 2, 2
+SHARDS, ZONES = 2, 3   # (3: the cuts test_stream_agg_zones.zone_batch moves keys across; a middle zone)
 TEMPLATES = {"d": ("tag", "SELECT DISTINCT tag FROM t WHERE x BETWEEN :lo AND :hi"),
              "n": ("y", "SELECT DISTINCT y FROM t WHERE x BETWEEN :lo AND :hi")}
 _COLUMN = {"tag": 2, "y": 1}
@@ -85,6 +86,17 @@ def change(e: Engine, subs: dict) -> None:
         del subs[f"{letter}0"]
 
 
+def distinct_batch(rnd: random.Random, f: int, rows: dict) -> list:
+    """``zone_batch``'s micro-batch and, per cut, a key with a value no other row has moving across it and back: the
+    zone it left answers the ADD's left end with the X it left (as of before the seq) or with nothing (after)."""
+    batch = zone_batch(rnd, f, rows)
+    for i, c in enumerate(cuts_of(start_rows())):
+        key, y, tag = sorted(rows)[10 + i + f], 100.0 + f, f"u{f}"
+        batch += [{"k": key, "x": c - 1.0, "y": y, "tag": tag}, {"k": key, "x": c, "y": y, "tag": tag},
+                  {"k": key, "x": c - 0.5, "y": y, "tag": tag}]
+    return batch
+
+
 def check_views(rows: dict, subs: dict, batch: list, seq0: int, notes: list) -> tuple:
     """Each subscription's view (its brute force at the start, then its add / remove rows in seq order) equals the
     brute force after every seq; ``batch`` applied to ``rows``; (the rejected seqs, the views at the end)."""
@@ -123,7 +135,7 @@ def run(spark, tmp_path_factory):
                     for other, _, other_subs in engines.values():
                         change(other, other_subs)
                     streams.restart()
-                batch, seq0 = zone_batch(rnd, f, rows), 1000 * (f + 1)
+                batch, seq0 = distinct_batch(rnd, f, rows), 1000 * (f + 1)
                 out = streams.feed(spark, batch, seq0, f)
                 got["batches"].append((dict(rows), dict(subs), batch, seq0, out[ZONES]))
                 got["whole"].append(out[0])
