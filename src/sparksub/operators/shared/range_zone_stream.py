@@ -124,7 +124,7 @@ def merged_messages(mine: pa.Table, names: Iterable[str]) -> pa.Table:
     the whole group emits them (``merge_zone_messages``), in the same columns, without the zone's two; a DISTINCT
     zone's open ends closed first with the zones' answers among the rows (``distinct/zone_stream.close_answered``)."""
     names = [n for n in names if n not in (ZONE_COLUMN, PART_MESSAGE_COLUMN)]
-    answer = pc.equal(mine.column("op"), ZONE_ANSWER)
+    answer = pc.fill_null(pc.equal(mine.column("op"), ZONE_ANSWER), False)
     answers = mine.filter(answer)
     mine = mine.filter(pc.invert(answer))
     zones = mine.column(ZONE_COLUMN)
