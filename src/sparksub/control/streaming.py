@@ -104,8 +104,9 @@ class Streaming:
         aggregates: per update, as publish's sharded groups), and one task per subscription shard (x1 shards;
         top-k, DISTINCT, aggregates: by a hash of the id, each shard's results kept in the stream's directory)
         matches them, in the same streaming query (``runtime/stream.py``); the output is the same, row for row.  Such
-        a RANGE_AGG group over ``Engine.range_zones`` rows or more (publish's rule, fixed here) keeps its rows in X
-        zones, a state partition each, whose messages the shards merge (``operators/shared/range_zone_stream.py``).  A
+        a RANGE_AGG or RANGE_DISTINCT group over ``Engine.range_zones`` rows or more (publish's rule, fixed here) keeps
+        its rows in X zones, a state partition each, whose messages the shards merge (a DISTINCT message's Mar ends
+        closed there with the zones' answers: ``operators/shared/range_zone_stream.py``).  A
         BOX_MIN / BOX_MAX / BOX_TOPK group past the same setting (either mode) runs as one state partition per
         subscription shard, each every row and the subscriptions whose id hashes to it, as publish's box shards.
 
@@ -196,8 +197,8 @@ class Streaming:
                         specs[e.group_id], staged[e.group_id], live.range_shards[e.group_id] = \
                             self._range_stream_stages(state, e, shards, where, n)
                         continue
-                    if shards:   # top-k, DISTINCT, aggregates: their shards by a hash of the id (aggregates' rows
-                        #          past Engine.range_zones in X zones, a state partition each)
+                    if shards:   # top-k, DISTINCT, aggregates: their shards by a hash of the id (DISTINCT's and
+                        #          aggregates' rows past Engine.range_zones in X zones, a state partition each)
                         partitions = int(self.spark.conf.get("spark.sql.shuffle.partitions"))
                         part, staged[e.group_id], live.range_class_shards[e.group_id] = \
                             self._range_class_stream_stages(state, e, shards, where, n, partitions)
@@ -273,11 +274,12 @@ class Streaming:
                                    partitions: int = 0) -> tuple:
         """A RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG group the stream runs in two stages (``runtime/stream.py``, "a
         large top-k, DISTINCT or aggregate group in two stages"): ``(its run_stream entry, (None, its shards' stored
-        bases, the k values stage 1 paints for), its stream_control.RangeClassShards)``.  A RANGE_AGG group over
-        ``Engine.range_zones`` rows or more (``range_zone_count``, as publish's) keeps stage 1's rows in X zones (its
-        entry's sixth element ``{zone key: StreamZone}``): one key per zone (``range_zone_stream.zone_keys``, each in
-        a state partition of its own among the stream's ``partitions`` where it can), at equal-count cuts of the
-        table's X now, its shards seeded from the zones' partial states (``stream.seed_zoned_stream_shards``).  Stage
+        bases, the k values stage 1 paints for), its stream_control.RangeClassShards)``.  A RANGE_AGG / RANGE_DISTINCT
+        group over ``Engine.range_zones`` rows or more (``range_zone_count``, as publish's) keeps stage 1's rows in X
+        zones (its entry's sixth element ``{zone key: StreamZone}``): one key per zone (``range_zone_stream.zone_keys``,
+        each in a state partition of its own among the stream's ``partitions`` where it can), at equal-count cuts of
+        the table's X now, its shards seeded from the zones' partial states (``stream.seed_zoned_stream_shards``;
+        DISTINCT's subscribers start from nothing).  Stage
         1's base holds the table's rows and no subscription (``rows_extra``: top-k paints per update, Paint-Dense,
         002 §III-A); the subscriptions go to shards by a CRC32 of their id, as publish's (``shared/range_shards.py``),
         each base its subscriptions with their results as of now, seeded in a Spark task from the rows' base, as
@@ -308,7 +310,8 @@ class Streaming:
 
     def _stream_zones(self, entry, xs, group_class: type, partitions: int) -> dict:
         """``{state partition key: StreamZone}`` of a two-stage group's X zones in a stream (``Engine.range_zones``
-        over the table's rows now, as publish's ``range_zone_count``; a RANGE_AGG group only: ``ZONED_STREAM_CLASSES``),
+        over the table's rows now, as publish's ``range_zone_count``; RANGE_AGG and RANGE_DISTINCT groups only:
+        ``ZONED_STREAM_CLASSES``),
         cut at equal-count points of ``xs`` (fewer zones when values repeat; ``group_class`` merges their partial
         states); {} for one."""
         if entry.physical.klass not in ZONED_STREAM_CLASSES:

@@ -138,7 +138,20 @@ subscription change: each zone seeds the added from its own rows and writes each
 (``range_class_shards/<group>/<shard>/zone-<i>/change-<micro-batch>``), the shard adds the zones' partial states up
 (``merged_change``: ``AggGroup.merge_seeds``) -- the driver holds no row and no result.  At the start one Spark task
 seeds the shards from the zones' rows, one zone's core at a time (:func:`seed_zoned_stream_shards`).  ``stream_stats``:
-``zones`` (the zone partitions the stream started with), ``zone_batches``, ``zone_builds``.  A reformulated stream
+``zones`` (the zone partitions the stream started with), ``zone_batches``, ``zone_builds``.
+
+**A two-stage RANGE_DISTINCT group's rows in X zones** (the same setting and layout; ``distinct/zone_stream.py``).  A
+DISTINCT message's Mar ends (000 §4) read the nearest tuple of its value on each side, which may lie in another zone:
+publish closes them in a second job over the zones (``distinct/zones.py``), and a stream has no second stateful
+stage.  But each zone reads the whole micro-batch and its state store holds every row, so it knows each update's old
+row and new row, hence every question another zone's message can ask: stage 1's zone
+(:func:`stage_one_distinct_zone`) emits its messages, their ends open where it holds no tuple of the value on that
+side, and its answers -- its nearest X of the value as of the message's seq (a REMOVE's after it, an ADD's before)
+-- as rows beside them (``range_zone_stream.answer_rows``: ``op`` ``zone_answer``; rows, not files: a few numbers per
+update that must reach every shard, as the messages do).  The old rows of keys its index does not hold it reads from
+its state store, one read per such key of the micro-batch.  A stage-2 shard closes each end at the nearest answer
+and merges (``range_zone_stream.merged_messages``): the whole group's messages, row for row.  DISTINCT subscribers
+keep nothing, so neither the start nor a change seeds anything from the zones.  A reformulated stream
 keeps the group whole (its output is the messages: zoned, they would need a merge task per group after an exchange,
 a second stage that stream does not have).
 
@@ -193,6 +206,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparksub.operators.distinct.zone_stream import batch_answers
 from sparksub.operators.range_min.subscription_shards import (
     step0_old_values,
     visited_shards,
@@ -208,11 +222,13 @@ from sparksub.operators.shared.range_zone_stream import (
     PART_MESSAGE_COLUMN,
     ZONE_COLUMN,
     StreamZone,
+    answer_rows,
     merged_change,
     merged_messages,
+    zone_operator,
     zoned_shard_bases,
 )
-from sparksub.operators.shared.range_zones import PART_COLUMN, RowsZone, RowsZoneSnapshot, zone_bounds, zone_rows
+from sparksub.operators.shared.range_zones import PART_COLUMN, RowsZone, zone_bounds, zone_rows
 from sparksub.operators.shared.schemas import (
     DELETE,
     RANGE_MESSAGE_SCHEMA,
@@ -271,8 +287,9 @@ _RECTANGLE = ("new_value", "inner_l", "inner_r", "outer_l", "outer_r")
 CLASS_MESSAGE_FIELDS = (pa.field("m_k", pa.int64()), pa.field("m_item_text", pa.string()),
                         pa.field("m_item_key", pa.string()), pa.field("m_item_x", pa.float64()),
                         pa.field("m_d_count", pa.int64()), pa.field("m_shard", pa.int32()))
-#: Stage 1's columns beyond those, for a two-stage RANGE_AGG group with its rows in X zones: a message's zone and its
-#: half of the update (0: an X-move's delete half; ``range_zones.RowsZone``), which stage 2 merges by
+#: Stage 1's columns beyond those, for a two-stage RANGE_AGG / RANGE_DISTINCT group with its rows in X zones: a
+#: message's zone and its half of the update (0: an X-move's delete half; ``range_zones.RowsZone``), which stage 2
+#: merges by (a DISTINCT zone's answer: the asking zone, the update's REMOVE 0 or ADD 1, ``range_zone_stream``)
 ZONE_MESSAGE_FIELDS = (pa.field(ZONE_COLUMN, pa.int32()), pa.field(PART_MESSAGE_COLUMN, pa.int8()))
 #: a range-class message's columns, ``m_``-prefixed between the stages (all but group_id, seq and op)
 _CLASS_MESSAGE = tuple(f.name for f in RANGE_MESSAGE_SCHEMA if f.name not in ("group_id", "seq", "op"))
@@ -352,8 +369,8 @@ class GroupSpec:
     # subscription shard j of a BOX_MIN / BOX_MAX / BOX_TOPK group (its key ``<group>#b<j>``: every row of the table,
     # the subscriptions whose id hashes to j, ``operators/box/stream_shards.py``); None: not a box shard
     box_shard: int | None = None
-    # an X zone of a two-stage RANGE_AGG group (its key ``<group>#r<i>``: every row of the table in its state store,
-    # the zone's rows in its index; ``operators/shared/range_zone_stream.py``); None: not a zone
+    # an X zone of a two-stage RANGE_AGG / RANGE_DISTINCT group (its key ``<group>#r<i>``: every row of the table in
+    # its state store, the zone's rows in its index; ``operators/shared/range_zone_stream.py``); None: not a zone
     zone: StreamZone | None = None
 
     def snapshot(self):
@@ -735,9 +752,9 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
     the stored ``RangeShardBase`` of each shard, the k values stage 1 paints for) of the top-k / DISTINCT / aggregate
     ones (their ``base`` without subscriptions; a ``unicast`` stream: :func:`range_shard_stage`).  A box group in
     subscription shards is one ``groups`` entry per shard, keyed ``<group>#b<j>`` (``box.stream_shards.shard_key``),
-    its base the shard's (every row, its subscriptions) and a sixth element, ``j``; a two-stage RANGE_AGG group with
-    its rows in X zones is one entry per zone, keyed ``<group>#r<i>`` (``range_zone_stream.zone_keys``), its base the
-    table's rows and a sixth element, its ``StreamZone`` (its ``shards`` entry under the group's id)."""
+    its base the shard's (every row, its subscriptions) and a sixth element, ``j``; a two-stage RANGE_AGG / DISTINCT
+    group with its rows in X zones is one entry per zone, keyed ``<group>#r<i>`` (``range_zone_stream.zone_keys``),
+    its base the table's rows and a sixth element, its ``StreamZone`` (its ``shards`` entry under the group's id)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
@@ -973,11 +990,11 @@ def _zoned_seed_task(rows_base, zones: list, group_id: str, key_type, ids, x1, x
 
 def seed_zoned_stream_shards(spark, rows_base, zones: list, group_id: str, key_type, ids, x1, x2, k,
                              paths: list) -> list:
-    """A stream's subscription shards of a RANGE_AGG group whose rows it keeps in X ``zones`` (``StreamZone`` each),
-    at its start: one Spark task reads the rows' base, builds each zone's core in turn and adds the zones' exact
-    partial states of each shard's ranges up (``zoned_shard_bases``: ``AggGroup.merge_seeds``), writing shard j's
-    base to ``paths[j]`` -- the driver holds neither a core nor a result (as ``range_shards.seed_stream_shards``).
-    The bases, stored."""
+    """A stream's subscription shards of a RANGE_AGG / RANGE_DISTINCT group whose rows it keeps in X ``zones``
+    (``StreamZone`` each), at its start: one Spark task reads the rows' base, builds each zone's core in turn and adds
+    the zones' exact partial states of each shard's ranges up (``zoned_shard_bases``: ``AggGroup.merge_seeds``; a
+    DISTINCT shard starts from nothing), writing shard j's base to ``paths[j]`` -- the driver holds neither a core
+    nor a result (as ``range_shards.seed_stream_shards``).  The bases, stored."""
     task = _zoned_seed_task(rows_base, list(zones), group_id, key_type, ids, x1, x2, k, list(paths))
     error = spark.range(0, 1, 1, 1).mapInArrow(task, "error string").collect()[0][0]
     if error is not None:
@@ -1054,10 +1071,9 @@ def stream_stats(df_or_id) -> dict:
     group's notifications are counted by its shards), shard_caught_up / shard_compactions (a two-stage top-k,
     DISTINCT or aggregate shard brought up to date from its logs / given a new base, :func:`_class_shard`; a box
     group's shard partition counts its build, cache hit and catch-up as ``shard_builds`` / ``shard_cache_hits`` /
-    ``shard_caught_up`` too), zones / zone_batches / zone_builds (a two-stage RANGE_AGG group's X zones: the zone
-    partitions the stream started with, the micro-batches they applied, a zone's index seeded or rebuilt).  Read from
-    the stream's counter files (``replicas.CounterFile``), which every task
-    adds to."""
+    ``shard_caught_up`` too), zones / zone_batches / zone_builds (a two-stage RANGE_AGG / RANGE_DISTINCT group's X
+    zones: the zone partitions the stream started with, the micro-batches they applied, a zone's index seeded or
+    rebuilt).  Read from the stream's counter files (``replicas.CounterFile``), which every task adds to."""
     sid = df_or_id if isinstance(df_or_id, str) else df_or_id.sparksub_stream_id
     counters = _STATS.get(sid)
     value = counters.read() if counters is not None else {}
@@ -1155,10 +1171,10 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
     stats["subscription_changes"] = note_subscriptions(state.subs, spec.stream_id, applies)
 
     # a group added while the stream runs whose base already holds this micro-batch's rows: nothing to apply
-    # (a zone's index holds its zone's rows; its state store every row: a key held elsewhere is asked there)
-    elsewhere = (lambda k: state.rows.containsKey((k,))) if gspec.zone is not None else None
+    # (a zone's index holds its zone's rows; its state store every row: a key held elsewhere is read there)
+    stored = (lambda k: state.rows.getValue((k,))) if gspec.zone is not None else None
     done = _apply_frame(spec, gid, gspec, group, null_keys, pdf.iloc[:0] if skip else pdf, applied, spec.mode,
-                        elsewhere)
+                        stored)
     if signals is not None:
         done.notes = signals if done.notes is None else pa.concat_tables([signals, done.notes],
                                                                          promote_options="default")
@@ -1181,10 +1197,11 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
 
 
 def _apply_frame(spec: StreamSpec, gid: str, gspec: GroupSpec, group, null_keys: set, pdf: pd.DataFrame,
-                 applied: int, mode: str, elsewhere=None) -> _Applied:
+                 applied: int, mode: str, stored=None) -> _Applied:
     """Apply ``pdf``'s rows (in ``ord`` order) to ``group`` in ``mode``: a delete of a key the group does not
-    hold is rejected (emitted by the primary group alone); returns what :class:`_Applied` holds.  ``elsewhere(key)``:
-    whether the table holds a key the group's index does not (an X zone's: held by another zone)."""
+    hold is rejected (emitted by the primary group alone); returns what :class:`_Applied` holds.  ``stored(key)``:
+    the table's row ``(x, y, t, x2)`` of a key the group's index may not hold (an X zone's: held by another zone)
+    before the micro-batch, None if none."""
     n = len(pdf)
     keys = pdf["key"].tolist()
     xs = pdf["x"].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -1209,7 +1226,7 @@ def _apply_frame(spec: StreamSpec, gid: str, gspec: GroupSpec, group, null_keys:
             k = keys[i]
             if ops[i] == "delete":
                 exists = final[k] is not None if k in final else (k in null_keys or core.get(k) is not None
-                                                                  or (elsewhere is not None and elsewhere(k)))
+                                                                  or (stored is not None and stored(k) is not None))
                 if exists:
                     final[k] = None
                     valid[i], valid_ops[i] = True, DELETE
@@ -1227,8 +1244,9 @@ def _apply_frame(spec: StreamSpec, gid: str, gspec: GroupSpec, group, null_keys:
                    x2s[idx] if gspec.x2 else None, valid_ops[idx], seqs[idx])
     if not len(idx):
         notes = None
-    elif gspec.staged(mode) and gspec.zone is not None:   # stage 1 of a zoned aggregate group: the zone's part
-        notes = stage_one_zone(group, batch)
+    elif gspec.staged(mode) and gspec.zone is not None:   # stage 1 of a zoned group: the zone's part
+        notes = stage_one_distinct_zone(group, batch, stored, gspec.text) if group.group.kind == "RANGE_DISTINCT" \
+            else stage_one_zone(group, batch)
     elif gspec.staged(mode) and gspec.hashed:   # stage 1 of a top-k / DISTINCT / aggregate group: per update
         notes = stage_one_classes(group, batch)
     elif gspec.staged(mode):   # stage 1: the messages, with what unicast needs beside them
@@ -1267,15 +1285,39 @@ def stage_one_classes(group, batch: pa.Table) -> pa.Table:
 
 
 def stage_one_zone(zone, batch: pa.Table) -> pa.Table:
-    """Stage 1 of one X zone of a two-stage RANGE_AGG group: the group's whole micro-batch, of which the zone takes
-    its part (``range_zones.RowsZone``: an upsert at an X it owns, a delete of a key it holds; 000 §4: the message at
-    X is the zone's alone), as :func:`stage_one_classes`' columns plus the zone and each message's half of the update
-    (:data:`ZONE_MESSAGE_FIELDS`), by which stage 2 merges the zones' messages."""
+    """Stage 1 of one X zone of a two-stage RANGE_AGG group (a DISTINCT one's messages): the group's whole
+    micro-batch, of which the zone takes its part (``range_zones.RowsZone``: an upsert at an X it owns, a delete of a
+    key it holds; 000 §4: the message at X is the zone's alone), as :func:`stage_one_classes`' columns plus the zone
+    and each message's half of the update (:data:`ZONE_MESSAGE_FIELDS`), by which stage 2 merges the zones'
+    messages."""
     messages = zone.apply(batch, "reformulated")
     return pa.table({"group_id": messages.column("group_id"), "seq": messages.column("seq"),
                      "op": messages.column("op"), **{f"m_{c}": messages.column(c) for c in _CLASS_MESSAGE},
                      ZONE_COLUMN: pa.array(np.full(messages.num_rows, zone.zone, np.int32)),
                      PART_MESSAGE_COLUMN: messages.column(PART_COLUMN)})
+
+
+def stage_one_distinct_zone(zone, batch: pa.Table, stored, text: bool) -> pa.Table:
+    """Stage 1 of one X zone of a two-stage RANGE_DISTINCT group: :func:`stage_one_zone`'s messages (their Mar ends
+    open where the zone holds no tuple of the value on that side, 000 §4) and the zone's answers to every question
+    another zone's message of the micro-batch can ask (``distinct/zone_stream.batch_answers``), which stage 2 closes
+    the ends with (``range_zone_stream.merged_messages``).  The keys' rows before the micro-batch: the zone's own
+    from its index, the others' from its state store (``stored``), which holds every row."""
+    core = zone.group.core
+    old = {}
+    for key in set(batch.column("key").to_pylist()):   # before the zone applies the batch
+        old[key] = core.get(key) if key in core else _distinct_row(stored(key), text)
+    messages = stage_one_zone(zone, batch)
+    answers = answer_rows(zone.group.group_id, batch_answers(zone, batch, old))
+    return pa.concat_tables([messages, answers], promote_options="default")
+
+
+def _distinct_row(row, text: bool):
+    """A state store row ``(x, y, t, x2)`` as a DISTINCT core holds it, ``(x, value)``; None: none, or in no range."""
+    if row is None:
+        return None
+    x, value = row[0], row[2] if text else row[1]
+    return None if x is None or _is_null(value) else (float(x), value)
 
 
 def _core_of(group):
@@ -1485,9 +1527,5 @@ def _rebuild(group_spec: GroupSpec, rows_state, subs=None):
 
 def _built(group_spec: GroupSpec, snap):
     """The partition's operator from a snapshot of every row: the group, or an X zone's ``RowsZone`` over the rows it
-    owns (``range_zones.zone_rows`` at the stream's cuts; its state store keeps them all)."""
-    zone = group_spec.zone
-    if zone is None:
-        return snap.build()
-    keys, xs, ys = zone_rows(snap.keys, snap.xs, snap.ys, zone.cuts, zone.zone)
-    return RowsZoneSnapshot(dataclasses.replace(snap, keys=keys, xs=xs, ys=ys), zone.zone, zone.cuts).build()
+    owns (``range_zone_stream.zone_operator`` at the stream's cuts; its state store keeps them all)."""
+    return snap.build() if group_spec.zone is None else zone_operator(snap, group_spec.zone)

@@ -60,7 +60,7 @@ from sparksub.operators.shared.range_zones import RowsZone, RowsZoneSnapshot, me
 from sparksub.operators.shared.schemas import DELETE
 
 __all__ = ["DistinctRowsZone", "DistinctZoneSnapshot", "ValueSteps", "close_open_ends", "merge_closed",
-           "zone_answers", "ANSWER_SCHEMA"]
+           "row_after", "zone_answers", "ANSWER_SCHEMA"]
 
 #: a zone's answers to the open ends of another zone's messages: the asking zone, the message's row in that zone's
 #: round-1 table, the side (0: the asker's left end, 1: its right end) and the answering zone's nearest X (null: none)
@@ -117,6 +117,12 @@ class ValueSteps:
             yield from [x] * emit(x)
 
 
+def row_after(op, x, y) -> tuple | None:
+    """A key's ``(x, y)`` after an update of the batch (``batch_columns``' values), or None: the group's NULL rule
+    (``range_classes.RangeClassGroup.apply``: a delete, or a NULL X or Y, leaves the key in no range)."""
+    return None if op == DELETE or x is None or x != x or is_null(y) else (float(x), y)
+
+
 def _count(sorted_xs, x) -> int:
     return sorted_xs.bisect_right(x) - sorted_xs.bisect_left(x) if len(sorted_xs) else 0
 
@@ -150,7 +156,7 @@ class DistinctRowsZone(RowsZone):
         get = self.group.core.get
         for key, x, y, op, seq in zip(cols["key"], cols["x"], cols["y"], cols["op"], cols["seq"]):
             old = now[key] if key in now else get(key)
-            new = None if op == DELETE or x is None or x != x or is_null(y) else (float(x), y)
+            new = row_after(op, x, y)
             if old is not None:
                 steps.record(int(seq), old[1], old[0], -1)
             if new is not None:
@@ -217,9 +223,10 @@ def zone_answers(zone: DistinctRowsZone, tables: dict) -> pa.Table:
                      "side": pa.array(sides, pa.int8()), "x": pa.array(xs, pa.float64())}, schema=ANSWER_SCHEMA)
 
 
-def close_open_ends(tables: dict, answers: Sequence[pa.Table]) -> dict:
+def close_open_ends(tables: dict, answers: Sequence[pa.Table], ends: tuple = ("outer_l", "outer_r")) -> dict:
     """Each zone's round-1 messages (zone index -> table) with their open ends closed at the nearest answer: the
-    greatest X the zones to the left gave, the least the zones to the right gave (no answer: ±inf stays)."""
+    greatest X the zones to the left gave, the least the zones to the right gave (no answer: ±inf stays).
+    ``ends``: the tables' OUTER_L and OUTER_R columns (a stream's stage 1 prefixes them, ``zone_stream.py``)."""
     given = [a for a in answers if a is not None and a.num_rows]
     if not given:
         return dict(tables)
@@ -233,12 +240,13 @@ def close_open_ends(tables: dict, answers: Sequence[pa.Table]) -> dict:
         row = mine.column("row").to_numpy()
         side = mine.column("side").to_numpy()
         x = mine.column("x").to_numpy(zero_copy_only=False)
-        left = t.column("outer_l").to_numpy(zero_copy_only=False).copy()
-        right = t.column("outer_r").to_numpy(zero_copy_only=False).copy()
+        left_name, right_name = ends
+        left = t.column(left_name).to_numpy(zero_copy_only=False).copy()
+        right = t.column(right_name).to_numpy(zero_copy_only=False).copy()
         np.maximum.at(left, row[side == 0], x[side == 0])
         np.minimum.at(right, row[side == 1], x[side == 1])
-        t = t.set_column(t.schema.get_field_index("outer_l"), "outer_l", pa.array(left, pa.float64()))
-        out[i] = t.set_column(t.schema.get_field_index("outer_r"), "outer_r", pa.array(right, pa.float64()))
+        t = t.set_column(t.schema.get_field_index(left_name), left_name, pa.array(left, pa.float64()))
+        out[i] = t.set_column(t.schema.get_field_index(right_name), right_name, pa.array(right, pa.float64()))
     return out
 
 

@@ -1,5 +1,5 @@
-"""A two-stage RANGE_AGG group of a running stream with its rows in X zones (issue 16 item 4): the pure parts of
-``runtime/stream.py``'s "a two-stage RANGE_AGG group's rows in X zones".  Pure (numpy, pyarrow; no pyspark).
+"""A two-stage RANGE_AGG or RANGE_DISTINCT group of a running stream with its rows in X zones (issue 16 item 4): the
+pure parts of ``runtime/stream.py``'s "a two-stage group's rows in X zones".  Pure (numpy, pyarrow; no pyspark).
 
 Publish's zones (``shared/range_zones.py``) as state partitions of the stream's one stateful operator, the way a box
 group's subscription shards are (``box/stream_shards.py``): stage 1 is Z keys ``<group>#r<i>`` (:func:`zone_keys`,
@@ -13,6 +13,15 @@ check is the table's in every zone and the first key alone emits a rejection).
 * :func:`merged_messages` -- stage 2's side: a subscription shard gets every zone's messages of the micro-batch
   (each tagged with its zone and its half of the update) and merges them as the whole group emits them
   (``range_zones.merge_zone_messages``: by seq, a move's delete half first, zone order, ``msg_no`` anew).
+* RANGE_DISTINCT's open Mar ends (000 §4; publish closes them in a second round, ``distinct/zones.py``): no second
+  stateful stage here, but every zone reads the whole micro-batch and its state store holds every row, so it answers
+  every question another zone's message can ask (``distinct/zone_stream.py``); its answers travel beside its
+  messages as rows of stage 1 (:func:`answer_rows`: ``op`` :data:`ZONE_ANSWER`, the asker in :data:`ZONE_COLUMN`,
+  the update's REMOVE or ADD in :data:`PART_MESSAGE_COLUMN`, the X in ``m_outer_l`` or ``m_outer_r`` by the side
+  it closes), and :func:`merged_messages` closes the ends with them before it merges.  Rows, not a file per zone
+  per micro-batch as a ``ShardChange`` is: an answer is five numbers, a few per update, and it must reach every
+  shard as the messages do -- the exchange already does that, where a file would be read by every shard's task from
+  every zone.
 * :func:`merged_change` -- a subscription change: each zone sends each shard its ``ShardChange`` with its rows'
   exact partial states of the added ranges; the shard adds them up (``AggGroup.merge_seeds``: counts and scaled
   sums are additive over disjoint rows) into the change the whole group's stage 1 would have sent.
@@ -29,19 +38,31 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparksub.operators.box.stream_shards import salted_keys
+from sparksub.operators.distinct.zone_stream import STREAM_ANSWER_SCHEMA, close_answered
+from sparksub.operators.distinct.zones import DistinctZoneSnapshot
 from sparksub.operators.joins.shards import subscription_shard
 from sparksub.operators.shared.range_shard_stream import ShardChange
 from sparksub.operators.shared.range_shards import shard_bases
-from sparksub.operators.shared.range_zones import PART_COLUMN, ZonedRows, merge_zone_messages
+from sparksub.operators.shared.range_zones import (
+    PART_COLUMN,
+    SECOND_ROUND_CLASSES,
+    RowsZoneSnapshot,
+    ZonedRows,
+    merge_zone_messages,
+    zone_rows,
+)
 
-__all__ = ["ZONED_STREAM_CLASSES", "ZONE_COLUMN", "PART_MESSAGE_COLUMN", "StreamZone", "merged_change",
-           "merged_messages", "zone_key", "zone_keys", "zoned_shard_bases"]
+__all__ = ["ZONED_STREAM_CLASSES", "ZONE_ANSWER", "ZONE_COLUMN", "PART_MESSAGE_COLUMN", "StreamZone", "answer_rows",
+           "merged_change", "merged_messages", "zone_key", "zone_keys", "zone_operator", "zoned_shard_bases"]
 
-#: the classes whose two-stage stream group keeps its rows in X zones (module docstring; RANGE_TOPK / RANGE_DISTINCT
-#: need a second round between the zones, ``range_zones``' docstring)
-ZONED_STREAM_CLASSES = ("RANGE_AGG",)
+#: the classes whose two-stage stream group keeps its rows in X zones (module docstring; RANGE_TOPK's zones read a
+#: halo of their neighbours before the batch, ``topk/zones.py``, which one stateful stage cannot give them)
+ZONED_STREAM_CLASSES = ("RANGE_AGG", "RANGE_DISTINCT")
 #: stage 1's columns of a zoned group's message beyond the class's: its zone and its half of the update
 ZONE_COLUMN, PART_MESSAGE_COLUMN = "m_zone", "m_part"
+#: stage 1's ``op`` of a DISTINCT zone's answer to another zone's open Mar end (:func:`answer_rows`)
+ZONE_ANSWER = "zone_answer"
+_ENDS = ("m_outer_l", "m_outer_r")
 
 
 @dataclass(frozen=True)
@@ -67,20 +88,56 @@ def zone_keys(group_id: str, n_zones: int, partitions: int) -> list:
     return salted_keys([zone_key(group_id, i) for i in range(n_zones)], partitions)
 
 
+def zone_operator(snap, zone: StreamZone):
+    """Zone ``zone``'s operator from a snapshot of every row of the table: the class's rows operator over the rows
+    it owns (``range_zones.zone_rows`` at the stream's cuts), a DISTINCT zone recording its steps per seq
+    (``distinct/zones.DistinctRowsZone``: what its answers read)."""
+    keys, xs, ys = zone_rows(snap.keys, snap.xs, snap.ys, zone.cuts, zone.zone)
+    base = DistinctZoneSnapshot if snap.kind in SECOND_ROUND_CLASSES else RowsZoneSnapshot
+    return base(replace(snap, keys=keys, xs=xs, ys=ys), zone.zone, zone.cuts).build()
+
+
+def answer_rows(group_id: str, answers: pa.Table) -> pa.Table:
+    """A DISTINCT zone's answers (``distinct/zone_stream.STREAM_ANSWER_SCHEMA``) as rows of stage 1 (module
+    docstring): ``op`` :data:`ZONE_ANSWER`, ``m_msg_no`` -1 (before any message, as a change's row)."""
+    n = answers.num_rows
+    left = pc.equal(answers.column("side"), 0)
+    x = answers.column("x")
+    none = pa.scalar(None, pa.float64())
+    return pa.table({"group_id": pa.array([group_id] * n, pa.string()), "seq": answers.column("seq"),
+                     "op": pa.array([ZONE_ANSWER] * n, pa.string()), _ENDS[0]: pc.if_else(left, x, none),
+                     _ENDS[1]: pc.if_else(left, none, x), "m_msg_no": pa.array(np.full(n, -1, np.int64)),
+                     ZONE_COLUMN: answers.column("asker"), PART_MESSAGE_COLUMN: answers.column("step")})
+
+
+def _answers_of(rows: pa.Table) -> pa.Table:
+    # stage 1's answer rows back as ``STREAM_ANSWER_SCHEMA`` (:func:`answer_rows` undone)
+    left = pc.is_valid(rows.column(_ENDS[0]))
+    return pa.table({"asker": rows.column(ZONE_COLUMN), "seq": rows.column("seq"),
+                     "step": rows.column(PART_MESSAGE_COLUMN), "side": pc.if_else(left, 0, 1).cast(pa.int8()),
+                     "x": pc.coalesce(rows.column(_ENDS[0]), rows.column(_ENDS[1]))}, schema=STREAM_ANSWER_SCHEMA)
+
+
 def merged_messages(mine: pa.Table, names: Iterable[str]) -> pa.Table:
     """A shard's messages of one zoned group in one micro-batch (stage 1's rows: ``seq``, the ``m_``-prefixed
     message columns ``names``, :data:`ZONE_COLUMN`, :data:`PART_MESSAGE_COLUMN`, ``m_msg_no`` numbered per zone) as
-    the whole group emits them (``merge_zone_messages``), in the same columns, without the zone's two."""
+    the whole group emits them (``merge_zone_messages``), in the same columns, without the zone's two; a DISTINCT
+    zone's open ends closed first with the zones' answers among the rows (``distinct/zone_stream.close_answered``)."""
     names = [n for n in names if n not in (ZONE_COLUMN, PART_MESSAGE_COLUMN)]
+    answer = pc.fill_null(pc.equal(mine.column("op"), ZONE_ANSWER), False)
+    answers = mine.filter(answer)
+    mine = mine.filter(pc.invert(answer))
     zones = mine.column(ZONE_COLUMN)
-    tables = []
+    tables = {}
     for zone in sorted(pc.unique(zones).to_pylist()):
         part = mine.filter(pc.equal(zones, zone))
         cols = {n: part.column(n) for n in names}
         cols["msg_no"] = cols.pop("m_msg_no")
         cols[PART_COLUMN] = part.column(PART_MESSAGE_COLUMN)
-        tables.append(pa.table(cols))
-    merged = merge_zone_messages(tables)
+        tables[zone] = pa.table(cols)
+    if answers.num_rows:
+        tables = close_answered(tables, _answers_of(answers), _ENDS)
+    merged = merge_zone_messages([tables[z] for z in sorted(tables)])
     if merged is None:
         return mine.select(names)
     return merged.rename_columns(["m_msg_no" if n == "msg_no" else n for n in merged.column_names]).select(names)
@@ -114,9 +171,11 @@ def zoned_shard_bases(zone_groups: Iterable, group_id: str, ids, x1, x2, k, shar
     kind = None
     zones = iter(zone_groups)
     while (group := next(zones, None)) is not None:
+        kind = (type(group), group.subscriber_option())
+        if group.shard_stateless:   # DISTINCT: a shard's subscribers start from nothing (000 §4), no zone to read
+            break
         for j, at in mine.items():
             partials[j].append(group.shard_seed(x1[at], x2[at], k[at]))
-        kind = (type(group), group.subscriber_option())
         group = None   # the zone's core goes before the next zone's is built
     if kind is None:
         raise ValueError(f"group {group_id!r}: no zone to seed its shards from")
