@@ -190,9 +190,17 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparksub.operators.range_min.group import GroupSnapshot
 from sparksub.operators.range_min.subscription_shards import (
     step0_old_values,
     visited_shards,
+)
+from sparksub.operators.range_min.zone_stream import (
+    MinStreamZone,
+    min_stream_zone,
+    round1_of,
+    round1_text,
+    shard_messages,
 )
 from sparksub.operators.shared import row_validation
 from sparksub.operators.shared.range_shard_stream import (
@@ -268,6 +276,14 @@ CLASS_MESSAGE_FIELDS = (pa.field("m_k", pa.int64()), pa.field("m_item_text", pa.
 #: Stage 1's columns beyond those, for a two-stage RANGE_AGG group with its rows in X zones: a message's zone and its
 #: half of the update (0: an X-move's delete half; ``range_zones.RowsZone``), which stage 2 merges by
 ZONE_MESSAGE_FIELDS = (pa.field(ZONE_COLUMN, pa.int32()), pa.field(PART_MESSAGE_COLUMN, pa.int8()))
+#: Stage 1's columns beyond those, for a two-stage RANGE_MIN / RANGE_MAX group with its rows in X zones (DS-CN's round 1
+#: per zone, round 2 in the shards: ``range_min/zone_stream.py``): a settled message's version (``2 * position + step``:
+#: the batch order the shard merges by) and, on the zone's one row per micro-batch (``op`` :data:`ZONE_ROUND1`), its
+#: ``Round1`` record pickled (``zone_stream.round1_text``: the stateful output has no binary column)
+VERSION_COLUMN, ROUND1_COLUMN = "m_version", "m_round1"
+MIN_ZONE_FIELDS = (pa.field(VERSION_COLUMN, pa.int64()), pa.field(ROUND1_COLUMN, pa.string()))
+#: stage 1's row that carries a RANGE_MIN / RANGE_MAX zone's ``Round1`` to every shard of its group (``op``)
+ZONE_ROUND1 = "zone_round1"
 #: a range-class message's columns, ``m_``-prefixed between the stages (all but group_id, seq and op)
 _CLASS_MESSAGE = tuple(f.name for f in RANGE_MESSAGE_SCHEMA if f.name not in ("group_id", "seq", "op"))
 #: stage 1's row that tells a shard its micro-batch applies a subscription change (``op``)
@@ -783,6 +799,7 @@ def stage_one_spec(spec: StreamSpec) -> StreamSpec:
         return spec
     more = CLASS_MESSAGE_FIELDS if any(g.hashed for g in staged) else ()
     zones = ZONE_MESSAGE_FIELDS if any(g.zone is not None for g in staged) else ()
+    zones += MIN_ZONE_FIELDS if any(g.zone is not None and not g.hashed for g in staged) else ()
     return dataclasses.replace(spec, schema=pa.schema([*spec.schema, *MESSAGE_FIELDS, *more, *zones]))
 
 
@@ -832,6 +849,8 @@ def _range_targets(spec: StreamSpec, slots: list):
                 for j in range(len(staged[gid].shards)):
                     yield rows, at + j
                 continue
+            if staged[gid].zone is not None:   # a zoned RANGE_MIN group: each zone's Round1 to every shard
+                rows = yield from _min_zone_records(rows, at, len(cuts[gid]) + 1)
             lo, hi = visited_shards(cuts[gid], pa.table({"outer_l": rows.column("m_outer_l"),
                                                          "inner_l": rows.column("m_inner_l")}))
             for j in range(len(cuts[gid]) + 1):
@@ -858,16 +877,46 @@ def _range_match(spec: StreamSpec, slots: list, schema: pa.Schema):
                 spec.stats.add({"notifications": rows.num_rows})
             yield stateful.output_table(schema, rows.select(UNICAST_ITEMS_SCHEMA.names).cast(UNICAST_ITEMS_SCHEMA))
             return
-        old = {q: v for q, v in zip(mine.column("seq").to_pylist(), mine.column("m_old_value").to_pylist())
-               if v is not None}
-        messages = pa.table({"group_id": mine.column("group_id"), "seq": mine.column("seq"),
-                             "step": mine.column("m_step"), "op": mine.column("op"),
-                             **{c: mine.column(f"m_{c}") for c in _RECTANGLE}})
+        if staged[gid].zone is not None:   # a zoned RANGE_MIN group: round 2 and the merge first
+            messages, old = min_zone_messages(gid, mine)
+        else:
+            old = {q: v for q, v in zip(mine.column("seq").to_pylist(), mine.column("m_old_value").to_pylist())
+                   if v is not None}
+            messages = pa.table({"group_id": mine.column("group_id"), "seq": mine.column("seq"),
+                                 "step": mine.column("m_step"), "op": mine.column("op"),
+                                 **{c: mine.column(f"m_{c}") for c in _RECTANGLE}})
         rows = _range_shard(spec, gid, j).unicast(messages, old)
         if spec.stats is not None:
             spec.stats.add({"notifications": rows.num_rows})
         yield stateful.output_table(schema, rows.select(UNICAST_SCHEMA.names).cast(UNICAST_SCHEMA))
     return match
+
+
+def _min_zone_records(rows: pa.Table, at: int, n_shards: int):
+    """Stage 2's routing of a zoned RANGE_MIN / RANGE_MAX group's rows: yields each zone's ``Round1`` row to every
+    shard of the group (slots ``at ..``: every shard runs round 2 for the group's deferred steps, whose rectangles no
+    one knows before it, and keeps what visits it; they are few) and returns the settled messages, which go where the
+    whole group's would (``visited_shards``)."""
+    record = pc.is_valid(rows.column(ROUND1_COLUMN))
+    records = rows.filter(record)
+    if records.num_rows:
+        for j in range(n_shards):
+            yield records, at + j
+    return rows.filter(pc.invert(record))
+
+
+def min_zone_messages(gid: str, mine: pa.Table) -> tuple[pa.Table, dict]:
+    """A shard's rows of a zoned RANGE_MIN / RANGE_MAX group in one micro-batch (the settled messages that visit it,
+    every zone's ``Round1`` row) -> ``(messages, X-moves' old Y)`` as the whole group's stage 1 would have sent them:
+    round 2 and the merge, ``zone_stream.shard_messages``."""
+    record = pc.is_valid(mine.column(ROUND1_COLUMN))
+    round1s = [round1_of(text) for text in mine.filter(record).column(ROUND1_COLUMN).to_pylist()]
+    settled = mine.filter(pc.invert(record))
+    settled = pa.table({"group_id": settled.column("group_id"), "seq": settled.column("seq"),
+                        "step": settled.column("m_step"), "op": settled.column("op"),
+                        **{c: settled.column(f"m_{c}") for c in _RECTANGLE},
+                        "_v": settled.column(VERSION_COLUMN), "_i": settled.column("m_msg_no")})
+    return shard_messages(gid, settled, round1s)
 
 
 def _class_shard_rows(spec: StreamSpec, gid: str, j: int, mine: pa.Table) -> pa.Table:
@@ -981,7 +1030,7 @@ def _range_shard(spec: StreamSpec, gid: str, j: int):
     origin = spec.control.range_shard_origin(gid, version, j) if version else 0
 
     def build():
-        base = spec.groups[gid].shards[j].get() if not origin else spec.control.range_shard(gid, version, j)
+        base = spec.staged_groups()[gid].shards[j].get() if not origin else spec.control.range_shard(gid, version, j)
         return _loaded(base).build()   # a ShardBase -> its ShardOperator
     return shard_stage.cached_shard(_SHARD_WORKER, spec.stats, (spec.engine_uid, spec.stream_id, gid, j, origin),
                                     build)
@@ -1214,6 +1263,8 @@ def _apply_frame(spec: StreamSpec, gid: str, gspec: GroupSpec, group, null_keys:
                    x2s[idx] if gspec.x2 else None, valid_ops[idx], seqs[idx])
     if not len(idx):
         notes = None
+    elif gspec.staged(mode) and isinstance(group, MinStreamZone):   # a zoned RANGE_MIN group: DS-CN's round 1
+        notes = stage_one_min_zone(group, batch)
     elif gspec.staged(mode) and gspec.zone is not None:   # stage 1 of a zoned aggregate group: the zone's part
         notes = stage_one_zone(group, batch)
     elif gspec.staged(mode) and gspec.hashed:   # stage 1 of a top-k / DISTINCT / aggregate group: per update
@@ -1263,6 +1314,26 @@ def stage_one_zone(zone, batch: pa.Table) -> pa.Table:
                      "op": messages.column("op"), **{f"m_{c}": messages.column(c) for c in _CLASS_MESSAGE},
                      ZONE_COLUMN: pa.array(np.full(messages.num_rows, zone.zone, np.int32)),
                      PART_MESSAGE_COLUMN: messages.column(PART_COLUMN)})
+
+
+def stage_one_min_zone(zone: MinStreamZone, batch: pa.Table) -> pa.Table:
+    """Stage 1 of one X zone of a two-stage RANGE_MIN / RANGE_MAX group: DS-CN's round 1 (000 §2.3.2) of the zone's
+    part of the group's whole micro-batch (``zone_stream.MinStreamZone.round1``) -- its settled messages in
+    :func:`stage_one`'s columns, each with its version (:data:`VERSION_COLUMN`; ``m_msg_no`` its index in the zone's
+    output; no ``m_old_value``: the shards read the X-moves' old Y from the records) -- and one row (``op``
+    :data:`ZONE_ROUND1`, ``m_msg_no`` -1) carrying the zone's ``Round1`` to the shards, which run round 2."""
+    messages, r1 = zone.round1(batch)
+    n = messages.num_rows
+    where = zone.zone.index
+    settled = pa.table({"group_id": messages.column("group_id"), "seq": messages.column("seq"),
+                        "op": messages.column("op"), "m_step": messages.column("step"),
+                        **{f"m_{c}": messages.column(c) for c in _RECTANGLE},
+                        "m_old_value": pa.nulls(n, pa.float64()), "m_msg_no": messages.column("_i"),
+                        VERSION_COLUMN: messages.column("_v"), ZONE_COLUMN: pa.array(np.full(n, where, np.int32))})
+    record = pa.table({"group_id": pa.array([zone.group_id], pa.string()), "seq": pa.nulls(1, pa.int64()),
+                       "op": pa.array([ZONE_ROUND1], pa.string()), "m_msg_no": pa.array([-1], pa.int64()),
+                       ZONE_COLUMN: pa.array([where], pa.int32()), ROUND1_COLUMN: pa.array([round1_text(r1)])})
+    return pa.concat_tables([settled, record], promote_options="default")
 
 
 def _core_of(group):
@@ -1453,5 +1524,7 @@ def _built(group_spec: GroupSpec, snap):
     zone = group_spec.zone
     if zone is None:
         return snap.build()
+    if isinstance(snap, GroupSnapshot):   # a RANGE_MIN / RANGE_MAX zone: DS-CN's round 1 (range_min/zone_stream.py)
+        return min_stream_zone(snap, zone.zone, zone.cuts)
     keys, xs, ys = zone_rows(snap.keys, snap.xs, snap.ys, zone.cuts, zone.zone)
     return RowsZoneSnapshot(dataclasses.replace(snap, keys=keys, xs=xs, ys=ys), zone.zone, zone.cuts).build()

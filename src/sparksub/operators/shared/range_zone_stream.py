@@ -37,9 +37,10 @@ from sparksub.operators.shared.range_zones import PART_COLUMN, ZonedRows, merge_
 __all__ = ["ZONED_STREAM_CLASSES", "ZONE_COLUMN", "PART_MESSAGE_COLUMN", "StreamZone", "merged_change",
            "merged_messages", "zone_key", "zone_keys", "zoned_shard_bases"]
 
-#: the classes whose two-stage stream group keeps its rows in X zones (module docstring; RANGE_TOPK / RANGE_DISTINCT
-#: need a second round between the zones, ``range_zones``' docstring)
-ZONED_STREAM_CLASSES = ("RANGE_AGG",)
+#: the classes whose two-stage stream group keeps its rows in X zones (module docstring; RANGE_MIN / RANGE_MAX run
+#: DS-CN's round 1 in the zones and round 2 in the subscription shards, ``range_min/zone_stream.py``; RANGE_TOPK /
+#: RANGE_DISTINCT need a second round between the zones, ``range_zones``' docstring)
+ZONED_STREAM_CLASSES = ("RANGE_AGG", "RANGE_MIN", "RANGE_MAX")
 #: stage 1's columns of a zoned group's message beyond the class's: its zone and its half of the update
 ZONE_COLUMN, PART_MESSAGE_COLUMN = "m_zone", "m_part"
 
