@@ -66,7 +66,8 @@ LONG_FILES = ("test_durable.py", "test_connect.py", "test_cluster.py", "test_ser
               "test_durable_issue19.py", "test_stream_subscriptions.py", "test_serve_streams.py",
               "test_join_shards_engine.py", "test_stream_join_shards.py", "test_range_shards_engine.py",
               "test_stream_range_shards_classes.py", "test_box_shards_engine.py", "test_stream_box_shards.py",
-              "test_topk_zones_engine.py", "test_stream_agg_zones.py")
+              "test_topk_zones_engine.py", "test_stream_agg_zones.py",
+              "test_stream_min_zones.py")
 
 
 @pytest.hookimpl(tryfirst=True)
