@@ -1,24 +1,31 @@
 #!/usr/bin/env python
-"""A two-stage RANGE_AGG group of ``stream()`` with its rows in X zones against the same two-stage group with its rows
-in one state partition (issue 16 item 4; runtime/stream.py, "a two-stage RANGE_AGG group's rows in X zones").
+"""A two-stage RANGE_AGG (``--klass RANGE_MIN``: RANGE_MIN) group of ``stream()`` with its rows in X zones against the
+same two-stage group with its rows in one state partition (issue 16 item 4; runtime/stream.py, "a two-stage RANGE_AGG
+group's rows in X zones"; RANGE_MIN's zones run DS-CN's round 1, the shards round 2: range_min/zone_stream.py).
 
     flock /tmp/sparksub-bench.lock nice -n 10 python bench/stream_zones.py --zones 2
+    flock /tmp/sparksub-bench.lock nice -n 10 python bench/stream_zones.py --klass RANGE_MIN --zones 2 \
+        --rows 500000 --subs 50000 --batch 10000 --batches 3
     python bench/stream_zones.py --quick
 
 Both forms run the group in two stages (``Engine.range_subscription_shards`` = ``--shards``); the "sharded" form
 keeps stage 1's rows in ``--zones`` X zones (``Engine.range_zones``), the "whole" form in one state partition.
 Each form in a child process of its own (a fresh Spark session): load ``--rows`` rows, subscribe ``--subs``
-``SUM`` subscriptions (narrow X ranges -- centres ~U(0, 10,000), lengths ~|N(20, 20)| -- so that an update reaches
-tens of subscriptions, not thousands: every update changes every range holding its old or new X), then one bounded
-file stream of ``--batches`` + 1 micro-batches of ``--batch`` upserts of existing keys (each moves its row in X and
-Y) into a ``noop`` sink: each micro-batch's ``triggerExecution`` time (the first, which seeds the state store,
-reported apart), each Python worker's PSS at the end.  Writes ``docs/benchmarks/stream_zones.md``, its JSON and PNG.
+``SUM`` (``MIN``) subscriptions (narrow X ranges -- centres ~U(0, 10,000), lengths ~|N(20, 20)| -- so that an update
+reaches tens of subscriptions, not thousands: every update changes every range holding its old or new X), then one
+bounded file stream of ``--batches`` + 1 micro-batches of ``--batch`` upserts of existing keys (each moves its row in
+X and Y) into a ``noop`` sink (``--klass RANGE_MIN``: a parquet sink, whose rows' order-free digest -- their count
+and the sum of each row's xxhash64 -- says whether both forms' outputs are equal): each micro-batch's
+``triggerExecution`` time (the first, which seeds the state store, reported apart), each Python worker's PSS at the
+end.  Writes ``docs/benchmarks/stream_zones[_range_min].md``, its JSON and PNG.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -30,7 +37,8 @@ from range_shards import _stream, rows_table
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "docs" / "benchmarks"
 DOMAIN = 10_000.0
-TEMPLATE = "SELECT SUM(per) FROM stock WHERE risk BETWEEN :lo AND :hi"
+TEMPLATES = {"RANGE_AGG": "SELECT SUM(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
+             "RANGE_MIN": "SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi"}
 
 
 def subscriptions(m: int) -> dict:
@@ -54,12 +62,24 @@ def child(args) -> dict:
     e.sql("CREATE TABLE stock (sym BIGINT PRIMARY KEY, risk DOUBLE, per DOUBLE, sector STRING)")
     e.load("stock", rows_table(np.arange(args.rows), rng))
     rss0 = rss_mb()
-    e.subscribe_many(TEMPLATE, subscriptions(args.subs))
+    e.subscribe_many(TEMPLATES[args.klass], subscriptions(args.subs))
     urng = np.random.default_rng(4)
     batches = [rows_table(urng.integers(0, args.rows, args.batch), urng) for _ in range(args.batches + 1)]
-    out = {"form": args.form, "zones": args.zones if args.form == "sharded" else 0, "rows": args.rows,
-           "subs": args.subs, "batch": args.batch, "batches": args.batches}
-    got = _stream(spark, e, batches)
+    out = {"form": args.form, "klass": args.klass, "zones": args.zones if args.form == "sharded" else 0,
+           "rows": args.rows, "subs": args.subs, "batch": args.batch, "batches": args.batches}
+    if args.klass == "RANGE_MIN":   # the outputs to parquet: both forms' rows compared by their digest
+        from pyspark.sql.streaming import DataStreamWriter
+        sink, original = Path(tempfile.mkdtemp(prefix="stream-zones-out-")), DataStreamWriter.format
+
+        def to_parquet(writer, _source):   # range_shards._stream's noop sink as a parquet one (read back below)
+            return original(writer, "parquet").option("path", str(sink))
+        with mock.patch.object(DataStreamWriter, "format", to_parquet):
+            got = _stream(spark, e, batches)
+        rows = spark.read.parquet(str(sink)).where("op <> 'rejected'")
+        digest = rows.selectExpr("count(*) AS n", "sum(xxhash64(subscription_id, seq, value)) AS h").first()
+        out["output_digest"] = [int(digest["n"]), int(digest["h"] or 0)]
+    else:
+        got = _stream(spark, e, batches)
     sid = next(iter(e._live_streams))
     out.update(got)
     out["stream_stats"] = stream_stats(sid)
@@ -71,26 +91,34 @@ def child(args) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--zones", type=int, default=2, help="the zoned form's X zones (Engine.range_zones)")
-    started = forms.parent_or_child(ap, __file__, child, OUT_DIR, ("zones",))
+    ap.add_argument("--klass", choices=sorted(TEMPLATES), default="RANGE_AGG",
+                    help="the group's class: RANGE_AGG (SUM) or RANGE_MIN (MIN; DS-CN's two rounds across the stages)")
+    started = forms.parent_or_child(ap, __file__, child, OUT_DIR, ("zones", "klass"))
     if started is None:
         return
     args, results = started
     table = forms.results_table(results, args, "micro-batch", "first micro-batch")
     m = machine()
-    text = f"""# RANGE_AGG in a stream: stage 1's rows in {args.zones} X zones vs one state partition (issue 16 item 4)
+    minimum = args.klass == "RANGE_MIN"
+    sink = "a parquet sink (outputs " + ("equal" if len({str(r.get("output_digest")) for r in results}) == 1
+                                          else "DIFFERENT") + ": count and xxhash64 sum of their rows " + \
+        " / ".join(str(r.get("output_digest")) for r in results) + ")" if minimum else "a `noop` sink"
+    text = f"""# {args.klass} in a stream: stage 1's rows in {args.zones} X zones vs one state partition (issue 16 \
+item 4)
 
-`bench/stream_zones.py --zones {args.zones}` (`flock /tmp/sparksub-bench.lock nice -n 10`): {args.rows:,} rows,
-{args.subs:,} subscriptions `{TEMPLATE}` (X ranges: centres ~U(0, 10,000), lengths ~|N(20, 20)|), both forms in two
-stages with {args.shards} subscription shards, `{args.master}`; one bounded file stream of {args.batches} timed
-micro-batches of {args.batch:,} upserts of existing keys (each moves its row in X and Y) after a first one that seeds
-the state store, into a `noop` sink, each its `triggerExecution` time.  "sharded" is the zoned form, "whole" the
-rows in one state partition.  Each form in a fresh process.  Machine: {m.get('cpu', '')}, {m.get('cpu_count', '')}
-cores, shared with other work (the load is in the table).
+`bench/stream_zones.py --klass {args.klass} --zones {args.zones}` (`flock /tmp/sparksub-bench.lock nice -n 10`):
+{args.rows:,} rows, {args.subs:,} subscriptions `{TEMPLATES[args.klass]}` (X ranges: centres ~U(0, 10,000), lengths
+~|N(20, 20)|), both forms in two stages with {args.shards} subscription shards, `{args.master}`; one bounded file
+stream of {args.batches} timed micro-batches of {args.batch:,} upserts of existing keys (each moves its row in X and
+Y) after a first one that seeds the state store, into {sink}, each its `triggerExecution` time.  "sharded" is the
+zoned form, "whole" the rows in one state partition.  Each form in a fresh process.  Machine: {m.get('cpu', '')},
+{m.get('cpu_count', '')} cores, shared with other work (the load is in the table).
 
 {table}
 """
-    forms.write_outputs(args, f"stream_zones_{args.zones}", results, m, text,
-                        "RANGE_AGG stream: rows in X zones vs one partition", "updates/s (micro-batch)")
+    stem = f"stream_zones_range_min_{args.zones}" if minimum else f"stream_zones_{args.zones}"
+    forms.write_outputs(args, stem, results, m, text, f"{args.klass} stream: rows in X zones vs one partition",
+                        "updates/s (micro-batch)")
 
 
 if __name__ == "__main__":

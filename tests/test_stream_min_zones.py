@@ -78,14 +78,15 @@ def setup(spark, zones: int):
 
 def zone_batch(rnd: random.Random, f: int, rows: dict) -> list:
     """``gen_batch``'s micro-batch (an unknown-key delete, a ±inf row, NULL X / Y, deletes, new keys, X-moves, a key
-    four times), X-moves across each cut and back, and a new extreme at a cut and its delete (walks across the
-    zones: round 2)."""
+    four times), X-moves across each cut and back, and a new extreme at a cut, moved across it, deleted (walks across
+    the zones: round 2; an X-move's old Y)."""
     batch = gen_batch(rnd, f, rows)
     for i, c in enumerate(cuts_of(start_rows())):
         key = sorted(rows)[10 + i + f]
         batch += [{"k": key, "x": c - 1.0, "y": 2.0}, {"k": key, "x": c, "y": 3.0}, {"k": key, "x": c - 0.5, "y": 1.0}]
+        # a new minimum on the cut, moved across it at the same Y (a range holding both X: no row, 000 §2.3), deleted
         batch += [{"k": f"low{f}_{i}", "x": c, "y": -1.0 - i}, {"k": f"high{f}_{i}", "x": c - 0.5, "y": 9.0 + i},
-                  {"k": f"low{f}_{i}", "_op": "delete"}]
+                  {"k": f"low{f}_{i}", "x": c - 0.5, "y": -1.0 - i}, {"k": f"low{f}_{i}", "_op": "delete"}]
     return batch
 
 

@@ -115,7 +115,9 @@ class Streaming:
         top-k, DISTINCT, aggregates: by a hash of the id, each shard's results kept in the stream's directory)
         matches them, in the same streaming query (``runtime/stream.py``); the output is the same, row for row.  Such
         a RANGE_AGG group over ``Engine.range_zones`` rows or more (publish's rule, fixed here) keeps its rows in X
-        zones, a state partition each, whose messages the shards merge (``operators/shared/range_zone_stream.py``).  A
+        zones, a state partition each, whose messages the shards merge (``operators/shared/range_zone_stream.py``);
+        a RANGE_MIN / RANGE_MAX group too, each zone running DS-CN's round 1 and the shards round 2 and the merge
+        (``operators/range_min/zone_stream.py``).  A
         BOX_MIN / BOX_MAX / BOX_TOPK group past the same setting (either mode) runs as one state partition per
         subscription shard, each every row and the subscriptions whose id hashes to it, as publish's box shards.
 

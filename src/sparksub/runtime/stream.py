@@ -139,6 +139,22 @@ seeds the shards from the zones' rows, one zone's core at a time (:func:`seed_zo
 keeps the group whole (its output is the messages: zoned, they would need a merge task per group after an exchange,
 a second stage that stream does not have).
 
+**A two-stage RANGE_MIN / RANGE_MAX group's rows in X zones** (issue 16 item 4; the same setting, rule and keys; the
+pure parts in ``operators/range_min/zone_stream.py``).  DS-CN (000 §2.3.2) across the two stages: each zone partition
+(``zone_stream.MinStreamZone``, :func:`_built`: a ``zones.Zone`` over the rows it owns, its state store every row)
+takes its part of the micro-batch (``zones.route_zone``: an X-move across a cut is the old zone's step 0, the new
+zone's step 1) and runs **round 1** (:func:`stage_one_min_zone`): the messages of the steps settled inside it, each
+with its version (:data:`VERSION_COLUMN`, ``2 * position + step``), and one row (``op`` :data:`ZONE_ROUND1`) carrying
+its ``Round1`` -- the deferred steps, the edge staircases per version, the X-moves' old Y -- pickled in a string cell
+(:data:`ROUND1_COLUMN`: the stateful output has no binary column; a row, not a file, so a replay re-emits it and
+nothing is written or cleaned up).  Stage 2 sends the settled messages where the whole group's go
+(``visited_shards``) and every zone's ``Round1`` row to every shard of the group (:func:`_min_zone_records`): a
+deferred step's rectangle is known only after **round 2**, so each shard runs round 2 for every deferred step of the
+group (few: the steps whose walk reaches a cut) and keeps what visits it, then merges by version
+(:func:`min_zone_messages`: ``zone_stream.shard_messages``) before S-UN -- the whole group's messages and X-moves' old
+Y, so the union of the shards' rows is the whole two-stage group's, row for row.  Subscription changes go to the
+shards alone, as for the whole group.
+
 **A large BOX_MIN / BOX_MAX / BOX_TOPK group in subscription shards** (issue 16 item 4; the same setting, decided
 when the stream starts, in either mode; the pure parts in ``operators/box/stream_shards.py``).  Publish's box shards
 (``operators/box/shards.py``) as state partitions: the group is Q keys of the stateful operator, ``<group>#b<j>``
@@ -1090,10 +1106,9 @@ def stream_stats(df_or_id) -> dict:
     group's notifications are counted by its shards), shard_caught_up / shard_compactions (a two-stage top-k,
     DISTINCT or aggregate shard brought up to date from its logs / given a new base, :func:`_class_shard`; a box
     group's shard partition counts its build, cache hit and catch-up as ``shard_builds`` / ``shard_cache_hits`` /
-    ``shard_caught_up`` too), zones / zone_batches / zone_builds (a two-stage RANGE_AGG group's X zones: the zone
-    partitions the stream started with, the micro-batches they applied, a zone's index seeded or rebuilt).  Read from
-    the stream's counter files (``replicas.CounterFile``), which every task
-    adds to."""
+    ``shard_caught_up`` too), zones / zone_batches / zone_builds (a two-stage RANGE_AGG, RANGE_MIN or RANGE_MAX
+    group's X zones: the zone partitions the stream started with, the micro-batches they applied, a zone's index
+    seeded or rebuilt).  Read from the stream's counter files (``replicas.CounterFile``), which every task adds to."""
     sid = df_or_id if isinstance(df_or_id, str) else df_or_id.sparksub_stream_id
     counters = _STATS.get(sid)
     value = counters.read() if counters is not None else {}
