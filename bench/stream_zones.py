@@ -76,7 +76,8 @@ def child(args) -> dict:
         with mock.patch.object(DataStreamWriter, "format", to_parquet):
             got = _stream(spark, e, batches)
         rows = spark.read.parquet(str(sink)).where("op <> 'rejected'")
-        digest = rows.selectExpr("count(*) AS n", "sum(xxhash64(subscription_id, seq, value)) AS h").first()
+        digest = rows.selectExpr("count(*) AS n",   # (a decimal sum: a long one would overflow)
+                                 "sum(CAST(xxhash64(subscription_id, seq, value) AS DECIMAL(38, 0))) AS h").first()
         out["output_digest"] = [int(digest["n"]), int(digest["h"] or 0)]
     else:
         got = _stream(spark, e, batches)

@@ -18,6 +18,10 @@ check is the table's in every zone and the first key alone emits a rejection).
   sums are additive over disjoint rows) into the change the whole group's stage 1 would have sent.
 * :func:`zoned_shard_bases` -- the stream's start: the shards' bases seeded from the zones' rows, one zone's core
   at a time, the partial states added up.
+
+A RANGE_MIN / RANGE_MAX group's zones share the keys, the cuts and :class:`StreamZone`, but their messages are S-CN's
+(000 §2.3.1), whose FIND walks cross the cuts: DS-CN's round 1 in the zones, round 2 in the shards
+(``operators/range_min/zone_stream.py``).
 """
 from __future__ import annotations
 
