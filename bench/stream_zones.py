@@ -1,28 +1,33 @@
-#!/usr/bin/env python
-"""A two-stage RANGE_AGG or RANGE_DISTINCT group of ``stream()`` with its rows in X zones against the same two-stage
-group with its rows in one state partition (issue 16 item 4; runtime/stream.py, "a two-stage RANGE_AGG group's rows
-in X zones" and "a two-stage RANGE_DISTINCT group's rows in X zones").
+"""A two-stage RANGE_AGG, RANGE_DISTINCT or RANGE_MIN group of ``stream()`` with its rows in X zones against the same
+two-stage group with its rows in one state partition (issue 16 item 4; runtime/stream.py, "a two-stage RANGE_AGG
+group's rows in X zones", "... RANGE_DISTINCT ...", "... RANGE_MIN / RANGE_MAX ...": RANGE_DISTINCT's zones answer each
+other's open Mar ends beside their messages, RANGE_MIN's run DS-CN's round 1 and the shards round 2).
 
     flock /tmp/sparksub-bench.lock nice -n 10 python bench/stream_zones.py --zones 2
     flock /tmp/sparksub-bench.lock nice -n 10 python bench/stream_zones.py --klass RANGE_DISTINCT --zones 2
+    flock /tmp/sparksub-bench.lock nice -n 10 python bench/stream_zones.py --klass RANGE_MIN --zones 2 \
+        --rows 500000 --subs 50000 --batch 10000 --batches 3
     python bench/stream_zones.py --quick
 
 Both forms run the group in two stages (``Engine.range_subscription_shards`` = ``--shards``); the "sharded" form
 keeps stage 1's rows in ``--zones`` X zones (``Engine.range_zones``), the "whole" form in one state partition. Each
 form in a child process of its own (a fresh Spark session): load ``--rows`` rows, subscribe ``--subs`` ``SUM``
-(``--klass RANGE_DISTINCT``: ``DISTINCT sector``, 40 sectors) subscriptions (narrow X ranges -- centres ~U(0,
-10,000), lengths ~|N(20, 20)| -- so that an update reaches tens of subscriptions, not thousands: every update
-changes every range holding its old or new X), then one bounded file stream of ``--batches`` + 1 micro-batches of
-``--batch`` upserts of existing keys (each moves its row in X and Y) into a ``noop`` sink: each micro-batch's
-``triggerExecution`` time (the first, which seeds the state store, reported apart), each Python worker's PSS at the
-end, the notifications the sink got (equal in both forms). Writes ``docs/benchmarks/stream_zones_<zones>.md``
-(DISTINCT: ``stream_zones_distinct_<zones>.md``), its JSON and PNG.
+(``--klass RANGE_DISTINCT``: ``DISTINCT sector``, 40 sectors; ``RANGE_MIN``: ``MIN(per)``) subscriptions (narrow X
+ranges -- centres ~U(0, 10,000), lengths ~|N(20, 20)| -- so that an update reaches tens of subscriptions, not
+thousands: every update changes every range holding its old or new X), then one bounded file stream of
+``--batches`` + 1 micro-batches of ``--batch`` upserts of existing keys (each moves its row in X and Y) into a
+``noop`` sink (``RANGE_MIN``: a parquet sink, whose rows' order-free digest -- their count and the sum of each row's
+xxhash64 -- says whether both forms' outputs are equal): each micro-batch's ``triggerExecution`` time (the first,
+which seeds the state store, reported apart), each Python worker's PSS at the end, the notifications the sink got
+(equal in both forms). Writes ``docs/benchmarks/stream_zones[_distinct|_range_min]_<zones>.md``, its JSON and PNG.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -35,7 +40,9 @@ REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "docs" / "benchmarks"
 DOMAIN = 10_000.0
 TEMPLATES = {"RANGE_AGG": "SELECT SUM(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
-             "RANGE_DISTINCT": "SELECT DISTINCT sector FROM stock WHERE risk BETWEEN :lo AND :hi"}
+             "RANGE_DISTINCT": "SELECT DISTINCT sector FROM stock WHERE risk BETWEEN :lo AND :hi",
+             "RANGE_MIN": "SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi"}
+STEMS = {"RANGE_AGG": "stream_zones", "RANGE_DISTINCT": "stream_zones_distinct", "RANGE_MIN": "stream_zones_range_min"}
 
 
 def subscriptions(m: int) -> dict:
@@ -65,7 +72,20 @@ def child(args) -> dict:
     out = {"form": args.form, "klass": args.klass, "zones": args.zones if args.form == "sharded" else 0,
            "rows": args.rows,
            "subs": args.subs, "batch": args.batch, "batches": args.batches}
-    got = _stream(spark, e, batches)
+    if args.klass == "RANGE_MIN":   # the outputs to parquet: both forms' rows compared by their digest
+        from pyspark.sql.streaming import DataStreamWriter
+        sink, original = Path(tempfile.mkdtemp(prefix="stream-zones-out-")), DataStreamWriter.format
+
+        def to_parquet(writer, _source):   # range_shards._stream's noop sink as a parquet one (read back below)
+            return original(writer, "parquet").option("path", str(sink))
+        with mock.patch.object(DataStreamWriter, "format", to_parquet):
+            got = _stream(spark, e, batches)
+        rows = spark.read.parquet(str(sink)).where("op <> 'rejected'")
+        digest = rows.selectExpr("count(*) AS n",   # (a decimal sum: a long one would overflow)
+                                 "sum(CAST(xxhash64(subscription_id, seq, value) AS DECIMAL(38, 0))) AS h").first()
+        out["output_digest"] = [int(digest["n"]), int(digest["h"] or 0)]
+    else:
+        got = _stream(spark, e, batches)
     sid = next(iter(e._live_streams))
     out.update(got)
     out["stream_stats"] = stream_stats(sid)
@@ -77,16 +97,21 @@ def child(args) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--zones", type=int, default=2, help="the zoned form's X zones (Engine.range_zones)")
-    ap.add_argument("--klass", choices=sorted(TEMPLATES), default="RANGE_AGG")
+    ap.add_argument("--klass", choices=sorted(TEMPLATES), default="RANGE_AGG",
+                    help="the group's class: RANGE_AGG (SUM), RANGE_DISTINCT or RANGE_MIN (DS-CN's two rounds across "
+                         "the stages)")
     started = forms.parent_or_child(ap, __file__, child, OUT_DIR, ("zones", "klass"))
     if started is None:
         return
     args, results = started
     table = forms.results_table(results, args, "micro-batch", "first micro-batch")
-    notes = [r["notifications"] for r in results]
-    same = "equal" if len(set(notes)) == 1 else "NOT EQUAL"
+    notes = [r.get("output_digest", r["notifications"]) for r in results]
+    same = "equal" if len({str(n) for n in notes}) == 1 else "NOT EQUAL"
     m = machine()
     klass = "" if args.klass == "RANGE_AGG" else f" --klass {args.klass}"
+    minimum = args.klass == "RANGE_MIN"
+    sink = "a parquet sink" if minimum else "a `noop` sink"
+    what = "rows and the sum of their xxhash64" if minimum else "notifications"
     title = f"{args.klass} in a stream: stage 1's rows in {args.zones} X zones vs one state partition"
     text = f"""# {title} (issue 16 item 4)
 
@@ -94,14 +119,14 @@ def main() -> None:
 {args.subs:,} subscriptions `{TEMPLATES[args.klass]}` (X ranges: centres ~U(0, 10,000), lengths ~|N(20, 20)|), both
 forms in two stages with {args.shards} subscription shards, `{args.master}`; one bounded file stream of {args.batches}
 timed micro-batches of {args.batch:,} upserts of existing keys (each moves its row in X and Y) after a first one that
-seeds the state store, into a `noop` sink, each its `triggerExecution` time. "sharded" is the zoned form, "whole" the
+seeds the state store, into {sink}, each its `triggerExecution` time. "sharded" is the zoned form, "whole" the
 rows in one state partition. Each form in a fresh process. Machine: {m.get('cpu', '')}, {m.get('cpu_count', '')}
-cores, shared with other work (the load is in the table). Notifications of the timed micro-batches: {notes} ({same}).
+cores, shared with other work (the load is in the table). Outputs of the timed micro-batches ({what}): {notes}
+({same}).
 
 {table}
 """
-    stem = "stream_zones" if args.klass == "RANGE_AGG" else "stream_zones_distinct"
-    forms.write_outputs(args, f"{stem}_{args.zones}", results, m, text,
+    forms.write_outputs(args, f"{STEMS[args.klass]}_{args.zones}", results, m, text,
                         f"{args.klass} stream: rows in X zones vs one partition", "updates/s (micro-batch)")
 
 

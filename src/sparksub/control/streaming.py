@@ -23,6 +23,7 @@ from sparksub.operators.shared.range_shards import RANGE_SHARD_CLASSES, rows_ext
 from sparksub.operators.shared.range_zone_stream import ZONED_STREAM_CLASSES, StreamZone, zone_keys
 from sparksub.operators.shared.range_zones import zone_cuts
 from sparksub.operators.contract import ONE, ROW_PARTITIONS, SUBSCRIPTION_SHARDS
+from sparksub.operators.range_min.group import RangeMinGroup
 from sparksub.operators.range_min.subscription_shards import shard_bases, shard_bases_at, shard_digest
 from sparksub.operators.shared.schemas import (DELETE, mode_schema, publish_schema,
                                                with_reason)
@@ -50,6 +51,15 @@ def _check_streaming(df) -> None:
 def _stream_stream(entry) -> bool:
     """Whether ``entry`` is a stream-stream join group (operators/stream_joins: the family that carries its state)."""
     return getattr(entry.family, "carry_state", None) is not None
+
+
+def _zoned_specs(group_id: str, part: tuple, stream_id: str) -> dict:
+    """``run_stream``'s entries of a two-stage group: one per X zone, keyed by the zone's state partition key, when
+    ``part`` has a sixth element ``{zone key: StreamZone}`` (counted in the stream's ``zones``); else ``part`` whole."""
+    zones = part[5] if len(part) > 5 else {}
+    if zones:
+        spark_stream._STATS[stream_id].add({"zones": len(zones)})
+    return {key: (*part[:5], zone) for key, zone in zones.items()} or {group_id: part}
 
 
 class Streaming:
@@ -106,7 +116,9 @@ class Streaming:
         matches them, in the same streaming query (``runtime/stream.py``); the output is the same, row for row.  Such
         a RANGE_AGG or RANGE_DISTINCT group over ``Engine.range_zones`` rows or more (publish's rule, fixed here) keeps
         its rows in X zones, a state partition each, whose messages the shards merge (a DISTINCT message's Mar ends
-        closed there with the zones' answers: ``operators/shared/range_zone_stream.py``).  A
+        closed there with the zones' answers: ``operators/shared/range_zone_stream.py``); a RANGE_MIN / RANGE_MAX
+        group too, each zone running DS-CN's round 1 and the shards round 2 and the merge
+        (``operators/range_min/zone_stream.py``).  A
         BOX_MIN / BOX_MAX / BOX_TOPK group past the same setting (either mode) runs as one state partition per
         subscription shard, each every row and the subscriptions whose id hashes to it, as publish's box shards.
 
@@ -193,23 +205,21 @@ class Streaming:
                 specs, staged = {}, {}
                 for n, e in enumerate(ranges):
                     shards = self._range_stream_shard_count(e, mode)
-                    if shards and e.family.name == "range_min":   # a large group in two stages (runtime/stream.py)
-                        specs[e.group_id], staged[e.group_id], live.range_shards[e.group_id] = \
-                            self._range_stream_stages(state, e, shards, where, n)
+                    partitions = int(self.spark.conf.get("spark.sql.shuffle.partitions"))
+                    if shards and e.family.name == "range_min":   # a large group in two stages (runtime/stream.py;
+                        #  its rows past Engine.range_zones in X zones, DS-CN's round 1 each, round 2 in the shards)
+                        part, staged[e.group_id], live.range_shards[e.group_id] = \
+                            self._range_stream_stages(state, e, shards, where, n, partitions)
+                        specs.update(_zoned_specs(e.group_id, part, stream_id))
                         continue
                     if shards:   # top-k, DISTINCT, aggregates: their shards by a hash of the id (DISTINCT's and
                         #          aggregates' rows past Engine.range_zones in X zones, a state partition each)
-                        partitions = int(self.spark.conf.get("spark.sql.shuffle.partitions"))
                         part, staged[e.group_id], live.range_class_shards[e.group_id] = \
                             self._range_class_stream_stages(state, e, shards, where, n, partitions)
-                        zones = part[5] if len(part) > 5 else {}
-                        specs.update({key: (*part[:5], zone) for key, zone in zones.items()} or {e.group_id: part})
-                        if zones:
-                            spark_stream._STATS[stream_id].add({"zones": len(zones)})
+                        specs.update(_zoned_specs(e.group_id, part, stream_id))
                         continue
                     boxes = self._box_shard_count(e)
                     if boxes:   # a large box group: a state partition per subscription shard, every row in each
-                        partitions = int(self.spark.conf.get("spark.sql.shuffle.partitions"))
                         specs.update(self._box_stream_shards(state, e, boxes, where, n, live, partitions))
                         continue
                     if e.replica is not None and e.replica.log_length:
@@ -251,16 +261,19 @@ class Streaming:
         return range_shard_count(getattr(self, "range_subscription_shards", None), len(entry.registry),
                                  self._parallelism())
 
-    def _range_stream_stages(self, state: TableState, entry, shards: int, where, n: int) -> tuple:
+    def _range_stream_stages(self, state: TableState, entry, shards: int, where, n: int, partitions: int = 0) -> tuple:
         """A RANGE_MIN / RANGE_MAX group the stream runs in two stages (``runtime/stream.py``, "a large group in
         two stages"): ``(its run_stream entry, (cuts, its shards' stored bases), its stream_control.RangeShards)``.
         Stage 1's base holds the table's rows and no subscription; the subscriptions go to x1 shards at
         equal-count cuts, which the stream keeps while it runs (a subscription change rewrites only the shards it
-        touches)."""
+        touches).  Over ``Engine.range_zones`` rows or more (as publish's zones) stage 1 is X zones (the entry's sixth
+        element ``{zone key: StreamZone}``, as :meth:`_range_class_stream_stages`'), each running DS-CN's round 1
+        over its part of a micro-batch, the shards round 2 (``operators/range_min/zone_stream.py``)."""
         snap = self._snapshot(state, entry)
         rows_only = dataclasses.replace(snap, sub_ids=np.empty(0, dtype=object), sub_x1=np.empty(0),
                                         sub_x2=np.empty(0))
         base = spark_replicas.write_value(f"{where}/range-{n}.pickle", rows_only)
+        zones = self._stream_zones(entry, snap.xs, RangeMinGroup, partitions)
         del snap, rows_only
         _, ids, x1, x2 = entry.family.live(entry.registry)
         cuts, bases = shard_bases(ids, x1, x2, shards)
@@ -268,7 +281,8 @@ class Streaming:
         record = stream_control.RangeShards(tuple(cuts.tolist()), [shard_digest(b) for b in bases],
                                             [v.path for v in stored], [0] * len(bases))
         x, y, y_is_text, x2 = entry.family.stream_columns(entry.physical, state.definition)
-        return (x, y, base, y_is_text, x2), (record.cuts, stored), record
+        part = (x, y, base, y_is_text, x2, zones) if zones else (x, y, base, y_is_text, x2)
+        return part, (record.cuts, stored), record
 
     def _range_class_stream_stages(self, state: TableState, entry, shards: int, where, n: int,
                                    partitions: int = 0) -> tuple:
@@ -310,8 +324,7 @@ class Streaming:
 
     def _stream_zones(self, entry, xs, group_class: type, partitions: int) -> dict:
         """``{state partition key: StreamZone}`` of a two-stage group's X zones in a stream (``Engine.range_zones``
-        over the table's rows now, as publish's ``range_zone_count``; RANGE_AGG and RANGE_DISTINCT groups only:
-        ``ZONED_STREAM_CLASSES``),
+        over the table's rows now, as publish's ``range_zone_count``; the classes of ``ZONED_STREAM_CLASSES``),
         cut at equal-count points of ``xs`` (fewer zones when values repeat; ``group_class`` merges their partial
         states); {} for one."""
         if entry.physical.klass not in ZONED_STREAM_CLASSES:

@@ -155,6 +155,22 @@ keep nothing, so neither the start nor a change seeds anything from the zones.  
 keeps the group whole (its output is the messages: zoned, they would need a merge task per group after an exchange,
 a second stage that stream does not have).
 
+**A two-stage RANGE_MIN / RANGE_MAX group's rows in X zones** (issue 16 item 4; the same setting, rule and keys; the
+pure parts in ``operators/range_min/zone_stream.py``).  DS-CN (000 §2.3.2) across the two stages: each zone partition
+(``zone_stream.MinStreamZone``, :func:`_built`: a ``zones.Zone`` over the rows it owns, its state store every row)
+takes its part of the micro-batch (``zones.route_zone``: an X-move across a cut is the old zone's step 0, the new
+zone's step 1) and runs **round 1** (:func:`stage_one_min_zone`): the messages of the steps settled inside it, each
+with its version (:data:`VERSION_COLUMN`, ``2 * position + step``), and one row (``op`` :data:`ZONE_ROUND1`) carrying
+its ``Round1`` -- the deferred steps, the edge staircases per version, the X-moves' old Y -- pickled in a string cell
+(:data:`ROUND1_COLUMN`: the stateful output has no binary column; a row, not a file, so a replay re-emits it and
+nothing is written or cleaned up).  Stage 2 sends the settled messages where the whole group's go
+(``visited_shards``) and every zone's ``Round1`` row to every shard of the group (:func:`_min_zone_records`): a
+deferred step's rectangle is known only after **round 2**, so each shard runs round 2 for every deferred step of the
+group (few: the steps whose walk reaches a cut) and keeps what visits it, then merges by version
+(:func:`min_zone_messages`: ``zone_stream.shard_messages``) before S-UN -- the whole group's messages and X-moves' old
+Y, so the union of the shards' rows is the whole two-stage group's, row for row.  Subscription changes go to the
+shards alone, as for the whole group.
+
 **A large BOX_MIN / BOX_MAX / BOX_TOPK group in subscription shards** (issue 16 item 4; the same setting, decided
 when the stream starts, in either mode; the pure parts in ``operators/box/stream_shards.py``).  Publish's box shards
 (``operators/box/shards.py``) as state partitions: the group is Q keys of the stateful operator, ``<group>#b<j>``
@@ -211,6 +227,12 @@ from sparksub.operators.range_min.subscription_shards import (
     step0_old_values,
     visited_shards,
 )
+from sparksub.operators.range_min.zone_stream import (
+    MinStreamZone,
+    round1_of,
+    round1_text,
+    shard_messages,
+)
 from sparksub.operators.shared import row_validation
 from sparksub.operators.shared.range_shard_stream import (
     ShardLogEntry,
@@ -228,7 +250,12 @@ from sparksub.operators.shared.range_zone_stream import (
     zone_operator,
     zoned_shard_bases,
 )
-from sparksub.operators.shared.range_zones import PART_COLUMN, RowsZone, zone_bounds, zone_rows
+from sparksub.operators.shared.range_zones import (
+    PART_COLUMN,
+    RowsZone,
+    zone_bounds,
+    zone_rows,
+)
 from sparksub.operators.shared.schemas import (
     DELETE,
     RANGE_MESSAGE_SCHEMA,
@@ -291,6 +318,14 @@ CLASS_MESSAGE_FIELDS = (pa.field("m_k", pa.int64()), pa.field("m_item_text", pa.
 #: message's zone and its half of the update (0: an X-move's delete half; ``range_zones.RowsZone``), which stage 2
 #: merges by (a DISTINCT zone's answer: the asking zone, the update's REMOVE 0 or ADD 1, ``range_zone_stream``)
 ZONE_MESSAGE_FIELDS = (pa.field(ZONE_COLUMN, pa.int32()), pa.field(PART_MESSAGE_COLUMN, pa.int8()))
+#: Stage 1's columns beyond those, for a two-stage RANGE_MIN / RANGE_MAX group with its rows in X zones (DS-CN's round 1
+#: per zone, round 2 in the shards: ``range_min/zone_stream.py``): a settled message's version (``2 * position + step``:
+#: the batch order the shard merges by) and, on the zone's one row per micro-batch (``op`` :data:`ZONE_ROUND1`), its
+#: ``Round1`` record pickled (``zone_stream.round1_text``: the stateful output has no binary column)
+VERSION_COLUMN, ROUND1_COLUMN = "m_version", "m_round1"
+MIN_ZONE_FIELDS = (pa.field(VERSION_COLUMN, pa.int64()), pa.field(ROUND1_COLUMN, pa.string()))
+#: stage 1's row that carries a RANGE_MIN / RANGE_MAX zone's ``Round1`` to every shard of its group (``op``)
+ZONE_ROUND1 = "zone_round1"
 #: a range-class message's columns, ``m_``-prefixed between the stages (all but group_id, seq and op)
 _CLASS_MESSAGE = tuple(f.name for f in RANGE_MESSAGE_SCHEMA if f.name not in ("group_id", "seq", "op"))
 #: stage 1's row that tells a shard its micro-batch applies a subscription change (``op``)
@@ -459,7 +494,13 @@ def checked_updates(streaming_df, table_def, name: str = "updates", applied=None
     decides, by the refresh scheduler, whether the micro-batch's valid rows and those buffered before apply now
     or stay buffered (003 ch. 2); the paths see only the rows it releases, and ``applied`` holds those."""
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import ByteType, LongType, StringType, StructField, StructType
+    from pyspark.sql.types import (
+        ByteType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
 
     shape = row_validation.RowShape.of(table_def)
     # only the column names and kinds are checked here; a timestamp column needs some zone to be typed
@@ -756,7 +797,13 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
     group with its rows in X zones is one entry per zone, keyed ``<group>#r<i>`` (``range_zone_stream.zone_keys``),
     its base the table's rows and a sixth element, its ``StreamZone`` (its ``shards`` entry under the group's id)."""
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+    from pyspark.sql.types import (
+        DoubleType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
 
     u = typed_updates(streaming_df, table_def)
     if stream_id is None:
@@ -811,6 +858,7 @@ def stage_one_spec(spec: StreamSpec) -> StreamSpec:
         return spec
     more = CLASS_MESSAGE_FIELDS if any(g.hashed for g in staged) else ()
     zones = ZONE_MESSAGE_FIELDS if any(g.zone is not None for g in staged) else ()
+    zones += MIN_ZONE_FIELDS if any(g.zone is not None and not g.hashed for g in staged) else ()
     return dataclasses.replace(spec, schema=pa.schema([*spec.schema, *MESSAGE_FIELDS, *more, *zones]))
 
 
@@ -860,6 +908,8 @@ def _range_targets(spec: StreamSpec, slots: list):
                 for j in range(len(staged[gid].shards)):
                     yield rows, at + j
                 continue
+            if staged[gid].zone is not None:   # a zoned RANGE_MIN group: each zone's Round1 to every shard
+                rows = yield from _min_zone_records(rows, at, len(cuts[gid]) + 1)
             lo, hi = visited_shards(cuts[gid], pa.table({"outer_l": rows.column("m_outer_l"),
                                                          "inner_l": rows.column("m_inner_l")}))
             for j in range(len(cuts[gid]) + 1):
@@ -886,16 +936,46 @@ def _range_match(spec: StreamSpec, slots: list, schema: pa.Schema):
                 spec.stats.add({"notifications": rows.num_rows})
             yield stateful.output_table(schema, rows.select(UNICAST_ITEMS_SCHEMA.names).cast(UNICAST_ITEMS_SCHEMA))
             return
-        old = {q: v for q, v in zip(mine.column("seq").to_pylist(), mine.column("m_old_value").to_pylist())
-               if v is not None}
-        messages = pa.table({"group_id": mine.column("group_id"), "seq": mine.column("seq"),
-                             "step": mine.column("m_step"), "op": mine.column("op"),
-                             **{c: mine.column(f"m_{c}") for c in _RECTANGLE}})
+        if staged[gid].zone is not None:   # a zoned RANGE_MIN group: round 2 and the merge first
+            messages, old = min_zone_messages(gid, mine)
+        else:
+            old = {q: v for q, v in zip(mine.column("seq").to_pylist(), mine.column("m_old_value").to_pylist())
+                   if v is not None}
+            messages = pa.table({"group_id": mine.column("group_id"), "seq": mine.column("seq"),
+                                 "step": mine.column("m_step"), "op": mine.column("op"),
+                                 **{c: mine.column(f"m_{c}") for c in _RECTANGLE}})
         rows = _range_shard(spec, gid, j).unicast(messages, old)
         if spec.stats is not None:
             spec.stats.add({"notifications": rows.num_rows})
         yield stateful.output_table(schema, rows.select(UNICAST_SCHEMA.names).cast(UNICAST_SCHEMA))
     return match
+
+
+def _min_zone_records(rows: pa.Table, at: int, n_shards: int):
+    """Stage 2's routing of a zoned RANGE_MIN / RANGE_MAX group's rows: yields each zone's ``Round1`` row to every
+    shard of the group (slots ``at ..``: every shard runs round 2 for the group's deferred steps, whose rectangles no
+    one knows before it, and keeps what visits it; they are few) and returns the settled messages, which go where the
+    whole group's would (``visited_shards``)."""
+    record = pc.is_valid(rows.column(ROUND1_COLUMN))
+    records = rows.filter(record)
+    if records.num_rows:
+        for j in range(n_shards):
+            yield records, at + j
+    return rows.filter(pc.invert(record))
+
+
+def min_zone_messages(gid: str, mine: pa.Table) -> tuple[pa.Table, dict]:
+    """A shard's rows of a zoned RANGE_MIN / RANGE_MAX group in one micro-batch (the settled messages that visit it,
+    every zone's ``Round1`` row) -> ``(messages, X-moves' old Y)`` as the whole group's stage 1 would have sent them:
+    round 2 and the merge, ``zone_stream.shard_messages``."""
+    record = pc.is_valid(mine.column(ROUND1_COLUMN))
+    round1s = [round1_of(text) for text in mine.filter(record).column(ROUND1_COLUMN).to_pylist()]
+    settled = mine.filter(pc.invert(record))
+    settled = pa.table({"group_id": settled.column("group_id"), "seq": settled.column("seq"),
+                        "step": settled.column("m_step"), "op": settled.column("op"),
+                        **{c: settled.column(f"m_{c}") for c in _RECTANGLE},
+                        "_v": settled.column(VERSION_COLUMN), "_i": settled.column("m_msg_no")})
+    return shard_messages(gid, settled, round1s)
 
 
 def _class_shard_rows(spec: StreamSpec, gid: str, j: int, mine: pa.Table) -> pa.Table:
@@ -1011,7 +1091,7 @@ def _range_shard(spec: StreamSpec, gid: str, j: int):
     origin = spec.control.range_shard_origin(gid, version, j) if version else 0
 
     def build():
-        base = spec.groups[gid].shards[j].get() if not origin else spec.control.range_shard(gid, version, j)
+        base = spec.staged_groups()[gid].shards[j].get() if not origin else spec.control.range_shard(gid, version, j)
         return _loaded(base).build()   # a ShardBase -> its ShardOperator
     return shard_stage.cached_shard(_SHARD_WORKER, spec.stats, (spec.engine_uid, spec.stream_id, gid, j, origin),
                                     build)
@@ -1071,9 +1151,10 @@ def stream_stats(df_or_id) -> dict:
     group's notifications are counted by its shards), shard_caught_up / shard_compactions (a two-stage top-k,
     DISTINCT or aggregate shard brought up to date from its logs / given a new base, :func:`_class_shard`; a box
     group's shard partition counts its build, cache hit and catch-up as ``shard_builds`` / ``shard_cache_hits`` /
-    ``shard_caught_up`` too), zones / zone_batches / zone_builds (a two-stage RANGE_AGG / RANGE_DISTINCT group's X
-    zones: the zone partitions the stream started with, the micro-batches they applied, a zone's index seeded or
-    rebuilt).  Read from the stream's counter files (``replicas.CounterFile``), which every task adds to."""
+    ``shard_caught_up`` too), zones / zone_batches / zone_builds (a two-stage RANGE_AGG / RANGE_DISTINCT / RANGE_MIN /
+    RANGE_MAX group's X zones: the zone partitions the stream started with, the micro-batches they applied, a zone's
+    index seeded or rebuilt).  Read from the stream's counter files (``replicas.CounterFile``), which every task adds
+    to."""
     sid = df_or_id if isinstance(df_or_id, str) else df_or_id.sparksub_stream_id
     counters = _STATS.get(sid)
     value = counters.read() if counters is not None else {}
@@ -1244,7 +1325,9 @@ def _apply_frame(spec: StreamSpec, gid: str, gspec: GroupSpec, group, null_keys:
                    x2s[idx] if gspec.x2 else None, valid_ops[idx], seqs[idx])
     if not len(idx):
         notes = None
-    elif gspec.staged(mode) and gspec.zone is not None:   # stage 1 of a zoned group: the zone's part
+    elif gspec.staged(mode) and isinstance(group, MinStreamZone):   # a zoned RANGE_MIN group: DS-CN's round 1
+        notes = stage_one_min_zone(group, batch)
+    elif gspec.staged(mode) and gspec.zone is not None:   # stage 1 of a zoned DISTINCT / aggregate group: its part
         notes = stage_one_distinct_zone(group, batch, stored, gspec.text) if group.group.kind == "RANGE_DISTINCT" \
             else stage_one_zone(group, batch)
     elif gspec.staged(mode) and gspec.hashed:   # stage 1 of a top-k / DISTINCT / aggregate group: per update
@@ -1318,6 +1401,26 @@ def _distinct_row(row, text: bool):
         return None
     x, value = row[0], row[2] if text else row[1]
     return None if x is None or _is_null(value) else (float(x), value)
+
+
+def stage_one_min_zone(zone: MinStreamZone, batch: pa.Table) -> pa.Table:
+    """Stage 1 of one X zone of a two-stage RANGE_MIN / RANGE_MAX group: DS-CN's round 1 (000 §2.3.2) of the zone's
+    part of the group's whole micro-batch (``zone_stream.MinStreamZone.round1``) -- its settled messages in
+    :func:`stage_one`'s columns, each with its version (:data:`VERSION_COLUMN`; ``m_msg_no`` its index in the zone's
+    output; no ``m_old_value``: the shards read the X-moves' old Y from the records) -- and one row (``op``
+    :data:`ZONE_ROUND1`, ``m_msg_no`` -1) carrying the zone's ``Round1`` to the shards, which run round 2."""
+    messages, r1 = zone.round1(batch)
+    n = messages.num_rows
+    where = zone.zone.index
+    settled = pa.table({"group_id": messages.column("group_id"), "seq": messages.column("seq"),
+                        "op": messages.column("op"), "m_step": messages.column("step"),
+                        **{f"m_{c}": messages.column(c) for c in _RECTANGLE},
+                        "m_old_value": pa.nulls(n, pa.float64()), "m_msg_no": messages.column("_i"),
+                        VERSION_COLUMN: messages.column("_v"), ZONE_COLUMN: pa.array(np.full(n, where, np.int32))})
+    record = pa.table({"group_id": pa.array([zone.group_id], pa.string()), "seq": pa.nulls(1, pa.int64()),
+                       "op": pa.array([ZONE_ROUND1], pa.string()), "m_msg_no": pa.array([-1], pa.int64()),
+                       ZONE_COLUMN: pa.array([where], pa.int32()), ROUND1_COLUMN: pa.array([round1_text(r1)])})
+    return pa.concat_tables([settled, record], promote_options="default")
 
 
 def _core_of(group):

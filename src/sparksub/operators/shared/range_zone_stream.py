@@ -27,6 +27,10 @@ check is the table's in every zone and the first key alone emits a rejection).
   sums are additive over disjoint rows) into the change the whole group's stage 1 would have sent.
 * :func:`zoned_shard_bases` -- the stream's start: the shards' bases seeded from the zones' rows, one zone's core
   at a time, the partial states added up.
+
+A RANGE_MIN / RANGE_MAX group's zones share the keys, the cuts and :class:`StreamZone`, but their messages are S-CN's
+(000 §2.3.1), whose FIND walks cross the cuts: DS-CN's round 1 in the zones, round 2 in the shards
+(``operators/range_min/zone_stream.py``).
 """
 from __future__ import annotations
 
@@ -41,6 +45,8 @@ from sparksub.operators.box.stream_shards import salted_keys
 from sparksub.operators.distinct.zone_stream import STREAM_ANSWER_SCHEMA, close_answered
 from sparksub.operators.distinct.zones import DistinctZoneSnapshot
 from sparksub.operators.joins.shards import subscription_shard
+from sparksub.operators.range_min.group import GroupSnapshot
+from sparksub.operators.range_min.zone_stream import min_stream_zone
 from sparksub.operators.shared.range_shard_stream import ShardChange
 from sparksub.operators.shared.range_shards import shard_bases
 from sparksub.operators.shared.range_zones import (
@@ -55,9 +61,11 @@ from sparksub.operators.shared.range_zones import (
 __all__ = ["ZONED_STREAM_CLASSES", "ZONE_ANSWER", "ZONE_COLUMN", "PART_MESSAGE_COLUMN", "StreamZone", "answer_rows",
            "merged_change", "merged_messages", "zone_key", "zone_keys", "zone_operator", "zoned_shard_bases"]
 
-#: the classes whose two-stage stream group keeps its rows in X zones (module docstring; RANGE_TOPK's zones read a
-#: halo of their neighbours before the batch, ``topk/zones.py``, which one stateful stage cannot give them)
-ZONED_STREAM_CLASSES = ("RANGE_AGG", "RANGE_DISTINCT")
+#: the classes whose two-stage stream group keeps its rows in X zones (module docstring; RANGE_MIN / RANGE_MAX run
+#: DS-CN's round 1 in the zones and round 2 in the subscription shards, ``range_min/zone_stream.py``; RANGE_DISTINCT's
+#: zones answer each other's open Mar ends beside their messages, ``distinct/zone_stream.py``; RANGE_TOPK's zones read
+#: a halo of their neighbours before the batch, ``topk/zones.py``, which one stateful stage cannot give them)
+ZONED_STREAM_CLASSES = ("RANGE_AGG", "RANGE_DISTINCT", "RANGE_MIN", "RANGE_MAX")
 #: stage 1's columns of a zoned group's message beyond the class's: its zone and its half of the update
 ZONE_COLUMN, PART_MESSAGE_COLUMN = "m_zone", "m_part"
 #: stage 1's ``op`` of a DISTINCT zone's answer to another zone's open Mar end (:func:`answer_rows`)
@@ -91,7 +99,10 @@ def zone_keys(group_id: str, n_zones: int, partitions: int) -> list:
 def zone_operator(snap, zone: StreamZone):
     """Zone ``zone``'s operator from a snapshot of every row of the table: the class's rows operator over the rows
     it owns (``range_zones.zone_rows`` at the stream's cuts), a DISTINCT zone recording its steps per seq
-    (``distinct/zones.DistinctRowsZone``: what its answers read)."""
+    (``distinct/zones.DistinctRowsZone``: what its answers read), a RANGE_MIN / RANGE_MAX zone DS-CN's
+    (``range_min/zone_stream.MinStreamZone``: round 1 here, round 2 in the shards)."""
+    if isinstance(snap, GroupSnapshot):
+        return min_stream_zone(snap, zone.zone, zone.cuts)
     keys, xs, ys = zone_rows(snap.keys, snap.xs, snap.ys, zone.cuts, zone.zone)
     base = DistinctZoneSnapshot if snap.kind in SECOND_ROUND_CLASSES else RowsZoneSnapshot
     return base(replace(snap, keys=keys, xs=xs, ys=ys), zone.zone, zone.cuts).build()
