@@ -614,7 +614,7 @@ class BoxTopkGroup(_BoxGroup):
                 self.holders.setdefault(key, set()).add(s)
                 out.append({"subscription_id": sid, "op": "enter", "value": sign * t[3], "seq": seq,
                             "item_key": _key_text(key), "item_x": t[1]})
-            elif b != t:
+            elif _shown(b) != _shown(t):
                 out.append({"subscription_id": sid, "op": "update", "value": sign * t[3], "seq": seq,
                             "item_key": _key_text(key), "item_x": t[1]})
         for key, t in before.items():
@@ -856,10 +856,17 @@ class BoxSubscribers:
         after = {t[0]: t for t in r.items}
         rows = [{"subscription_id": sid, "op": "enter" if key not in before else "update", "value": t[3],
                  "seq": seq, "item_key": _key_text(key), "item_x": t[1]}
-                for key, t in after.items() if before.get(key) != t]
+                for key, t in after.items() if key not in before or _shown(before[key]) != _shown(t)]
         rows += [{"subscription_id": sid, "op": "leave", "value": t[3], "seq": seq, "item_key": _key_text(key),
                   "item_x": t[1]} for key, t in before.items() if key not in after]
         return rows
+
+
+def _shown(entry: tuple) -> tuple:
+    """What a top-k list entry ``(key, X, X2, Y)`` shows in a notification: its X and its value.  A member whose
+    second box coordinate moved inside the box, its X and Y as they were, changed nothing a subscriber sees (the
+    notification carries no X2), so it is no ``update``."""
+    return entry[1], entry[3]
 
 
 def deliver(messages, receivers: dict, counters: dict | None = None) -> dict:
