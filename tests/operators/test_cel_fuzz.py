@@ -13,7 +13,7 @@ it never asks the system under test what is well typed.  Pure Python, no Spark.
 """
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import pytest
@@ -230,8 +230,15 @@ def _run(cls, queries, events):
     return engine.run({"Stock": events}, errors=errors), errors
 
 
+#: found by this test (2026-11-27): the batch executor's vectorised family over a stream a query publishes never saw
+#: the published events (PUBLISH runs on the per-event path), so a NEXT over P0 matched nothing
+_PUBLISHED_NEXT = ([("q0", "SELECT * FROM Stock PUBLISH P0", True), ("q3", "SELECT * FROM (P0) NEXT{TRUE} P0", True)],
+                   [{"Name": "IBM", "Price": None, "Volume": 0, "Txt": "IBM", "t0": t, "t1": t} for t in (0, 1)])
+
+
 @SETTINGS
 @given(workloads())
+@example(workload=_PUBLISHED_NEXT)
 def test_random_cel_agrees_across_executors_and_the_oracle_per_query(workload):
     queries, events = workload
     accepted = {name: parse_cel(text) for name, text, ok in queries if ok}

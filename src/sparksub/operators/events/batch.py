@@ -714,6 +714,11 @@ class BatchEngine(FamilyEngine):
                 raise AnalysisError(f"stream {s!r} is published by query {self._publisher[s]!r}")
         if self._tick is not None and t1[0] < self._tick:
             raise AnalysisError(f"events must arrive in end-time order: t1={int(t1[0])} after t1={self._tick}")
+        # a stream a query publishes gets its events on the per-event path alone (PUBLISH runs there, event by
+        # event): the families reading it run there too, or they would never see one
+        published = [s for s, states in self._vec_by_stream.items() if states and s in self._publisher]
+        if published:
+            self._park(published)
         # 1. the vectorised families, computed (nothing changes yet)
         if n < self.min_batch:
             self._park(streams)
