@@ -404,8 +404,9 @@ class GroupSpec:
     # subscription shard j of a BOX_MIN / BOX_MAX / BOX_TOPK group (its key ``<group>#b<j>``: every row of the table,
     # the subscriptions whose id hashes to j, ``operators/box/stream_shards.py``); None: not a box shard
     box_shard: int | None = None
-    # an X zone of a two-stage RANGE_AGG / RANGE_DISTINCT group (its key ``<group>#r<i>``: every row of the table in
-    # its state store, the zone's rows in its index; ``operators/shared/range_zone_stream.py``); None: not a zone
+    # an X zone of a two-stage RANGE_AGG / RANGE_DISTINCT / RANGE_MIN / RANGE_MAX group (its key ``<group>#r<i>``: every
+    # row of the table in its state store, the zone's rows in its index; ``operators/shared/range_zone_stream.py``);
+    # None: not a zone
     zone: StreamZone | None = None
 
     def snapshot(self):
@@ -793,9 +794,10 @@ def run_stream(spark, streaming_df, table_def, groups: dict, mode: str, schema: 
     the stored ``RangeShardBase`` of each shard, the k values stage 1 paints for) of the top-k / DISTINCT / aggregate
     ones (their ``base`` without subscriptions; a ``unicast`` stream: :func:`range_shard_stage`).  A box group in
     subscription shards is one ``groups`` entry per shard, keyed ``<group>#b<j>`` (``box.stream_shards.shard_key``),
-    its base the shard's (every row, its subscriptions) and a sixth element, ``j``; a two-stage RANGE_AGG / DISTINCT
-    group with its rows in X zones is one entry per zone, keyed ``<group>#r<i>`` (``range_zone_stream.zone_keys``),
-    its base the table's rows and a sixth element, its ``StreamZone`` (its ``shards`` entry under the group's id)."""
+    its base the shard's (every row, its subscriptions) and a sixth element, ``j``; a two-stage RANGE_AGG / DISTINCT /
+    MIN / MAX group with its rows in X zones is one entry per zone, keyed ``<group>#r<i>``
+    (``range_zone_stream.zone_keys``), its base the table's rows and a sixth element, its ``StreamZone`` (its
+    ``shards`` entry under the group's id)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import (
         DoubleType,
