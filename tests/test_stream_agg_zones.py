@@ -210,20 +210,35 @@ def run(spark, tmp_path_factory):
     got = {"batches": [], "whole": [], "stats": [],
            "start": {n: {s: e.result(s) for s in subs} for n, (e, _, subs, _) in engines.items()}}
     _, rows, subs, rnd = engines[ZONES]
+
+    def change_all():
+        for other, _, other_subs, _ in engines.values():
+            change(other, other_subs)
+    return run_zoned_and_whole(spark, tmp_path_factory, engines, rows, subs, lambda f: zone_batch(rnd, f, rows),
+                               change_all, got)
+
+
+def run_zoned_and_whole(spark, tmp_path_factory, engines: dict, rows: dict, subs: dict, batch_of, change_all,
+                        got: dict) -> dict:
+    """Two micro-batches (``batch_of(f)``) through the zoned stream (``engines[zones]``, its key the zone count) and
+    the whole one (``engines[0]``); before the second, ``change_all()`` and both streams restarted from their
+    checkpoints (the zones' rows from the state store).  ``got`` gains, per micro-batch, the rows and subscriptions
+    before it, the batch, its first seq and the zoned output (``batches``), the whole output (``whole``), the zoned
+    stream's stats (``stats``), and the shards' logs at the end (``logs``); ``rows`` ends as the table."""
+    zones = max(engines)
     with two_shuffle_partitions(spark):
         streams = None
         try:
-            streams = Streams(spark, tmp_path_factory, engines, ZONES)
+            streams = Streams(spark, tmp_path_factory, engines, zones)
             for f in range(2):
-                if f == 1:   # a change, then a restart from the checkpoint: the zones' rows from the state store
-                    for other, _, other_subs, _ in engines.values():
-                        change(other, other_subs)
+                if f == 1:
+                    change_all()
                     streams.restart()
-                batch, seq0 = zone_batch(rnd, f, rows), 1000 * (f + 1)
+                batch, seq0 = batch_of(f), 1000 * (f + 1)
                 out = streams.feed(spark, batch, seq0, f)
-                got["batches"].append((dict(rows), dict(subs), batch, seq0, out[ZONES]))
+                got["batches"].append((dict(rows), dict(subs), batch, seq0, out[zones]))
                 got["whole"].append(out[0])
-                got["stats"].append(spark_stream.stream_stats(streams.frames[ZONES][0]))
+                got["stats"].append(spark_stream.stream_stats(streams.frames[zones][0]))
                 for u in batch:
                     apply_update(rows, u)
             got["logs"] = {n: shard_logs(df) for n, (df, *_) in streams.frames.items()}

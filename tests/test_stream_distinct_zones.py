@@ -36,8 +36,7 @@ from sparksub.operators.shared.schemas import DELETE, UPSERT
 from sparksub.runtime import stream as spark_stream
 
 sys.path.insert(0, str(Path(__file__).parent))   # the zoned aggregate stream's test: its streams, batches, logs
-from test_stream_agg_zones import Streams, cuts_of, shard_logs, start_rows, zone_batch  # noqa: E402
-from test_stream_range_shards import two_shuffle_partitions  # noqa: E402
+from test_stream_agg_zones import cuts_of, run_zoned_and_whole, start_rows, zone_batch  # noqa: E402
 from test_stream_range_shards_classes import apply_update, rows_of  # noqa: E402
 
 SHARDS, ZONES = 2, 3   # (3: the cuts test_stream_agg_zones.zone_batch moves keys across; a middle zone)
@@ -126,27 +125,13 @@ def run(spark, tmp_path_factory):
     got = {"batches": [], "whole": [], "stats": []}
     _, rows, subs = engines[ZONES]
     rnd = random.Random(7)
-    with two_shuffle_partitions(spark):
-        streams = None
-        try:
-            streams = Streams(spark, tmp_path_factory, engines, ZONES)
-            for f in range(2):
-                if f == 1:   # a change, then a restart: the zones rebuilt from their state stores' rows
-                    for other, _, other_subs in engines.values():
-                        change(other, other_subs)
-                    streams.restart()
-                batch, seq0 = distinct_batch(rnd, f, rows), 1000 * (f + 1)
-                out = streams.feed(spark, batch, seq0, f)
-                got["batches"].append((dict(rows), dict(subs), batch, seq0, out[ZONES]))
-                got["whole"].append(out[0])
-                got["stats"].append(spark_stream.stream_stats(streams.frames[ZONES][0]))
-                for u in batch:
-                    apply_update(rows, u)
-            got["logs"] = {n: shard_logs(df) for n, (df, *_) in streams.frames.items()}
-            got["end"] = dict(rows)
-        finally:
-            if streams is not None:
-                streams.stop()
+
+    def change_all():
+        for other, _, other_subs in engines.values():
+            change(other, other_subs)
+    run_zoned_and_whole(spark, tmp_path_factory, engines, rows, subs, lambda f: distinct_batch(rnd, f, rows),
+                        change_all, got)
+    got["end"] = dict(rows)
     return got
 
 
