@@ -87,17 +87,21 @@ def run_zones(zones: list, batch: pa.Table, mode="reformulated") -> pa.Table:
     return merge_closed(round1, answers)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-@given(seed=st.integers(0, 10**6), n_zones=st.integers(1, 4), text=st.booleans())
-def test_zones_with_a_second_round_emit_the_whole_groups_messages(seed, n_zones, text):
+def zones_and_whole(seed: int, n_zones: int, text: bool) -> tuple:
+    """``(rnd, the X values drawn from, rows, the whole group, its zones)``: a random table and ``n_zones`` zones at
+    drawn cut points -- on tuples' X, between them, some zones empty."""
     rnd = random.Random(seed)
     xs = [float(i) for i in range(10)] + [2.5, 6.5]
     rows: dict = {}
     apply_rows(rows, draw_updates(rnd, rnd.randint(0, 14), text, xs))
-    # cut points drawn: on tuples' X, between them, some zones empty
     cuts = tuple(sorted(rnd.sample([float(i) for i in range(11)] + [4.5, -1.0], n_zones - 1)))
-    whole = snapshot(rows, text).build()
-    zones = zoned(rows, text, cuts)
+    return rnd, xs, rows, snapshot(rows, text).build(), zoned(rows, text, cuts)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 10**6), n_zones=st.integers(1, 4), text=st.booleans())
+def test_zones_with_a_second_round_emit_the_whole_groups_messages(seed, n_zones, text):
+    rnd, xs, rows, whole, zones = zones_and_whole(seed, n_zones, text)
     view = ZonedRows.of_zones(zones)
     seq = 10
     for step in range(5):
@@ -110,7 +114,7 @@ def test_zones_with_a_second_round_emit_the_whole_groups_messages(seed, n_zones,
         seq += batch.num_rows
         want = whole.apply(batch, "reformulated")
         got = run_zones(zones, batch)
-        assert got.to_pylist() == want.to_pylist(), (cuts, step)    # row for row, in order, msg_no too
+        assert got.to_pylist() == want.to_pylist(), (zones[0].cuts, step)    # row for row, in order, msg_no too
         apply_rows(rows, updates)
         for z in zones:     # every zone holds exactly the rows it owns
             held = {k for k, (x, _) in rows.items() if z.lo <= x < z.hi}
@@ -173,13 +177,7 @@ def test_a_streams_zones_answering_every_question_emit_the_whole_groups_messages
     """Batch after batch, 1 to 4 zones at drawn cuts (on tuples' X, zones left empty), shared values, NULL X / Y,
     deletes, X-moves within and across cuts, Y changes, a key several times: the zones' messages closed with their
     answers equal the whole group's, row for row, in order, ``msg_no`` too."""
-    rnd = random.Random(seed)
-    xs = [float(i) for i in range(10)] + [2.5, 6.5]
-    rows: dict = {}
-    apply_rows(rows, draw_updates(rnd, rnd.randint(0, 14), text, xs))
-    cuts = tuple(sorted(rnd.sample([float(i) for i in range(11)] + [4.5, -1.0], n_zones - 1)))
-    whole = snapshot(rows, text).build()
-    zones = zoned(rows, text, cuts)
+    rnd, xs, rows, whole, zones = zones_and_whole(seed, n_zones, text)
     seq = 10
     for step in range(5):
         updates = draw_updates(rnd, rnd.randint(0, 16), text, xs)
@@ -192,7 +190,7 @@ def test_a_streams_zones_answering_every_question_emit_the_whole_groups_messages
         seq += batch.num_rows
         want = whole.apply(batch, "reformulated")
         got = run_stream_zones(zones, batch, dict(rows))
-        assert (got.to_pylist() if got is not None else []) == want.to_pylist(), (cuts, step)
+        assert (got.to_pylist() if got is not None else []) == want.to_pylist(), (zones[0].cuts, step)
         apply_rows(rows, updates)
 
 
