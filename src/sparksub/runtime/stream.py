@@ -1255,7 +1255,8 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
 
     # a group added while the stream runs whose base already holds this micro-batch's rows: nothing to apply
     # (a zone's index holds its zone's rows; its state store every row: a key held elsewhere is read there)
-    stored = (lambda k: state.rows.getValue((k,))) if gspec.zone is not None else None
+    # (read once per key: the delete check and a DISTINCT zone's old rows ask the same keys, before the writes)
+    stored = functools.cache(lambda k: state.rows.getValue((k,))) if gspec.zone is not None else None
     done = _apply_frame(spec, gid, gspec, group, null_keys, pdf.iloc[:0] if skip else pdf, applied, spec.mode,
                         stored)
     if signals is not None:
