@@ -182,6 +182,9 @@ class Engine(BoxShardGroups, RangeShardGroups, JoinShardGroups, ZonedGroups, Sta
         self._event_resets: dict[str, int] = {}
         #: the streams this engine built (``stream``): stream id -> stream_control.LiveStream
         self._live_streams: dict = {}
+        #: streams an engine before this one built on the directory, whose applied rows are still to take in
+        #: (``control/streaming.py`` ``_adopt_streams``): stream id -> stream_control.LiveStream
+        self._adopted_streams: dict = {}
         self._following = False   # taking in a stream's rows (_follow_streams): not again from inside
         self._lock = threading.RLock()
         #: notification rows kept per table (``notifications()``, ``matches()``); older files go at checkpoints
@@ -192,6 +195,7 @@ class Engine(BoxShardGroups, RangeShardGroups, JoinShardGroups, ZonedGroups, Sta
         # the journal, checkpoints and kept notifications; a directory that holds an engine is read back here
         self._journal = EngineJournal(self, EventClassState)
         self._journal.open()
+        self._adopt_streams()
         if spark is not None:
             self._resolve_catalyst()
 

@@ -100,9 +100,10 @@ class Streaming:
         and the engine takes them in (as a publish commits a batch: the table's rows, every group, the journal
         of a durable engine) before ``result``, EXPLAIN, ``stats``, ``publish``, ``table`` or a new group's base
         reads its state -- so ``result(id)`` agrees with what the stream applied.  It follows the streams it
-        built itself: an engine that restarts a checkpoint another (non-durable) engine ran knows the rows that
-        stream applied before only as far as its own directory does.  A ``publish`` to the table while a stream
-        runs changes the engine's rows, not the stream's state.
+        built itself, and one reopened on a durable directory first takes in what the streams of the engine before
+        it there applied (``_adopt_streams``); an engine that restarts a checkpoint of a stream whose files are in
+        another engine's directory knows the rows that stream applied only as far as its own directory does.  A
+        ``publish`` to the table while a stream runs changes the engine's rows, not the stream's state.
 
         Range groups (MIN/MAX, top-k, DISTINCT, aggregates) are one stateful operator
         (``transformWithStateInPandas``, one state partition per group); a micro-batch is one batch
@@ -173,6 +174,7 @@ class Streaming:
             spark_stream.new_stream_id(files, owner=self.directory, stream_id=stream_id)   # (a good stream: its files)
             where = spark_stream.stream_directory(stream_id)
             live = stream_control.LiveStream(stream_id, state.definition.name.lower(), where, mode)
+            stream_control.note_followed(where, live.table, live.absorbed)   # (a reopened engine follows it on)
             live.refresh_gate = gate   # (refresh() asks it to apply everything; pending() reads it)
             outs = []
             if event_classes:
@@ -540,22 +542,47 @@ class Streaming:
         files, ``stream_control``), as a publish commits a batch: the table's rows, every group's log (a join's
         partitions routed), journaled (a durable engine keeps them).  A delete of a key the table does not hold
         is dropped, as the stream rejected it.  So ``result()``, EXPLAIN, ``stats()``, a new base and ``publish``
-        see the streams' rows."""
-        if not self._live_streams or state.definition.key is None or self._following:
+        see the streams' rows.  The streams an engine before this one built on the directory (``_adopt_streams``)
+        come first: their micro-batches came before any this engine's streams ran."""
+        if state.definition.key is None or self._following:
             return
         name = state.definition.name.lower()
+        streams = [(True, s) for s in self._adopted_streams.values() if s.table == name]
+        streams += [(False, s) for s in self._live_streams.values() if s.table == name]
+        if not streams:
+            return
         self._following = True
         try:
-            for live in self._live_streams.values():
-                if live.table != name:
-                    continue
+            for adopted, live in streams:
                 for batch_id, rows in stream_control.applied_batches(live.directory, live.absorbed):
                     if rows.num_rows:
                         self._absorb(state, rows)
                     live.absorbed = batch_id
+                    stream_control.note_followed(live.directory, live.table, batch_id)
                 stream_control.forget_applied(live.directory, live.absorbed)
+                if adopted:   # (its query ran under an engine that is gone: nothing more comes)
+                    del self._adopted_streams[live.stream_id]
         finally:
             self._following = False
+
+    def _adopt_streams(self) -> None:
+        """The streams an engine before this one built on its directory whose applied rows it did not take in
+        (``stream_control.followed``: the table and the last micro-batch it took in) -- it was closed, or killed,
+        while they ran or before it followed them.  They are taken in before anything reads their table
+        (``_follow_streams``), so ``result()`` agrees with what they applied, and a stream restarted from its
+        checkpoint starts its new shards and groups from the rows its state store holds."""
+        root = self.directory.area("stream_files")
+        found = []
+        for where in (p for p in root.iterdir() if p.is_dir()):
+            noted = stream_control.followed(where)
+            since = None if noted is None or noted[0] not in self._tables else \
+                stream_control.unfollowed_since(where, noted[1])
+            if since is not None:
+                found.append((since, where, noted))
+        for _, where, (table, absorbed) in sorted(found):   # (the oldest rows first: streams of one table in turn)
+            adopted = stream_control.LiveStream(where.name, table, str(where))
+            adopted.absorbed = absorbed
+            self._adopted_streams[where.name] = adopted
 
     def _absorb(self, state: TableState, rows: pa.Table) -> None:
         """One micro-batch's applied rows (``checked_updates``' columns) into the engine's state

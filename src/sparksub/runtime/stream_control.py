@@ -37,6 +37,9 @@ engine's directory (``stream.new_stream_id``); the tasks read them directly (one
     applied/<batch>.arrow            the micro-batch's valid rows in seq order (the checked columns): what the
                                      engine follows, so that ``result()`` agrees with the stream
     query.json, events-changed       the streaming query running an event stream; why its plan is stale
+    followed.json                    the stream's table and the last micro-batch whose applied rows the engine
+                                     took in (``note_followed``): an engine reopened on the directory takes in
+                                     the rest (``Engine._adopt_streams``), whether or not the stream is restarted
 
 Versions count the stream's changes (1, 2, ...; 0 is the base the stream started from).  Each change is
 written whole, under a temporary name renamed into place, before the statement that made it returns; the
@@ -71,7 +74,8 @@ from sparksub.runtime.replicas import (
 
 __all__ = ["StreamControl", "LiveStream", "LiveReplicas", "batch_id", "publish_subscriptions", "publish_shards",
            "publish_join_shards", "publish_range_shards", "RangeShards", "RangeClassShards", "publish_group",
-           "applied_batches", "forget_applied", "mark_stale", "running_query", "KEEP_VERSIONS"]
+           "applied_batches", "forget_applied", "mark_stale", "running_query", "KEEP_VERSIONS", "note_followed",
+           "followed", "unfollowed_since"]
 
 #: change versions kept per group (a task needs the newest; a replayed micro-batch the one it pinned)
 KEEP_VERSIONS = 4
@@ -85,6 +89,7 @@ _MESSAGE_PAYLOAD = "message_payload.pickle"
 _RANGE_SHARDS = "shards.json"
 _STALE = "events-changed"
 _QUERY = "query.json"
+_FOLLOWED = "followed.json"
 _CLASS_SHARDS = "range_class_shards"
 #: per process: (directory, what) -> value read (change snapshots, group specs, batch plans); bounded
 _READ: dict = {}
@@ -453,6 +458,34 @@ def applied_batches(directory, after: int) -> list[tuple[int, pa.Table]]:
         return []
     batches = sorted(int(p.stem) for p in where.glob("*.arrow") if p.stem.isdigit())
     return [(b, _read_arrow(where / f"{b:012d}.arrow")) for b in batches if b > after]
+
+
+def note_followed(directory, table: str, absorbed: int) -> None:
+    """The engine took in the applied rows of ``table``'s stream up to micro-batch ``absorbed`` (-1: none yet).
+    Written after the rows are in the engine's journal: a crash in between takes a micro-batch in twice on the
+    next open, which leaves the table as once (a micro-batch's last row per key decides it, and a delete of a key
+    no longer held is dropped)."""
+    body = json.dumps({"table": table, "absorbed": int(absorbed)}).encode()
+    _write_atomic(Path(directory) / _FOLLOWED, lambda fh: fh.write(body))
+
+
+def followed(directory) -> tuple[str, int] | None:
+    """``(table, last micro-batch taken in)`` of a stream's directory (:func:`note_followed`); None without one."""
+    try:
+        got = json.loads((Path(directory) / _FOLLOWED).read_text())
+    except (OSError, ValueError):
+        return None
+    return got["table"], int(got["absorbed"])
+
+
+def unfollowed_since(directory, after: int) -> float | None:
+    """When the stream wrote its first applied rows after micro-batch ``after`` (the file's modification time;
+    names and times only, nothing read); None when it wrote none."""
+    where = Path(directory) / "applied"
+    if not where.is_dir():
+        return None
+    times = [p.stat().st_mtime for p in where.glob("*.arrow") if p.stem.isdigit() and int(p.stem) > after]
+    return min(times, default=None)
 
 
 def forget_applied(directory, upto: int) -> None:
