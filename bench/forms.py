@@ -135,8 +135,10 @@ def subscribed_engine(spark, args, table_ddl: str, rows_table, template: str, su
 
 
 def memory(e, baseline, args) -> dict:
-    """What the child holds at its end: the driver's RSS (after ``stats()``), every Python worker's PSS, each
-    executor's Python growth above its baseline, the worker-cache outcomes."""
+    """What the child holds at its end: every Python worker's PSS and each executor's Python growth above its
+    baseline (both before ``stats()``, which reads a large group where it lives -- a Spark task that builds the
+    whole group in a worker when none caches it, as a stream's groups are not: measured after it, that worker was
+    the largest in every stream run), the driver's RSS (after ``stats()``), the worker-cache outcomes."""
     from runtime import (
         executor_python_growth,
         memory_snapshot,
@@ -145,10 +147,10 @@ def memory(e, baseline, args) -> dict:
         worker_pids,
     )
     mem = memory_snapshot()
+    workers = sorted((pss_mb(p) for p in worker_pids()), reverse=True)
     st = e.stats()
     return {"driver_rss_mb": rss_mb(), "python_pss_mb": mem["python_pss_mb"], "master": args.master,
-            "executor_pss_mb": executor_python_growth(mem, baseline),
-            "worker_pss_mb": sorted((pss_mb(p) for p in worker_pids()), reverse=True),
+            "executor_pss_mb": executor_python_growth(mem, baseline), "worker_pss_mb": workers,
             "runtime": {k: st["runtime"].get(k) for k in ("hits", "catch_ups", "rebuilds")}, "load": load_avg()}
 
 
