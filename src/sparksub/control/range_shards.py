@@ -416,6 +416,48 @@ class RangeShardGroups:
         rs.n_shards, rs.shards_stale, rs.subscriptions_changed = n_shards, False, False
         return rs.shards
 
+    # ---- EXPLAIN ---------------------------------------------------------------------------------------
+    def _spark_jobs(self, physical, entry) -> list:
+        """EXPLAIN's Spark jobs of a group that runs with its subscriptions in shards (``Publishing._spark_jobs``), as
+        :meth:`_range_shards_run` runs them: a top-k group in X zones first writes its zones' edges (a task per
+        zone); the rows (a task per X zone, else one); a DISTINCT group in X zones its second round (a task per
+        zone); then the subscription shards (a task per shard).  The zones and shards the next publish runs: those
+        recorded, else as it would make them.  (A shard whose base is rebuilt is seeded first, in a job of its own
+        where the rows are cached: not shown.)"""
+        n_shards = self._range_shard_count(entry, "unicast") if entry is not None else 0
+        if not n_shards:
+            return super()._spark_jobs(physical, entry)
+        gid, kind = entry.group_id, entry.physical.klass
+        rs = self._range_shard_states.get(gid)
+        n_zones = self._rows_zone_count(entry)
+        if rs is not None and rs.zones and rs.n_zones == n_zones:
+            rows = list(rs.zones)
+        else:   # not cut yet: as _range_rows will cut the table's X (repeated values give fewer zones)
+            _, xs, _ = entry.family.table_rows(entry.physical, self._tables, text=entry.family.object_values)
+            rows = [self._explain_replica(f"{gid}#r{z}") for z in range(len(zone_cuts(xs, n_zones)) + 1 if n_zones
+                                                                        else 1)]
+        by_id = {r.replica_id: r for r in rows}
+        batches = {rid: spark_groups.one_row_batch() for rid in by_id}
+        folders = dict.fromkeys(by_id, "")
+        shards = [spark_range_shards.ShardPart(gid, "", shard=self._explain_replica(f"{gid}#q{j}"))
+                  for j in range(n_shards)]
+        schema = self._explain_schema(physical)
+        zoned = len(rows) > 1
+        where = f"{len(rows)} X zones" if zoned else "one replica"
+        jobs = []
+        if zoned and kind in HALO_CLASSES:
+            jobs.append((f"edge objects of {where} (a task per zone: what the zones' halos fold)",
+                         lambda: spark_range_shards.zone_edges_frame(self.spark, rows, {gid: 1}, {gid: ""})))
+        jobs.append((f"rows in {where}, no subscription (a task {'per zone' if zoned else 'for them'}: "
+                     f"the per-update messages)",
+                     lambda: spark_range_shards.rows_frame(self.spark, by_id, batches, folders, rows_mode("unicast"))))
+        if zoned and kind in SECOND_ROUND_CLASSES:
+            jobs.append((f"round 2 of the {where} (a task per zone: the open Mar ends)",
+                         lambda: spark_range_shards.second_round_frame(self.spark, by_id, folders)))
+        jobs.append((f"{n_shards} subscription shards (a task per shard: unicast matching)",
+                     lambda: spark_range_shards.output_frame(self.spark, shards, schema)))
+        return self._explained_jobs(physical, entry, jobs)
+
     # ---- one publish (unicast: two stages) ---------------------------------------------------------------
     def _range_shards_run(self, entries: list, sharded: dict, group_batches: dict, schema, mode="unicast"):
         """Stage 1 (the rows, collected) and stage 2 (the subscription shards, lazy, checkpointed) of the sharded
