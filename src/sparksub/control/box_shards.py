@@ -49,6 +49,7 @@ from sparksub.operators.box.shards import (
 from sparksub.operators.joins.shards import subscription_shard
 from sparksub.operators.shared.families import key_type as family_key_type
 from sparksub.process_memory import BULK_ROWS, release_freed_memory
+from sparksub.runtime import groups as spark_groups
 from sparksub.runtime import remote as spark_remote
 from sparksub.runtime import replicas as spark_replicas
 
@@ -232,7 +233,7 @@ class BoxShardGroups:
         if not n_shards:
             return super()._spark_jobs(physical, entry)
         rids = [f"{entry.group_id}#b{j}" for j in range(n_shards)]
-        return [(f"{n_shards} subscription shards, each with every row (a task per shard)",
+        return [(f"{spark_groups.counted(n_shards, 'subscription shard')}, each with every row (a task per shard)",
                  lambda: self._group_job_frame(physical, entry, rids))]
 
     # ---- one publish -------------------------------------------------------------------------------------

@@ -203,9 +203,10 @@ class JoinShardGroups:
                   for j in range(n_shards)]
         schema = self._explain_schema(physical)
         return self._explained_jobs(physical, entry, [
-            (f"{len(rids)} row partitions, no subscription (a task per partition: the messages of 000 §4)",
+            (f"{spark_groups.counted(len(rids), 'row partition')}, no subscription (a task per partition: the "
+             f"messages of 000 §4)",
              lambda: spark_join_shards.row_partitions_frame(self.spark, replicas, batches, folders, stage=False)[0]),
-            (f"{n_shards} subscription shards (a task per shard: unicast matching)",
+            (f"{spark_groups.counted(n_shards, 'subscription shard')} (a task per shard: unicast matching)",
              lambda: spark_join_shards.output_frame(self.spark, shards, schema))])
 
     # ---- one publish (unicast: two stages) ---------------------------------------------------------------

@@ -443,7 +443,7 @@ class RangeShardGroups:
                   for j in range(n_shards)]
         schema = self._explain_schema(physical)
         zoned = len(rows) > 1
-        where = f"{len(rows)} X zones" if zoned else "one replica"
+        where = spark_groups.counted(len(rows), "X zone") if zoned else "one replica"
         jobs = []
         if zoned and kind in HALO_CLASSES:
             jobs.append((f"edge objects of {where} (a task per zone: what the zones' halos fold)",
@@ -454,7 +454,7 @@ class RangeShardGroups:
         if zoned and kind in SECOND_ROUND_CLASSES:
             jobs.append((f"round 2 of the {where} (a task per zone: the open Mar ends)",
                          lambda: spark_range_shards.second_round_frame(self.spark, by_id, folders)))
-        jobs.append((f"{n_shards} subscription shards (a task per shard: unicast matching)",
+        jobs.append((f"{spark_groups.counted(n_shards, 'subscription shard')} (a task per shard: unicast matching)",
                      lambda: spark_range_shards.output_frame(self.spark, shards, schema)))
         return self._explained_jobs(physical, entry, jobs)
 

@@ -216,9 +216,9 @@ class ZonedGroups:
         parts = [spark_zones.OutputPart(gid, "", shard=r) for r in shards]
         schema = self._explain_schema(physical)
         return self._explained_jobs(physical, entry, [
-            (f"round 1 in {len(zones)} X zones (a task per zone; round 2 on the driver)",
+            (f"round 1 in {spark_groups.counted(len(zones), 'X zone')} (a task per zone; round 2 on the driver)",
              lambda: spark_zones.round1_frame(self.spark, tasks)),
-            (f"{len(shards)} subscription shards by x1 (a task per shard: unicast matching)",
+            (f"{spark_groups.counted(len(shards), 'subscription shard')} by x1 (a task per shard: unicast matching)",
              lambda: spark_zones.output_frame(self.spark, parts, "unicast", schema))])
 
     # ---- one publish -----------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from sparksub.runtime.connect import is_connect_session
 from sparksub.runtime.replicas import _CACHE, Replica, keep_one_per_group, materialize, remember  # noqa: F401 (_CACHE: bench probe)
 
 __all__ = ["materialize", "remember", "run_groups", "write_groups", "groups_frame", "plan_string", "plan_text", "failed_groups", "placed_frame",
-           "split_batch", "plan_frame", "jobs_text", "one_row_batch"]
+           "split_batch", "plan_frame", "jobs_text", "one_row_batch", "counted"]
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -307,6 +307,15 @@ def one_row_batch() -> pa.Table:
     """A one-row batch: a placed job gives a replica a partition only when its batch has rows (a job whose tasks
     read no batch; a plan EXPLAIN shows, never run)."""
     return pa.table({"seq": pa.array([0], pa.int64())})
+
+
+def counted(n: int, noun: str) -> str:
+    """``n noun``, the noun plural unless ``n`` is 1 (a job's heading in EXPLAIN: "1 subscription shard").
+
+    >>> counted(1, "X zone"), counted(2, "subscription shard")
+    ('1 X zone', '2 subscription shards')
+    """
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def jobs_text(jobs: list) -> str:
