@@ -187,3 +187,20 @@ def test_whole_group_one_plan(eng, quiet):
     jobs = explained_jobs(eng.explain("w1"))
     assert jobs == [(None, 1)]
     assert published_jobs(quiet, lambda: eng.publish("whole_t", _batch(601))) == [1]
+
+
+def test_join_partitions_and_filter_shards(eng, quiet):
+    """Groups that run in several replicas of publish's ordinary job: a join's partitions, a FILTER group's
+    shards -- one job (its tasks write the output), a task per replica."""
+    eng.join_partitions, eng.join_subscription_shards, eng.filter_shard_size = 2, 0, 2
+    eng.sql("CREATE TABLE sup2 (sid BIGINT PRIMARY KEY, qty DOUBLE, prod BIGINT)")
+    eng.sql("CREATE TABLE dem2 (did BIGINT PRIMARY KEY, prod BIGINT, price DOUBLE)")
+    eng.load("dem2", {"did": list(range(6)), "prod": list(range(6)), "price": [float(5 * i) for i in range(6)]})
+    eng.sql("CREATE SUBSCRIPTION pj AS SELECT * FROM sup2 s JOIN dem2 d ON s.prod = d.prod WHERE s.qty <= 8")
+    rows = [{"sid": i, "qty": float(i), "prod": i % 6} for i in range(12)]
+    jobs = check_split(eng, quiet, "sup2", "pj", 0, rows, writes=0)
+    assert jobs[0][1] == 2 and "2 join partitions" in jobs[0][0]
+    _table(eng, "flt_t")
+    eng.subscribe_many("SELECT * FROM flt_t WHERE x > :lo", {"id": [f"f{i}" for i in range(5)], "lo": list(range(5))})
+    jobs = check_split(eng, quiet, "flt_t", "f1", 700, writes=0)
+    assert jobs[0][1] == 2 and "2 subscription shards" in jobs[0][0]

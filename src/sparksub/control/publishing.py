@@ -569,7 +569,26 @@ class Publishing:
         the group's one job, as it always showed (``what`` None); the mixins of the groups that run split
         (``control/box_shards.py``, ``range_shards.py``, ``join_shards.py``, ``zones.py``) answer before this one for
         a group that runs split now and pass the others on."""
-        return [(None, lambda: self._group_job_frame(physical, entry))]
+        rids = self._explain_replica_ids(entry)
+        what = None   # one replica: the plan alone, as it always showed
+        if rids is not None and len(rids) > 1:
+            what = f"{spark_groups.counted(len(rids), 'join partition')}, each with every subscription" \
+                if entry.family.placement == ROW_PARTITIONS else \
+                f"{spark_groups.counted(len(rids), 'subscription shard')}, each seeing the whole batch"
+            what += " (a task per replica)"
+        return [(what, lambda: self._group_job_frame(physical, entry, rids))]
+
+    def _explain_replica_ids(self, entry) -> list | None:
+        """The replicas the group's job runs in the next publish (None: the default, one): a join group's partitions
+        (``_join_replicas``) and a FILTER group's shards (``_replicas``) as recorded, else as they would be made."""
+        if entry is None or entry.family.placement == ONE:
+            return None
+        if entry.shards and not entry.base_stale:
+            return sorted(entry.shards)
+        if entry.family.placement == ROW_PARTITIONS:
+            return [f"{entry.group_id}#{i}" for i in range(self._join_partition_count())]
+        k = max(1, min(-(-(_count(entry.registry) or 0) // self.filter_shard_size), self._parallelism()))
+        return [f"{entry.group_id}#{i}" for i in range(k)] if k > 1 else [entry.group_id]
 
     def _group_job_frame(self, physical, entry, rids=None):
         """publish's ordinary job for the group (``runtime/groups.plan_frame``): one partition per replica of
