@@ -7,6 +7,7 @@ split groups runs the jobs EXPLAIN lists, in that order, then one job that write
 (``runtime/output.write_notifications``); a whole group's one job writes its output itself
 (``runtime/groups.write_groups``).  The session's worker keep-alive (``runtime/keepalive.py``) is stopped for
 the module: its jobs would interleave, and its task slots add tasks to placed jobs (a plan shows one per replica).
+Run once (``catalyst_passthrough``): the extension only puts its pass-through node over the last job's plan.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from sparksub import Engine
 from sparksub.runtime import keepalive
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.catalyst_passthrough]
 
 _HEADING = re.compile(r"^-- job (\d+) of (\d+): (.+) --$", re.M)
 _SPLITS = re.compile(r"Range \(0, (\d+), step=1, splits=(\d+)\)")
@@ -49,6 +50,12 @@ def _table(e, name: str, n: int = 40):
 def _batch(start: int, n: int = 6) -> list[dict]:
     """Rows spread over X (every zone gets some) and both new and known keys."""
     return [{"k": start + 7 * i, "x": float((13 * i + start) % 40) + 0.5, "y": float(i)} for i in range(n)]
+
+
+def _ranges(e, select: str, prefix: str) -> None:
+    """Six subscriptions ``<prefix>0..5`` of ``select`` over overlapping X ranges (``:lo``, ``:hi``)."""
+    e.subscribe_many(select, {"id": [f"{prefix}{i}" for i in range(6)], "lo": [0, 5, 10, 15, 20, 25],
+                              "hi": [30, 35, 39, 20, 25, 30]})
 
 
 def explained_jobs(text: str) -> list[tuple[str, int]]:
@@ -96,11 +103,22 @@ def check_split(e, spark, table: str, sub_id: str, start: int, batch=None, write
     return jobs
 
 
+def test_whole_group_one_plan(eng, quiet):
+    """A whole group: one plan, no heading, and its publish one job (its tasks write the output)."""
+    eng.range_zones, eng.range_subscription_shards = 0, 0
+    _table(eng, "whole_t")
+    eng.sql("CREATE SUBSCRIPTION w1 AS SELECT SUM(y) FROM whole_t WHERE x BETWEEN 5 AND 30")
+    eng.publish("whole_t", _batch(600))
+    jobs = explained_jobs(eng.explain("w1"))
+    assert jobs == [(None, 1)]
+    assert published_jobs(quiet, lambda: eng.publish("whole_t", _batch(601))) == [1]
+
+
+
 def test_zoned_range_agg(eng, quiet):
     eng.range_zones, eng.range_subscription_shards = 2, 2
     _table(eng, "agg_t")
-    eng.subscribe_many("SELECT SUM(y) FROM agg_t WHERE x BETWEEN :lo AND :hi",
-                       {"id": [f"a{i}" for i in range(6)], "lo": [0, 5, 10, 15, 20, 25], "hi": [30, 35, 39, 20, 25, 30]})
+    _ranges(eng, "SELECT SUM(y) FROM agg_t WHERE x BETWEEN :lo AND :hi", "a")
     jobs = check_split(eng, quiet, "agg_t", "a1", 100)
     assert [n for _, n in jobs] == [2, 2]
     assert "rows in 2 X zones" in jobs[0][0] and "2 subscription shards" in jobs[1][0]
@@ -109,8 +127,7 @@ def test_zoned_range_agg(eng, quiet):
 def test_zoned_range_min(eng, quiet):
     eng.range_zones, eng.range_subscription_shards = 2, 2
     _table(eng, "min_t")
-    eng.subscribe_many("SELECT MIN(y) FROM min_t WHERE x BETWEEN :lo AND :hi",
-                       {"id": [f"m{i}" for i in range(6)], "lo": [0, 5, 10, 15, 20, 25], "hi": [30, 35, 39, 20, 25, 30]})
+    _ranges(eng, "SELECT MIN(y) FROM min_t WHERE x BETWEEN :lo AND :hi", "m")
     jobs = check_split(eng, quiet, "min_t", "m1", 200)
     assert [n for _, n in jobs] == [2, 2]
     assert "round 1 in 2 X zones" in jobs[0][0] and "2 subscription shards by x1" in jobs[1][0]
@@ -120,14 +137,12 @@ def test_zoned_sharded_range_topk_and_distinct(eng, quiet):
     # top-k in X zones: the zones' edges first; DISTINCT in X zones: a second round after the rows
     eng.range_zones, eng.range_subscription_shards = 2, 3
     _table(eng, "top_t")
-    eng.subscribe_many("SELECT * FROM top_t WHERE x BETWEEN :lo AND :hi ORDER BY y DESC LIMIT 2",
-                       {"id": [f"t{i}" for i in range(6)], "lo": [0, 5, 10, 15, 20, 25], "hi": [30, 35, 39, 20, 25, 30]})
+    _ranges(eng, "SELECT * FROM top_t WHERE x BETWEEN :lo AND :hi ORDER BY y DESC LIMIT 2", "t")
     jobs = check_split(eng, quiet, "top_t", "t1", 300)
     assert [n for _, n in jobs] == [2, 2, 3]
     assert "edge objects of 2 X zones" in jobs[0][0] and "rows in 2 X zones" in jobs[1][0]
     _table(eng, "dis_t")
-    eng.subscribe_many("SELECT DISTINCT y FROM dis_t WHERE x BETWEEN :lo AND :hi",
-                       {"id": [f"d{i}" for i in range(6)], "lo": [0, 5, 10, 15, 20, 25], "hi": [30, 35, 39, 20, 25, 30]})
+    _ranges(eng, "SELECT DISTINCT y FROM dis_t WHERE x BETWEEN :lo AND :hi", "d")
     jobs = check_split(eng, quiet, "dis_t", "d1", 400)
     assert [n for _, n in jobs] == [2, 2, 3]
     assert "round 2 of the 2 X zones" in jobs[1][0]
@@ -147,7 +162,8 @@ def test_sharded_select_join(eng, quiet):
     eng.join_partitions, eng.join_subscription_shards = 2, 2
     eng.sql("CREATE TABLE supply (sid BIGINT PRIMARY KEY, qty DOUBLE, prod BIGINT)")
     eng.sql("CREATE TABLE demand (did BIGINT PRIMARY KEY, prod BIGINT, price DOUBLE)")
-    eng.load("supply", {"sid": list(range(12)), "qty": [float(i) for i in range(12)], "prod": [i % 6 for i in range(12)]})
+    eng.load("supply", {"sid": list(range(12)), "qty": [float(i) for i in range(12)],
+                        "prod": [i % 6 for i in range(12)]})
     eng.load("demand", {"did": list(range(6)), "prod": list(range(6)), "price": [float(5 * i) for i in range(6)]})
     eng.subscribe_many("SELECT * FROM supply s JOIN demand d ON s.prod = d.prod "
                        "WHERE s.qty BETWEEN :lo AND :hi AND d.price BETWEEN :p AND :q",
@@ -176,17 +192,6 @@ def test_box_shards(eng, quiet):
     jobs = check_split(eng, quiet, "pts", "b1", 0, rows(100), writes=0)
     assert [n for _, n in jobs] == [3]
     assert "3 subscription shards" in jobs[0][0]
-
-
-def test_whole_group_one_plan(eng, quiet):
-    """A whole group: one plan, no heading, and its publish one job (its tasks write the output)."""
-    eng.range_zones, eng.range_subscription_shards = 0, 0
-    _table(eng, "whole_t")
-    eng.sql("CREATE SUBSCRIPTION w1 AS SELECT SUM(y) FROM whole_t WHERE x BETWEEN 5 AND 30")
-    eng.publish("whole_t", _batch(600))
-    jobs = explained_jobs(eng.explain("w1"))
-    assert jobs == [(None, 1)]
-    assert published_jobs(quiet, lambda: eng.publish("whole_t", _batch(601))) == [1]
 
 
 def test_join_partitions_and_filter_shards(eng, quiet):
