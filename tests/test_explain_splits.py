@@ -93,13 +93,15 @@ def published_jobs(spark, publish) -> list[int]:
 
 def check_split(e, spark, table: str, sub_id: str, start: int, batch=None, writes: int = 1) -> list[tuple[str, int]]:
     """The group runs split: EXPLAIN lists its jobs, and the next publish runs them -- as many, each with as many
-    tasks -- then the ``writes`` jobs writing its output (none: its one job's tasks write it)."""
-    e.publish(table, batch or _batch(start))        # the split's replicas and shards built, seeded
-    jobs = explained_jobs(e.explain(sub_id))
-    assert len(jobs) >= 1 and all(what is not None for what, _ in jobs), jobs
-    ran = published_jobs(spark, lambda: e.publish(table, batch or _batch(start + 1)))
-    assert len(ran) == len(jobs) + writes, (jobs, ran)
-    assert ran[:len(jobs)] == [n for _, n in jobs], (jobs, ran)
+    tasks -- then the ``writes`` jobs writing its output (none: its one job's tasks write it).  Before the first
+    publish (the split's replicas and shards still to build: a range group's shards seeded in jobs of their own) and
+    after it.  The jobs after it."""
+    for step in range(2):
+        jobs = explained_jobs(e.explain(sub_id))
+        assert len(jobs) >= 1 and all(what is not None for what, _ in jobs), jobs
+        ran = published_jobs(spark, lambda: e.publish(table, batch or _batch(start + step)))
+        assert len(ran) == len(jobs) + writes, (step, jobs, ran)
+        assert ran[:len(jobs)] == [n for _, n in jobs], (step, jobs, ran)
     return jobs
 
 

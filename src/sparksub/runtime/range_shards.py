@@ -43,7 +43,7 @@ from sparksub.operators.shared.range_shards import RangeShardBase, shard_bases
 from sparksub.operators.shared.range_zones import ZonedRows
 from sparksub.runtime import join_shards
 from sparksub.runtime.groups import one_row_batch, placed_frame, remove_folder, write_table
-from sparksub.runtime.remote import call_on_each
+from sparksub.runtime.remote import call_frame, call_on_each
 from sparksub.runtime.replicas import (
     Replica,
     StoredValue,
@@ -55,8 +55,8 @@ from sparksub.runtime.replicas import (
 )
 
 __all__ = ["ShardPart", "messages_frame", "messages_in", "output_frame", "publish_folder", "remote_zones", "rows_frame",
-           "run_rows", "run_second_round", "second_round_frame", "seed_shards", "seed_stream_shards", "seeded_base",
-           "write_zone_edges", "zone_edges_frame"]
+           "run_rows", "run_second_round", "second_round_frame", "seed_frames", "seed_shards", "seed_stream_shards",
+           "seeded_base", "write_zone_edges", "zone_edges_frame"]
 
 ShardPart = join_shards.ShardPart
 messages_in = join_shards.messages_in
@@ -212,6 +212,16 @@ def _merged_bases(zone0, group_id: str, key_type, places: dict, folder: str, n_z
     return bool(zone0.group.shard_stateless)
 
 
+def _seed_jobs(zones: list, group_id: str, key_type, places: dict, folder: str, stateless: bool) -> list:
+    """:func:`seed_shards`' jobs in order, ``[(replicas, function, args, name)]``: one on the rows' replica (the rows in
+    one, or DISTINCT's stateless shards); else the zones but the first writing their partial states, then zone 0
+    merging them into the bases."""
+    if len(zones) == 1 or stateless:
+        return [(zones[:1], _written_bases, (group_id, key_type, places), "range_shard_seeds")]
+    return [(zones[1:], _written_partials, (folder, places), "range_zone_partial_seeds"),
+            (zones[:1], _merged_bases, (group_id, key_type, places, folder, len(zones)), "range_shard_seeds")]
+
+
 def seed_shards(spark, zones: list, group_id: str, key_type, places: dict, folder: str,
                 stateless: bool = False) -> bool:
     """Write the bases of a sharded group's rebuilt shards where its rows are cached (``places``: shard ->
@@ -220,18 +230,23 @@ def seed_shards(spark, zones: list, group_id: str, key_type, places: dict, folde
     partial states to ``folder``, then zone 0's task merges them with its own into the bases (the driver holds no
     result either way); ``stateless`` (DISTINCT: no results kept): zone 0's task alone writes the bases, no
     partial state is asked of the others.  Whether the shards are stateless."""
-    if len(zones) == 1 or stateless:
-        return call_on_each(spark, zones[:1], (), (group_id, key_type, places), name="range_shard_seeds",
-                            function=_written_bases)[0]
-    shutil.rmtree(folder, ignore_errors=True)
-    os.makedirs(folder)
-    try:
-        call_on_each(spark, zones[1:], (), (folder, places), name="range_zone_partial_seeds",
-                     function=_written_partials)
-        return call_on_each(spark, zones[:1], (), (group_id, key_type, places, folder, len(zones)),
-                            name="range_shard_seeds", function=_merged_bases)[0]
-    finally:
+    jobs = _seed_jobs(zones, group_id, key_type, places, folder, stateless)
+    if len(jobs) > 1:
         shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+    try:
+        return [call_on_each(spark, replicas, (), args, name=name, function=function)
+                for replicas, function, args, name in jobs][-1][0]
+    finally:
+        if len(jobs) > 1:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def seed_frames(spark, zones: list, stateless: bool = False) -> list:
+    """:func:`seed_shards`' jobs, not run (placeholder arguments), ``[frame]`` in order, ``frame()`` the job's
+    DataFrame: the plans EXPLAIN shows, a partition per replica each."""
+    return [lambda job=job: call_frame(spark, job[0], (), job[2], name=job[3], function=job[1], stage=False)[0]
+            for job in _seed_jobs(zones, "", None, {}, "", stateless)]
 
 
 def _stream_seed_task(rows_base, group_id: str, key_type, ids, x1, x2, k, paths: list):
