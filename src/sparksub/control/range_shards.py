@@ -427,11 +427,11 @@ class RangeShardGroups:
     # ---- EXPLAIN ---------------------------------------------------------------------------------------
     def _spark_jobs(self, physical, entry) -> list:
         """EXPLAIN's Spark jobs of a group that runs with its subscriptions in shards (``Publishing._spark_jobs``), as
-        :meth:`_range_shards_run` runs them: a top-k group in X zones first writes its zones' edges (a task per
-        zone); the rows (a task per X zone, else one); a DISTINCT group in X zones its second round (a task per
-        zone); then the subscription shards (a task per shard).  The zones and shards the next publish runs: those
-        recorded, else as it would make them.  (A shard whose base is rebuilt is seeded first, in a job of its own
-        where the rows are cached: not shown.)"""
+        :meth:`_range_shards_run` runs them: the shards whose bases it rebuilds seeded where the rows are cached
+        (``runtime/range_shards.seed_shards``: one job, or two over X zones); a top-k group in X zones writes its
+        zones' edges (a task per zone); the rows (a task per X zone, else one); a DISTINCT group in X zones its
+        second round (a task per zone); then the subscription shards (a task per shard).  The zones and shards the
+        next publish runs: those recorded, else as it would make them."""
         n_shards = self._range_shard_count(entry, "unicast") if entry is not None else 0
         if not n_shards:
             return super()._spark_jobs(physical, entry)
