@@ -211,3 +211,16 @@ def test_join_partitions_and_filter_shards(eng, quiet):
     eng.subscribe_many("SELECT * FROM flt_t WHERE x > :lo", {"id": [f"f{i}" for i in range(5)], "lo": list(range(5))})
     jobs = check_split(eng, quiet, "flt_t", "f1", 700, writes=0)
     assert jobs[0][1] == 2 and "2 subscription shards" in jobs[0][0]
+
+
+def test_a_job_whose_plan_cannot_be_built_says_why(quiet):
+    """EXPLAIN still returns: the failing job says why in its place, the others show their plans."""
+    from sparksub.runtime.groups import jobs_text
+
+    def broken():
+        raise RuntimeError("no zones here")
+    text = jobs_text([("rows in 2 X zones", broken), ("2 subscription shards", lambda: quiet.range(0, 2, 1, 2))])
+    first, second = text.split("-- job 2 of 2: 2 subscription shards --")
+    assert first == "-- job 1 of 2: rows in 2 X zones --\n(Spark plan unavailable: no zones here)\n"
+    assert "Range (0, 2, step=1, splits=2)" in second
+    assert jobs_text([(None, broken)]) == "(Spark plan unavailable: no zones here)"
