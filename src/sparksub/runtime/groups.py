@@ -33,8 +33,8 @@ from sparksub.runtime import keepalive, placement
 from sparksub.runtime.connect import is_connect_session
 from sparksub.runtime.replicas import _CACHE, Replica, keep_one_per_group, materialize, remember  # noqa: F401 (_CACHE: bench probe)
 
-__all__ = ["materialize", "remember", "run_groups", "write_groups", "groups_frame", "plan_string", "plan_text", "failed_groups", "placed_frame",
-           "split_batch", "plan_frame", "jobs_text", "one_row_batch", "counted"]
+__all__ = ["materialize", "remember", "run_groups", "write_groups", "groups_frame", "plan_string", "plan_text",
+           "failed_groups", "placed_frame", "split_batch", "plan_frame", "jobs_text", "one_row_batch", "counted"]
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
