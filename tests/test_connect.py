@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -111,8 +112,15 @@ def scenario(spark, tmp: str) -> dict:
     out["split_topk"] = _rows(split.publish("ranked", [{"symbol": "t4", "risk": 45.0, "per": 0.2},
                                                        {"symbol": "t9", "_op": "delete"}]))
     _join_part(split, out, "split_")
+    # EXPLAIN: the jobs of each split group's publish and each job's partitions (plan_text reads a Connect plan)
+    out["split_explain"] = {s: _jobs_explained(split.explain(s)) for s in ("m1", "k1", "j1")}
     _stream_part(spark, split, out, "split_", Path(tmp, "stream_split"))
     return out
+
+
+def _jobs_explained(text: str) -> list:
+    """EXPLAIN's Spark jobs: each heading and each job's ``Range`` (its partitions), in order."""
+    return re.findall(r"^-- job .* --$|Range \(0, \d+, step=1, splits=\d+\)", text, re.M)
 
 
 def _range_part(e, out: dict, prefix: str) -> None:

@@ -30,11 +30,10 @@ from sparksub.runtime.session import (SESSION_DEFAULTS, SESSION_LOG_LEVEL, catal
                                       catalyst_mode, spark_session)
 from sparksub.planner.catalog import Catalog, TableDef
 from sparksub.planner.classifier import Planned, plan_subscription
-from sparksub.operators.contract import ROW_PARTITIONS
 from sparksub.operators.events import partitions as evp
 from sparksub.operators.joins import group as join_groups
 from sparksub.operators.registry import EVENTS, family_of
-from sparksub.operators.shared.schemas import (UNICAST_SCHEMA, UPSERT, publish_schema)
+from sparksub.operators.shared.schemas import (UNICAST_SCHEMA, publish_schema)
 from sparksub.runtime import groups as spark_groups
 from sparksub.runtime import keepalive
 from sparksub.runtime import output as spark_output
@@ -44,10 +43,10 @@ from sparksub.runtime import replicas as spark_replicas
 from sparksub.control.event_queries import EventClassState, EventQueries, EventQueryRecord
 from sparksub.control.groups import (DRIVER_OPERATOR_LIMIT, FILTER_SHARD_SIZE, GroupEntry, SubscriptionGroups,
                                      SubscriptionRecord, TableState)
-from sparksub.control.inputs import arrow_type, to_arrow
+from sparksub.control.inputs import to_arrow
 from sparksub.control.box_shards import BoxShardGroups
 from sparksub.control.join_shards import JoinShardGroups
-from sparksub.control.publishing import Publishing, _operator_name
+from sparksub.control.publishing import Publishing
 from sparksub.control.range_shards import RangeShardGroups
 from sparksub.control.refreshing import Refreshing
 from sparksub.control.statements import Statements
@@ -481,24 +480,14 @@ class Engine(BoxShardGroups, RangeShardGroups, JoinShardGroups, ZonedGroups, Sta
                     "engine": {**self._journal.stats(), "next_seq": self._next_seq}}
 
     def _spark_plan(self, physical) -> str:
+        """EXPLAIN's Spark section: the physical plan of each Spark job a publish of the group runs, as it runs now
+        (split or whole: ``_spark_jobs``, answered by the control module of the group's split)."""
         entry = self._groups.get(physical.group_key)
-        gid = entry.group_id if entry else "(new group)"
-        family = family_of(physical)
-        tdef = self.catalog.get(family.tables(physical)[0])
-        # One placeholder row: an empty local relation would let Spark optimise the exchange away.
-        row = pa.table({c: pa.nulls(1, arrow_type(t)) for c, t in tdef.columns}).append_column(
-            "op", pa.array([UPSERT], pa.int8()))
-        sample = family.group_batch(physical, tdef, row, np.zeros(1, dtype=np.int64))
-        rid = f"{gid}#0" if family.placement == ROW_PARTITIONS else gid   # (a join: its first partition)
-        sample = sample.append_column("group_id", pa.array([rid], pa.string()))
-        schema = family.output_schema(publish_schema("unicast"), "unicast", [(physical, None)], tdef)
-        replica = spark_replicas.Replica(self.uid, rid, "", "explain")   # a placeholder: never run
         try:
-            return spark_groups.plan_string(self.spark, {rid: replica}, sample, "unicast", schema,
-                                            _operator_name([physical]),
-                                            self._describe([(physical, entry)], "unicast", physical))
-        except Exception as err:  # EXPLAIN must not fail because Spark is unavailable
+            jobs = self._spark_jobs(physical, entry)
+        except Exception as err:  # EXPLAIN must not fail because a split cannot be told
             return f"(Spark plan unavailable: {err})"
+        return spark_groups.jobs_text(jobs)
 
 
 #: what explain() takes for a name (of a subscription or an event query), not a SELECT

@@ -49,6 +49,7 @@ from sparksub.operators.box.shards import (
 from sparksub.operators.joins.shards import subscription_shard
 from sparksub.operators.shared.families import key_type as family_key_type
 from sparksub.process_memory import BULK_ROWS, release_freed_memory
+from sparksub.runtime import groups as spark_groups
 from sparksub.runtime import remote as spark_remote
 from sparksub.runtime import replicas as spark_replicas
 
@@ -223,6 +224,17 @@ class BoxShardGroups:
             bs.log_rows = 0
         bs.stale, bs.subscriptions_changed = False, False
         return bs.shards
+
+    # ---- EXPLAIN ---------------------------------------------------------------------------------------
+    def _spark_jobs(self, physical, entry) -> list:
+        """EXPLAIN's Spark job of a group that runs in subscription shards (``Publishing._spark_jobs``): publish's
+        ordinary job, a task per shard, each with the group's whole batch."""
+        n_shards = self._box_shard_count(entry) if entry is not None else 0
+        if not n_shards:
+            return super()._spark_jobs(physical, entry)
+        rids = [f"{entry.group_id}#b{j}" for j in range(n_shards)]
+        return [(f"{spark_groups.counted(n_shards, 'subscription shard')}, each with every row (a task per shard)",
+                 lambda: self._group_job_frame(physical, entry, rids))]
 
     # ---- one publish -------------------------------------------------------------------------------------
     def _box_shards_commit(self, entry, group_batch, failed: set, mode, rows: int) -> None:

@@ -184,6 +184,31 @@ class JoinShardGroups:
             js.shard_subscriptions = counts[:n_shards]
         return js.shards
 
+    # ---- EXPLAIN ---------------------------------------------------------------------------------------
+    def _spark_jobs(self, physical, entry) -> list:
+        """EXPLAIN's Spark jobs of a group that runs with its subscriptions in shards (``Publishing._spark_jobs``), as
+        :meth:`_join_shards_run` runs them: the row partitions (a task per partition the batch reaches: each shown),
+        then the subscription shards (a task per shard)."""
+        n_shards = self._join_shard_count(entry) if entry is not None else 0
+        if not n_shards:
+            return super()._spark_jobs(physical, entry)
+        gid, js = entry.group_id, self._join_shard_states.get(entry.group_id)
+        n = self._join_partition_count()
+        rids = sorted(js.partitions) if js is not None and js.partitions and js.n_partitions == n else \
+            [f"{gid}#r{i}" for i in range(n)]
+        replicas = {rid: self._explain_replica(rid) for rid in rids}
+        batches = {rid: spark_groups.one_row_batch() for rid in rids}
+        folders = dict.fromkeys(rids, "")
+        shards = [spark_join_shards.ShardPart(gid, "", shard=self._explain_replica(f"{gid}#q{j}"))
+                  for j in range(n_shards)]
+        schema = self._explain_schema(physical)
+        return self._explained_jobs(physical, entry, [
+            (f"{spark_groups.counted(len(rids), 'row partition')}, no subscription (a task per partition: the "
+             f"messages of 000 §4)",
+             lambda: spark_join_shards.row_partitions_frame(self.spark, replicas, batches, folders, stage=False)[0]),
+            (f"{spark_groups.counted(n_shards, 'subscription shard')} (a task per shard: unicast matching)",
+             lambda: spark_join_shards.output_frame(self.spark, shards, schema))])
+
     # ---- one publish (unicast: two stages) ---------------------------------------------------------------
     def _join_shards_run(self, entries: list, sharded: dict, group_batches: dict, schema):
         """Stage 1 (row partitions, collected) and stage 2 (subscription shards, lazy, checkpointed) of the

@@ -561,6 +561,72 @@ class Publishing:
         """``parallelism``, else the session's ``spark.default.parallelism``, else 2 (no ``sparkContext``: Connect)."""
         return max(1, int(self.parallelism)) if self.parallelism is not None else default_parallelism(self.spark)
 
+    # ---- EXPLAIN: the Spark jobs of a publish ----------------------------------------------------------------
+    def _spark_jobs(self, physical, entry) -> list:
+        """EXPLAIN's Spark jobs of the next ``unicast`` publish of the group ``entry`` (None: a SELECT no group holds
+        yet), in the order it runs them: ``[(what, frame)]`` for ``runtime/groups.jobs_text``, each ``frame()``
+        built by the runtime's own function for that job, over placeholder replicas and batches (never run).  Here
+        the group's one job, as it always showed (``what`` None); the mixins of the groups that run split
+        (``control/box_shards.py``, ``range_shards.py``, ``join_shards.py``, ``zones.py``) answer before this one for
+        a group that runs split now and pass the others on."""
+        rids = self._explain_replica_ids(entry)
+        what = None   # one replica: the plan alone, as it always showed
+        if rids is not None and len(rids) > 1:
+            what = f"{spark_groups.counted(len(rids), 'join partition')}, each with every subscription" \
+                if entry.family.placement == ROW_PARTITIONS else \
+                f"{spark_groups.counted(len(rids), 'subscription shard')}, each seeing the whole batch"
+            what += " (a task per replica)"
+        return [(what, lambda: self._group_job_frame(physical, entry, rids))]
+
+    def _explain_replica_ids(self, entry) -> list | None:
+        """The replicas the group's job runs in the next publish (None: the default, one): a join group's partitions
+        (``_join_replicas``) and a FILTER group's shards (``_replicas``) as recorded, else as they would be made."""
+        if entry is None or entry.family.placement == ONE:
+            return None
+        if entry.shards and not entry.base_stale:
+            return sorted(entry.shards)
+        if entry.family.placement == ROW_PARTITIONS:
+            return [f"{entry.group_id}#{i}" for i in range(self._join_partition_count())]
+        k = max(1, min(-(-(_count(entry.registry) or 0) // self.filter_shard_size), self._parallelism()))
+        return [f"{entry.group_id}#{i}" for i in range(k)] if k > 1 else [entry.group_id]
+
+    def _group_job_frame(self, physical, entry, rids=None):
+        """publish's ordinary job for the group (``runtime/groups.plan_frame``): one partition per replica of
+        ``rids`` (default the group's one -- a join: its first partition), each given one placeholder row."""
+        gid = entry.group_id if entry else "(new group)"
+        family = family_of(physical)
+        tdef = self.catalog.get(family.tables(physical)[0])
+        # One placeholder row: an empty local relation would let Spark optimise the exchange away.
+        row = pa.table({c: pa.nulls(1, arrow_type(t)) for c, t in tdef.columns}).append_column(
+            "op", pa.array([UPSERT], pa.int8()))
+        sample = family.group_batch(physical, tdef, row, np.zeros(1, dtype=np.int64))
+        if rids is None:
+            rids = [f"{gid}#0" if family.placement == ROW_PARTITIONS else gid]
+        sample = pa.concat_tables([sample.append_column("group_id", pa.array([rid], pa.string())) for rid in rids])
+        return spark_groups.plan_frame(self.spark, {rid: self._explain_replica(rid) for rid in rids}, sample,
+                                       "unicast", self._explain_schema(physical), _operator_name([physical]),
+                                       self._describe([(physical, entry)], "unicast", physical))
+
+    def _explain_replica(self, replica_id: str) -> spark_replicas.Replica:
+        """A placeholder replica for EXPLAIN's plans: no files, never run."""
+        return spark_replicas.Replica(self.uid, replica_id, "", "explain")
+
+    def _explain_schema(self, physical) -> pa.Schema:
+        """A unicast publish's output columns for the group (what its output job's plan lists)."""
+        family = family_of(physical)
+        return family.output_schema(publish_schema("unicast"), "unicast", [(physical, None)],
+                                    self.catalog.get(family.tables(physical)[0]))
+
+    def _explained_jobs(self, physical, entry, jobs: list) -> list:
+        """A split group's ``jobs`` with the last -- its output's -- under the Catalyst extension's
+        ``SubscriptionGroup`` node naming the group, as the whole group's one job is (the extension off: as they
+        are)."""
+        describe = self._describe([(physical, entry)], "unicast", physical)
+        if describe is None or not jobs:
+            return jobs
+        what, frame = jobs[-1]
+        return [*jobs[:-1], (what, lambda: subscription_group(frame(), describe))]
+
     # ---- join groups (SELECT_JOIN, BAND_JOIN: operators/joins/group.py) ---------------------------------------
     def _join_partition_count(self) -> int:
         return max(1, int(self.join_partitions)) if self.join_partitions is not None else self._parallelism()

@@ -184,6 +184,23 @@ def _shard_members(family, reg, n_shards: int) -> list:
     return [_members(ids[which == j], x1[which == j], x2[which == j], k[which == j]) for j in range(n_shards)]
 
 
+def _shards_to_rebuild(entry, rs: RangeShardState, n_shards: int, stale: bool) -> tuple[dict, list | None, list | None]:
+    """Which of the group's ``n_shards`` subscription shards get a new base before the next batch (``rs`` unchanged):
+    ``({shard: continues}, members, digests)`` -- every shard when ``stale`` (the rows changed behind them, or the
+    count), else those whose subscriptions changed (their digests, ``members`` and ``digests`` computed then), and
+    those whose log grew past ``RANGE_SHARD_COMPACTION_MESSAGES`` (a compaction the workers' caches continue)."""
+    rebuild: dict = {}   # shard -> continues (a compaction)
+    members = digests = None
+    if stale or rs.subscriptions_changed:
+        members = _shard_members(entry.family, entry.registry, n_shards)
+        digests = [_digest(m) for m in members]
+        rebuild = {j: False for j in range(n_shards) if stale or digests[j] != rs.shard_digests[j]}
+    for j, r in enumerate(rs.shards if not stale else []):
+        if j not in rebuild and r.logged_rows > RANGE_SHARD_COMPACTION_MESSAGES:
+            rebuild[j] = True
+    return rebuild, members, digests
+
+
 class RangeShardGroups:
     """The Engine's sharded RANGE_TOPK / RANGE_DISTINCT / RANGE_AGG groups (a mixin of ``engine.Engine``, before the
     mixins whose methods it follows: ``_changed``, ``_rows_changed``, ``_zoned_view``)."""
@@ -379,18 +396,9 @@ class RangeShardGroups:
         family, reg = entry.family, entry.registry
         if rs.n_shards != n_shards or len(rs.shards) != n_shards:
             rs.shards_stale = True
-        rebuild: dict = {}   # shard -> continues (a compaction)
-        members = None
-        if rs.shards_stale or rs.subscriptions_changed:
-            members = _shard_members(family, reg, n_shards)
-            digests = [_digest(m) for m in members]
-            for j in range(n_shards):
-                if rs.shards_stale or digests[j] != rs.shard_digests[j]:
-                    rebuild[j] = False
+        rebuild, members, digests = _shards_to_rebuild(entry, rs, n_shards, rs.shards_stale)
+        if digests is not None:
             rs.shard_digests = digests
-        for j, r in enumerate(rs.shards if not rs.shards_stale else []):
-            if j not in rebuild and r.logged_rows > RANGE_SHARD_COMPACTION_MESSAGES:
-                rebuild[j] = True
         if rebuild:
             key_type = family_key_type(self._tables[rs.table].definition)
             m = members if members is not None else _shard_members(family, reg, n_shards)
@@ -415,6 +423,61 @@ class RangeShardGroups:
             release_freed_memory()   # the members' ids and bounds built for the seeds are freed (process_memory.py)
         rs.n_shards, rs.shards_stale, rs.subscriptions_changed = n_shards, False, False
         return rs.shards
+
+    # ---- EXPLAIN ---------------------------------------------------------------------------------------
+    def _spark_jobs(self, physical, entry) -> list:
+        """EXPLAIN's Spark jobs of a group that runs with its subscriptions in shards (``Publishing._spark_jobs``), as
+        :meth:`_range_shards_run` runs them: the shards whose bases it rebuilds seeded where the rows are cached
+        (``runtime/range_shards.seed_shards``: one job, or two over X zones); a top-k group in X zones writes its
+        zones' edges (a task per zone); the rows (a task per X zone, else one); a DISTINCT group in X zones its
+        second round (a task per zone); then the subscription shards (a task per shard).  The zones and shards the
+        next publish runs: those recorded, else as it would make them."""
+        n_shards = self._range_shard_count(entry, "unicast") if entry is not None else 0
+        if not n_shards:
+            return super()._spark_jobs(physical, entry)
+        gid, kind = entry.group_id, entry.physical.klass
+        rs = self._range_shard_states.get(gid)
+        n_zones = self._rows_zone_count(entry)
+        if rs is not None and rs.zones and rs.n_zones == n_zones:
+            rows = list(rs.zones)
+        else:   # not cut yet: as _range_rows will cut the table's X (repeated values give fewer zones)
+            _, xs, _ = entry.family.table_rows(entry.physical, self._tables, text=entry.family.object_values)
+            rows = [self._explain_replica(f"{gid}#r{z}") for z in range(len(zone_cuts(xs, n_zones)) + 1 if n_zones
+                                                                        else 1)]
+        by_id = {r.replica_id: r for r in rows}
+        batches = {rid: spark_groups.one_row_batch() for rid in by_id}
+        folders = dict.fromkeys(by_id, "")
+        shards = [spark_range_shards.ShardPart(gid, "", shard=self._explain_replica(f"{gid}#q{j}"))
+                  for j in range(n_shards)]
+        schema = self._explain_schema(physical)
+        zoned = len(rows) > 1
+        where = spark_groups.counted(len(rows), "X zone") if zoned else "one replica"
+        jobs = []
+        # shards whose bases the publish rebuilds are seeded first, where the rows are (as _range_shard_replicas)
+        state = rs or RangeShardState(gid, entry.family.tables(entry.physical)[0], kind)
+        stale = rs is None or rs.rows is None or rs.rows_stale or rs.shards_stale or rs.n_shards != n_shards or \
+            len(rs.shards) != n_shards
+        rebuilt = len(_shards_to_rebuild(entry, state, n_shards, stale)[0])
+        if rebuilt:
+            stateless = entry.family.snapshot_class.group_class.shard_stateless
+            seeds = spark_range_shards.seed_frames(self.spark, rows, stateless)
+            titles = [f"partial states of {spark_groups.counted(len(rows) - 1, 'X zone')} for the rebuilt shards "
+                      f"(a task per zone)"] if len(seeds) > 1 else []
+            titles.append(f"seeds of {spark_groups.counted(rebuilt, 'rebuilt subscription shard')}, where the rows "
+                          f"are cached (one task)")
+            jobs += list(zip(titles, seeds))
+        if zoned and kind in HALO_CLASSES:
+            jobs.append((f"edge objects of {where} (a task per zone: what the zones' halos fold)",
+                         lambda: spark_range_shards.zone_edges_frame(self.spark, rows, {gid: 1}, {gid: ""})))
+        jobs.append((f"rows in {where}, no subscription (a task {'per zone' if zoned else 'for them'}: "
+                     f"the per-update messages)",
+                     lambda: spark_range_shards.rows_frame(self.spark, by_id, batches, folders, rows_mode("unicast"))))
+        if zoned and kind in SECOND_ROUND_CLASSES:
+            jobs.append((f"round 2 of the {where} (a task per zone: the open Mar ends)",
+                         lambda: spark_range_shards.second_round_frame(self.spark, by_id, folders)))
+        jobs.append((f"{spark_groups.counted(n_shards, 'subscription shard')} (a task per shard: unicast matching)",
+                     lambda: spark_range_shards.output_frame(self.spark, shards, schema)))
+        return self._explained_jobs(physical, entry, jobs)
 
     # ---- one publish (unicast: two stages) ---------------------------------------------------------------
     def _range_shards_run(self, entries: list, sharded: dict, group_batches: dict, schema, mode="unicast"):

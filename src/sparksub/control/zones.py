@@ -34,7 +34,8 @@ from dataclasses import dataclass, field, replace
 
 from sparksub.operators.range_min.group import group_mode
 from sparksub.operators.range_min.subscription_shards import shard_bases
-from sparksub.operators.range_min.zones import ZonedView, apply_round2, versioned_messages, zone_bases
+from sparksub.operators.range_min.zones import (ZonedView, apply_round2, equal_count_cuts, versioned_messages,
+                                               zone_bases)
 from sparksub.process_memory import release_freed_memory
 from sparksub.runtime import groups as spark_groups
 from sparksub.runtime import remote as spark_remote
@@ -189,6 +190,36 @@ class ZonedGroups:
             zs.shard_cuts, zs.n_shards, zs.shards_stale = cuts.tolist(), n_shards, False
             zs.shard_subscriptions = [len(b.ids) for b in bases]
         return zs.shards
+
+    # ---- EXPLAIN ---------------------------------------------------------------------------------------
+    def _spark_jobs(self, physical, entry) -> list:
+        """EXPLAIN's Spark jobs of a group that runs zoned (``Publishing._spark_jobs``): round 1, a task per zone
+        (round 2 is the driver's), then the output, a task per subscription shard -- the zones and shards the next
+        publish runs (those recorded, else as it would cut them), built as :meth:`_zones_run` builds them."""
+        state = self._tables.get(entry.family.tables(entry.physical)[0]) if entry is not None else None
+        n_zones = self._zone_count(state, entry, "unicast") if state is not None else 0
+        if not n_zones:
+            return super()._spark_jobs(physical, entry)
+        gid, zs = entry.group_id, self._zone_states.get(entry.group_id)
+        if zs is not None and zs.zones and zs.n_zones == n_zones:
+            zones = list(zs.zones)
+        else:   # not cut yet: as zone_bases will cut the table's X (repeated values give fewer zones)
+            _, xs, _ = entry.family.table_rows(entry.physical, self._tables)
+            zones = [self._explain_replica(f"{gid}#z{i}") for i in range(len(equal_count_cuts(xs, n_zones)) + 1)]
+        if zs is not None and zs.shards and not zs.shards_stale and zs.n_shards == len(zones):
+            shards = list(zs.shards)
+        else:   # as shard_bases will cut the subscriptions' x1
+            _, _, x1, _ = entry.family.live(entry.registry)
+            shards = [self._explain_replica(f"{gid}#s{j}") for j in range(len(equal_count_cuts(x1, len(zones))) + 1)]
+        maximum = bool(entry.physical.maximum)
+        tasks = [spark_zones.ZoneTask(gid, i, maximum, r, "") for i, r in enumerate(zones)]
+        parts = [spark_zones.OutputPart(gid, "", shard=r) for r in shards]
+        schema = self._explain_schema(physical)
+        return self._explained_jobs(physical, entry, [
+            (f"round 1 in {spark_groups.counted(len(zones), 'X zone')} (a task per zone; round 2 on the driver)",
+             lambda: spark_zones.round1_frame(self.spark, tasks)),
+            (f"{spark_groups.counted(len(shards), 'subscription shard')} by x1 (a task per shard: unicast matching)",
+             lambda: spark_zones.output_frame(self.spark, parts, "unicast", schema))])
 
     # ---- one publish -----------------------------------------------------------------------------------
     def _zones_run(self, entries: list, zoned: dict, group_batches: dict, mode, schema):

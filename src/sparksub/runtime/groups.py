@@ -33,8 +33,8 @@ from sparksub.runtime import keepalive, placement
 from sparksub.runtime.connect import is_connect_session
 from sparksub.runtime.replicas import _CACHE, Replica, keep_one_per_group, materialize, remember  # noqa: F401 (_CACHE: bench probe)
 
-__all__ = ["materialize", "remember", "run_groups", "write_groups", "groups_frame", "plan_string", "plan_text", "failed_groups", "placed_frame",
-           "split_batch"]
+__all__ = ["materialize", "remember", "run_groups", "write_groups", "groups_frame", "plan_string", "plan_text",
+           "failed_groups", "placed_frame", "split_batch", "plan_frame", "jobs_text", "one_row_batch", "counted"]
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -293,7 +293,44 @@ def failed_groups(df) -> set:
 def plan_string(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, schema: pa.Schema,
                 name: str = "range_min_group", describe: str | None = None) -> str:
     """Spark's physical plan for running ``batch`` through the groups (not executed)."""
-    return plan_text(_placed(spark, replicas, batch, mode, schema, name, describe, stage=False)[0])
+    return plan_text(plan_frame(spark, replicas, batch, mode, schema, name, describe))
+
+
+def plan_frame(spark, replicas: dict[str, Replica], batch: pa.Table, mode: str, schema: pa.Schema,
+               name: str = "range_min_group", describe: str | None = None):
+    """The DataFrame of :func:`run_groups`' job over ``batch`` (nothing written, not to run): one partition per
+    replica with rows in ``batch`` -- what EXPLAIN shows of a group's job."""
+    return _placed(spark, replicas, batch, mode, schema, name, describe, stage=False)[0]
+
+
+def one_row_batch() -> pa.Table:
+    """A one-row batch: a placed job gives a replica a partition only when its batch has rows (a job whose tasks
+    read no batch; a plan EXPLAIN shows, never run)."""
+    return pa.table({"seq": pa.array([0], pa.int64())})
+
+
+def counted(n: int, noun: str) -> str:
+    """``n noun``, the noun plural unless ``n`` is 1 (a job's heading in EXPLAIN: "1 subscription shard").
+
+    >>> counted(1, "X zone"), counted(2, "subscription shard")
+    ('1 X zone', '2 subscription shards')
+    """
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def jobs_text(jobs: list) -> str:
+    """EXPLAIN's Spark section: ``jobs``, ``[(what, frame)]`` in the order a publish runs them, ``frame()`` the job's
+    DataFrame (never executed).  One job whose ``what`` is None (a whole group): its plan alone; else each plan under
+    ``-- job i of n: what --``.  A job whose plan cannot be built says why, in its place; the others still show
+    (EXPLAIN must not fail because Spark is unavailable)."""
+    out = []
+    for i, (what, frame) in enumerate(jobs, 1):
+        try:
+            text = plan_text(frame())
+        except Exception as err:  # noqa: BLE001 - said in the job's place
+            text = f"(Spark plan unavailable: {err})"
+        out.append(text if what is None and len(jobs) == 1 else f"-- job {i} of {len(jobs)}: {what} --\n{text}")
+    return "\n".join(t.rstrip("\n") for t in out)
 
 
 def plan_text(df) -> str:

@@ -44,7 +44,8 @@ from sparksub.runtime.groups import (
 )
 from sparksub.runtime.replicas import Replica, keep_one_per_group, materialize, remember
 
-__all__ = ["ShardPart", "answer_file", "messages_in", "output_frame", "publish_folder", "run_row_partitions",
+__all__ = ["ShardPart", "answer_file", "messages_in", "output_frame", "publish_folder", "row_partitions_frame",
+           "run_row_partitions",
            "zone_messages"]
 
 _STAGE1_SCHEMA = pa.schema([("replica", pa.string()), ("error", pa.string()), ("messages", pa.int64())])
@@ -104,12 +105,20 @@ def run_row_partitions(spark, replicas: dict, tables: dict, folders: dict, slots
     seq; ``folders``: replica id -> the group's publish folder): ``{replica id: (error or None, messages)}`` of
     the partitions that ran.  (A sharded range group's rows run here too: ``runtime/range_shards.py``; ``mode``:
     the reformulated form they apply the batch in, a variant in it.)"""
-    df, board = placed_frame(spark, replicas, tables, _row_partition_body(folders, mode), _ddl_of(_STAGE1_SCHEMA),
-                             name, slots)
+    df, board = row_partitions_frame(spark, replicas, tables, folders, slots, name, mode)
     try:
         return {r["replica"]: (r["error"], r["messages"]) for r in df.collect()}
     finally:
         remove_folder(board)
+
+
+def row_partitions_frame(spark, replicas: dict, tables: dict, folders: dict, slots: int = 1,
+                         name: str = "select_join_row_partitions_reformulated", mode: str = "reformulated",
+                         stage: bool = True):
+    """:func:`run_row_partitions`'s job, ``(DataFrame, board folder)`` (``groups.placed_frame``); ``stage`` False:
+    nothing written, not to run -- the plan EXPLAIN shows, one partition per replica with a batch."""
+    return placed_frame(spark, replicas, tables, _row_partition_body(folders, mode), _ddl_of(_STAGE1_SCHEMA),
+                        name, slots, stage)
 
 
 def messages_in(folder: str) -> pa.Table | None:

@@ -42,8 +42,8 @@ from sparksub.operators.distinct.zones import zone_answers
 from sparksub.operators.shared.range_shards import RangeShardBase, shard_bases
 from sparksub.operators.shared.range_zones import ZonedRows
 from sparksub.runtime import join_shards
-from sparksub.runtime.groups import placed_frame, remove_folder, write_table
-from sparksub.runtime.remote import call_on_each
+from sparksub.runtime.groups import one_row_batch, placed_frame, remove_folder, write_table
+from sparksub.runtime.remote import call_frame, call_on_each
 from sparksub.runtime.replicas import (
     Replica,
     StoredValue,
@@ -54,12 +54,17 @@ from sparksub.runtime.replicas import (
     write_value,
 )
 
-__all__ = ["ShardPart", "messages_frame", "messages_in", "output_frame", "publish_folder", "remote_zones", "run_rows",
-           "run_second_round", "seed_shards", "seed_stream_shards", "seeded_base", "write_zone_edges"]
+__all__ = ["ShardPart", "messages_frame", "messages_in", "output_frame", "publish_folder", "remote_zones", "rows_frame",
+           "run_rows", "run_second_round", "second_round_frame", "seed_frames", "seed_shards", "seed_stream_shards",
+           "seeded_base", "write_zone_edges", "zone_edges_frame"]
 
 ShardPart = join_shards.ShardPart
 messages_in = join_shards.messages_in
 publish_folder = join_shards.publish_folder
+
+
+#: stage 1's task, as Spark's EXPLAIN prints it
+ROWS_NAME = "range_rows_per_update_messages"
 
 
 def run_rows(spark, replicas: dict, tables: dict, folders: dict, slots: int = 1, mode: str = "reformulated") -> dict:
@@ -67,17 +72,19 @@ def run_rows(spark, replicas: dict, tables: dict, folders: dict, slots: int = 1,
     in seq order; ``folders``: the group's publish folder; ``mode``: plain for a unicast publish -- the rows' own
     per-update variant --, or the reformulated publish's mode and variant): ``{replica id: (error or None,
     messages)}``."""
-    return join_shards.run_row_partitions(spark, replicas, tables, folders, slots,
-                                          name="range_rows_per_update_messages", mode=mode)
+    return join_shards.run_row_partitions(spark, replicas, tables, folders, slots, name=ROWS_NAME, mode=mode)
+
+
+def rows_frame(spark, replicas: dict, tables: dict, folders: dict, mode: str = "reformulated"):
+    """:func:`run_rows`'s job, not run (nothing written): the plan EXPLAIN shows, a partition per rows replica."""
+    return join_shards.row_partitions_frame(spark, replicas, tables, folders, 1, ROWS_NAME, mode, stage=False)[0]
 
 
 _ZONE_STEP_SCHEMA = pa.schema([("replica", pa.string()), ("error", pa.string())])
 
 
-def _on_each_zone(spark, replicas: dict, step, name: str, slots: int) -> dict:
-    """``step(zone, replica)`` on each zone (``replicas``: replica id -> replica), one job, a task per zone where it
-    is cached, one zone per group in a worker (as the zones' own job keeps): ``{replica id: error or None}``, a
-    zone's error its group's (the group's ``'error'`` row)."""
+def _on_each_zone_frame(spark, replicas: dict, step, name: str, slots: int, stage: bool = True):
+    """:func:`_on_each_zone`'s job, ``(DataFrame, board folder)``; ``stage`` False: not to run (EXPLAIN's plan)."""
     def body(replica: Replica, _trigger: pa.Table):
         try:
             keep_one_per_group(replica)
@@ -88,12 +95,33 @@ def _on_each_zone(spark, replicas: dict, step, name: str, slots: int) -> dict:
         except Exception as err:  # noqa: BLE001 - reported to the driver: the group's 'error' row
             row = {"replica": [replica.replica_id], "error": [f"{type(err).__name__}: {err}"]}
         yield pa.RecordBatch.from_pydict(row, schema=_ZONE_STEP_SCHEMA)
-    trigger = {rid: pa.table({"seq": pa.array([0], pa.int64())}) for rid in replicas}
-    df, board = placed_frame(spark, replicas, trigger, body, "replica string, error string", name, slots)
+    trigger = {rid: one_row_batch() for rid in replicas}
+    return placed_frame(spark, replicas, trigger, body, "replica string, error string", name, slots, stage)
+
+
+def _on_each_zone(spark, replicas: dict, step, name: str, slots: int) -> dict:
+    """``step(zone, replica)`` on each zone (``replicas``: replica id -> replica), one job, a task per zone where it
+    is cached, one zone per group in a worker (as the zones' own job keeps): ``{replica id: error or None}``, a
+    zone's error its group's (the group's ``'error'`` row)."""
+    df, board = _on_each_zone_frame(spark, replicas, step, name, slots)
     try:
         return {r["replica"]: r["error"] for r in df.collect()}
     finally:
         remove_folder(board)
+
+
+#: the DISTINCT zones' round 2 and the top-k zones' edges, as Spark's EXPLAIN prints their tasks
+SECOND_ROUND_NAME = "range_distinct_zones_second_round"
+EDGES_NAME = "range_topk_zone_edges"
+
+
+def _second_round_step(folders: dict):
+    def answer(zone, replica: Replica) -> None:
+        # the zone at the batch's end: where round 1 left it (a hit), else rebuilt from its files -- the batch
+        # replayed records the same steps (``DistinctRowsZone.apply``)
+        folder = folders[replica.replica_id]
+        write_table(join_shards.answer_file(folder, zone.zone), zone_answers(zone, join_shards.zone_messages(folder)))
+    return answer
 
 
 def run_second_round(spark, replicas: dict, folders: dict, slots: int = 1) -> dict:
@@ -101,12 +129,19 @@ def run_second_round(spark, replicas: dict, folders: dict, slots: int = 1) -> di
     task per zone (``replicas``: zone replica id -> the replica *with the batch logged*, so the worker that ran
     its round 1 hits its cache), answering the open Mar ends of the other zones' round-1 messages in ``folders``
     (replica id -> the group's publish folder) as of each message's seq.  ``{replica id: error or None}``."""
-    def answer(zone, replica: Replica) -> None:
-        # the zone at the batch's end: where round 1 left it (a hit), else rebuilt from its files -- the batch
-        # replayed records the same steps (``DistinctRowsZone.apply``)
-        folder = folders[replica.replica_id]
-        write_table(join_shards.answer_file(folder, zone.zone), zone_answers(zone, join_shards.zone_messages(folder)))
-    return _on_each_zone(spark, replicas, answer, "range_distinct_zones_second_round", slots)
+    return _on_each_zone(spark, replicas, _second_round_step(folders), SECOND_ROUND_NAME, slots)
+
+
+def second_round_frame(spark, replicas: dict, folders: dict):
+    """:func:`run_second_round`'s job, not run: the plan EXPLAIN shows, a partition per zone."""
+    return _on_each_zone_frame(spark, replicas, _second_round_step(folders), SECOND_ROUND_NAME, 1, stage=False)[0]
+
+
+def _edges_step(depths: dict, folders: dict):
+    def write(zone, replica: Replica) -> None:
+        group = replica.replica_id.rpartition("#")[0]
+        zone.write_edges(folders[group], depths[group])
+    return write
 
 
 def write_zone_edges(spark, zones: list, depths: dict, folders: dict, slots: int = 1) -> dict:
@@ -114,10 +149,13 @@ def write_zone_edges(spark, zones: list, depths: dict, folders: dict, slots: int
     objects of depth ``depths[group]`` into its group's publish folder ``folders[group]``, one job, a task per zone
     where it is cached (``topk/zones.py``; the zones' job then folds each zone's halos from them,
     ``TopkRowsZone.prepare``): ``{replica id: error or None}``."""
-    def write(zone, replica: Replica) -> None:
-        group = replica.replica_id.rpartition("#")[0]
-        zone.write_edges(folders[group], depths[group])
-    return _on_each_zone(spark, {r.replica_id: r for r in zones}, write, "range_topk_zone_edges", slots)
+    return _on_each_zone(spark, {r.replica_id: r for r in zones}, _edges_step(depths, folders), EDGES_NAME, slots)
+
+
+def zone_edges_frame(spark, zones: list, depths: dict, folders: dict):
+    """:func:`write_zone_edges`'s job, not run: the plan EXPLAIN shows, a partition per zone."""
+    return _on_each_zone_frame(spark, {r.replica_id: r for r in zones}, _edges_step(depths, folders), EDGES_NAME, 1,
+                               stage=False)[0]
 
 
 def output_frame(spark, parts: list, schema):
@@ -174,6 +212,16 @@ def _merged_bases(zone0, group_id: str, key_type, places: dict, folder: str, n_z
     return bool(zone0.group.shard_stateless)
 
 
+def _seed_jobs(zones: list, group_id: str, key_type, places: dict, folder: str, stateless: bool) -> list:
+    """:func:`seed_shards`' jobs in order, ``[(replicas, function, args, name)]``: one on the rows' replica (the rows in
+    one, or DISTINCT's stateless shards); else the zones but the first writing their partial states, then zone 0
+    merging them into the bases."""
+    if len(zones) == 1 or stateless:
+        return [(zones[:1], _written_bases, (group_id, key_type, places), "range_shard_seeds")]
+    return [(zones[1:], _written_partials, (folder, places), "range_zone_partial_seeds"),
+            (zones[:1], _merged_bases, (group_id, key_type, places, folder, len(zones)), "range_shard_seeds")]
+
+
 def seed_shards(spark, zones: list, group_id: str, key_type, places: dict, folder: str,
                 stateless: bool = False) -> bool:
     """Write the bases of a sharded group's rebuilt shards where its rows are cached (``places``: shard ->
@@ -182,18 +230,23 @@ def seed_shards(spark, zones: list, group_id: str, key_type, places: dict, folde
     partial states to ``folder``, then zone 0's task merges them with its own into the bases (the driver holds no
     result either way); ``stateless`` (DISTINCT: no results kept): zone 0's task alone writes the bases, no
     partial state is asked of the others.  Whether the shards are stateless."""
-    if len(zones) == 1 or stateless:
-        return call_on_each(spark, zones[:1], (), (group_id, key_type, places), name="range_shard_seeds",
-                            function=_written_bases)[0]
-    shutil.rmtree(folder, ignore_errors=True)
-    os.makedirs(folder)
-    try:
-        call_on_each(spark, zones[1:], (), (folder, places), name="range_zone_partial_seeds",
-                     function=_written_partials)
-        return call_on_each(spark, zones[:1], (), (group_id, key_type, places, folder, len(zones)),
-                            name="range_shard_seeds", function=_merged_bases)[0]
-    finally:
+    jobs = _seed_jobs(zones, group_id, key_type, places, folder, stateless)
+    if len(jobs) > 1:
         shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+    try:
+        return [call_on_each(spark, replicas, (), args, name=name, function=function)
+                for replicas, function, args, name in jobs][-1][0]
+    finally:
+        if len(jobs) > 1:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def seed_frames(spark, zones: list, stateless: bool = False) -> list:
+    """:func:`seed_shards`' jobs, not run (placeholder arguments), ``[frame]`` in order, ``frame()`` the job's
+    DataFrame: the plans EXPLAIN shows, a partition per replica each."""
+    return [lambda job=job: call_frame(spark, job[0], (), job[2], name=job[3], function=job[1], stage=False)[0]
+            for job in _seed_jobs(zones, "", None, {}, "", stateless)]
 
 
 def _stream_seed_task(rows_base, group_id: str, key_type, ids, x1, x2, k, paths: list):

@@ -29,7 +29,7 @@ import pyarrow as pa
 from sparksub.errors import SparksubError
 from sparksub.runtime.replicas import Replica, materialize, remember
 
-__all__ = ["RemoteOperator", "RemoteCallError", "call_on_replica", "call_on_each"]
+__all__ = ["RemoteOperator", "RemoteCallError", "call_on_replica", "call_on_each", "call_frame"]
 
 
 class RemoteCallError(SparksubError):
@@ -93,6 +93,24 @@ class RemoteOperator:
         return f"RemoteOperator({self._replica.replica_id!r}{'.' if self._path else ''}{'.'.join(self._path)})"
 
 
+def call_frame(spark, replicas: list, path: tuple, args: tuple = (), kwargs: dict | None = None,
+               name: str = "group_operator_call", function=None, stage: bool = True):
+    """:func:`call_on_each`'s job, ``(DataFrame, board folder)`` (``groups.placed_frame``); ``stage`` False: nothing
+    written, not to run -- the plan EXPLAIN shows, a partition per replica."""
+    from sparksub.runtime import groups, keepalive
+
+    path, args, kwargs = tuple(path), tuple(args), dict(kwargs or {})
+    by_id = {r.replica_id: r for r in replicas}
+    trigger = {rid: groups.one_row_batch() for rid in by_id}
+
+    def body(replica: Replica, _table):
+        value = _called(replica, path, args, kwargs, function)
+        yield pa.RecordBatch.from_pydict({"replica": [replica.replica_id], "value": pa.array([value], pa.binary())})
+
+    return groups.placed_frame(spark, by_id, trigger, body, "replica string, value binary", "_".join((name, *path)),
+                               keepalive.slots_of(spark) or 1, stage)
+
+
 def call_on_each(spark, replicas: list, path: tuple, args: tuple = (), kwargs: dict | None = None,
                  name: str = "group_operator_call", function=None) -> list:
     """``materialize(r).<path>(*args, **kwargs)`` for every replica ``r``, computed in one Spark job with one task
@@ -100,18 +118,10 @@ def call_on_each(spark, replicas: list, path: tuple, args: tuple = (), kwargs: d
     of ``replicas``.  ``function`` (a module-level function, pickled by name): ``function(materialize(r).<path>,
     *args, **kwargs)`` instead -- a read its operator has no method for (a sharded join's row partition read
     for a subscription it does not hold: ``operators/joins/shards.py``)."""
-    from sparksub.runtime import groups, keepalive
+    from sparksub.runtime import groups
 
     path, args, kwargs = tuple(path), tuple(args), dict(kwargs or {})
-    by_id = {r.replica_id: r for r in replicas}
-    trigger = {rid: pa.table({"seq": pa.array([0], pa.int64())}) for rid in by_id}
-
-    def body(replica: Replica, _table):
-        value = _called(replica, path, args, kwargs, function)
-        yield pa.RecordBatch.from_pydict({"replica": [replica.replica_id], "value": pa.array([value], pa.binary())})
-
-    df, folder = groups.placed_frame(spark, by_id, trigger, body, "replica string, value binary",
-                                     "_".join((name, *path)), keepalive.slots_of(spark) or 1)
+    df, folder = call_frame(spark, replicas, path, args, kwargs, name, function)
     try:
         got = {rid: pickle.loads(blob) for rid, blob in df.collect()}
     finally:

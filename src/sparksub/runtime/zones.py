@@ -48,7 +48,7 @@ from sparksub.runtime.groups import _conform, _ddl, _error_batch, read_table, wr
 from sparksub.runtime.replicas import Replica, keep_one_per_group, materialize, remember
 
 __all__ = ["ZoneTask", "OutputPart", "run_round1", "run_shard_entries", "output_frame", "write_table", "read_table",
-           "ROUND2_FILE", "META_FILE", "S_CN", "S_MN", "CN_PLUS"]
+           "ROUND2_FILE", "META_FILE", "S_CN", "S_MN", "CN_PLUS", "round1_frame"]
 
 BATCH_FILE = "batch.arrow"
 ROUND2_FILE = "m-round2.arrow"
@@ -97,10 +97,11 @@ def _task_place() -> dict:
     return {"partition": part, "pid": os.getpid(), "executor": os.environ.get("SPARK_EXECUTOR_ID")}
 
 
-def _collected(spark, n: int, body, name: str) -> list[dict]:
-    """One task per part ``0..n-1`` (explicit partitions), each returning ``body(part)``, a small record, pickled to
-    the driver; a part that raises returns ``{"error": ..., **fields}`` (``body.fields(part)``: what names it),
-    which the driver turns into the group's 'error' row (DESIGN §7).  The records, by part."""
+def _collected_frame(spark, n: int, body, name: str):
+    """:func:`_collected`'s job, not run: one task per part ``0..n-1`` (explicit partitions), each returning
+    ``body(part)``, a small record, pickled to the driver; a part that raises returns ``{"error": ..., **fields}``
+    (``body.fields(part)``: what names it), which the driver turns into the group's 'error' row (DESIGN §7).
+    EXPLAIN shows this frame's plan (``control/zones.py``)."""
     def task(batches):
         for rb in batches:
             for i in rb.column("id").to_pylist():
@@ -112,9 +113,13 @@ def _collected(spark, n: int, body, name: str) -> list[dict]:
                     {"part": [i], "payload": [pickle.dumps(rec, protocol=pickle.HIGHEST_PROTOCOL)]},
                     schema=pa.schema([("part", pa.int64()), ("payload", pa.binary())]))
     task.__name__ = name
-    rows = spark.range(0, n, 1, n).mapInArrow(task, "part bigint, payload binary").collect()
+    return spark.range(0, n, 1, n).mapInArrow(task, "part bigint, payload binary")
+
+
+def _collected(spark, n: int, body, name: str) -> list[dict]:
+    """:func:`_collected_frame`'s job run: the records, by part."""
     out: list = [None] * n
-    for r in rows:
+    for r in _collected_frame(spark, n, body, name).collect():
         out[r["part"]] = pickle.loads(r["payload"])
     return out
 
@@ -160,10 +165,19 @@ class _Round1(_Part):
                 "stats": dict(op.zone.stats), "core": dict(op.zone.core.counters), **_task_place()}
 
 
+#: round 1's task, as Spark's EXPLAIN prints it
+ROUND1_NAME = "range_min_zones_round1"
+
+
 def run_round1(spark, tasks: list) -> list[dict]:
     """Round 1 of every zone of ``tasks`` (one task each, explicit partitions); their records (``zone``: the zone
     the task claimed), by task.  Sort a group's records by ``zone``."""
-    return _collected(spark, len(tasks), _Round1(tasks), "range_min_zones_round1")
+    return _collected(spark, len(tasks), _Round1(tasks), ROUND1_NAME)
+
+
+def round1_frame(spark, tasks: list):
+    """:func:`run_round1`'s job, not run: what EXPLAIN shows of a zoned group's round 1 (placeholder tasks do)."""
+    return _collected_frame(spark, len(tasks), _Round1(tasks), ROUND1_NAME)
 
 
 def _tables(folder: str, pattern: str, seq_lo: int | None, seq_hi: int | None) -> list:
