@@ -82,7 +82,8 @@ def run_zones(start: dict, batches: list, cuts: tuple, descending: bool, ks: lis
     (the zones' refills, their prunes)."""
     rows = dict(start)
     whole = _snapshot(rows, descending, ks).build()
-    zones = [TopkStreamZone(_snapshot(rows, descending, ks), z, cuts, margin_floor=margin) for z in range(len(cuts) + 1)]
+    zones = [TopkStreamZone(_snapshot(rows, descending, ks), z, cuts, margin_floor=margin)
+             for z in range(len(cuts) + 1)]
     for z in zones:
         check_index(z, rows)
     for b, updates in enumerate(batches):

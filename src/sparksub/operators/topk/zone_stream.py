@@ -103,10 +103,10 @@ class TopkStreamZone(TopkRowsZone):
     publish's zone (``mode='none'``: a replay, the whole batch applied, no message); ``refills`` and ``prunes``: how
     many."""
 
-    def __init__(self, rows: RangeClassSnapshot, zone: int, cuts: tuple, margin_floor: int = MARGIN_FLOOR):
+    def __init__(self, rows: RangeClassSnapshot, zone: int, cuts: tuple, margin_floor: int | None = None):
         keys, xs, ys = zone_rows(rows.keys, rows.xs, rows.ys, cuts, zone)
         super().__init__(replace(rows, keys=keys, xs=xs, ys=ys), zone, cuts)
-        self.margin_floor = int(margin_floor)
+        self.margin_floor = MARGIN_FLOOR if margin_floor is None else int(margin_floor)
         self.batch_max = 0
         self.refills = self.prunes = 0
         self.sides = ([HaloSide("west", self.lo)] if zone > 0 else []) + \
