@@ -1,8 +1,8 @@
 """A two-stage RANGE_AGG, RANGE_DISTINCT, RANGE_MIN or RANGE_TOPK group of ``stream()`` with its rows in X zones
-against the same two-stage group with its rows in one state partition (issue 16 item 4; runtime/stream.py, "a two-
-stage RANGE_AGG group's rows in X zones", "... RANGE_DISTINCT ...", "... RANGE_MIN / RANGE_MAX ...": RANGE_DISTINCT's
-zones answer each other's open Mar ends beside their messages, RANGE_MIN's run DS-CN's round 1 and the shards round 2,
-RANGE_TOPK's keep halos built from their state stores).
+against the same two-stage group with its rows in one state partition (issue 16 item 4; runtime/stream.py, "a
+two-stage RANGE_AGG group's rows in X zones", "... RANGE_DISTINCT ...", "... RANGE_MIN / RANGE_MAX ...":
+RANGE_DISTINCT's zones answer each other's open Mar ends beside their messages, RANGE_MIN's run DS-CN's round 1 and
+the shards round 2, RANGE_TOPK's keep halos built from their state stores).
 
     flock /tmp/sparksub-bench.lock nice -n 10 python bench/stream_zones.py --zones 2
     flock /tmp/sparksub-bench.lock nice -n 10 python bench/stream_zones.py --klass RANGE_DISTINCT --zones 2
