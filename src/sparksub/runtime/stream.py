@@ -171,6 +171,17 @@ group (few: the steps whose walk reaches a cut) and keeps what visits it, then m
 Y, so the union of the shards' rows is the whole two-stage group's, row for row.  Subscription changes go to the
 shards alone, as for the whole group.
 
+**A two-stage RANGE_TOPK group's rows in X zones** (issue 16 item 4; the same setting, rule and keys; the pure part in
+``operators/topk/zone_stream.py``).  A top-k step reads past its zone (its first_k walks, a lowering step's sweep, 002
+§II-B, §III-A), but only objects of depth < kmax from a cut (``topk/zones.py``), and each zone's state store holds
+every row: so each zone (``zone_stream.TopkStreamZone``, :func:`_built` from every row -- a rebuild reads them all)
+keeps in its index its own rows and a halo beyond each cut of a guaranteed depth, which it keeps across
+micro-batches.  Before a micro-batch (:func:`stage_one_topk_zone`) it counts the updates that could lower its halo's
+objects; if the halo could then fall below kmax it refills it from its state store's rows (``stream_stats``:
+``halo_refills``).  It applies the whole micro-batch, paints the steps at the X it owns, and tags each message with its
+zone and half, which the shards merge as the aggregate zones' (``merged_messages``); an added subscription's seed is
+the best k of the zones' lists over their own rows (``TopkGroup.merge_seeds``, ``StreamZone.option`` its order).
+
 **A large BOX_MIN / BOX_MAX / BOX_TOPK group in subscription shards** (issue 16 item 4; the same setting, decided
 when the stream starts, in either mode; the pure parts in ``operators/box/stream_shards.py``).  Publish's box shards
 (``operators/box/shards.py``) as state partitions: the group is Q keys of the stateful operator, ``<group>#b<j>``
@@ -406,9 +417,9 @@ class GroupSpec:
     # subscription shard j of a BOX_MIN / BOX_MAX / BOX_TOPK group (its key ``<group>#b<j>``: every row of the table,
     # the subscriptions whose id hashes to j, ``operators/box/stream_shards.py``); None: not a box shard
     box_shard: int | None = None
-    # an X zone of a two-stage RANGE_AGG / RANGE_DISTINCT / RANGE_MIN / RANGE_MAX group (its key ``<group>#r<i>``: every
-    # row of the table in its state store, the zone's rows in its index; ``operators/shared/range_zone_stream.py``);
-    # None: not a zone
+    # an X zone of a two-stage RANGE_AGG / RANGE_DISTINCT / RANGE_MIN / RANGE_MAX / RANGE_TOPK group (its key
+    # ``<group>#r<i>``: every row of the table in its state store, the zone's rows in its index -- a top-k zone's with
+    # its halos; ``operators/shared/range_zone_stream.py``); None: not a zone
     zone: StreamZone | None = None
 
     def snapshot(self):

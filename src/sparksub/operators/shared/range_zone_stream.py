@@ -30,7 +30,9 @@ check is the table's in every zone and the first key alone emits a rejection).
 
 A RANGE_MIN / RANGE_MAX group's zones share the keys, the cuts and :class:`StreamZone`, but their messages are S-CN's
 (000 §2.3.1), whose FIND walks cross the cuts: DS-CN's round 1 in the zones, round 2 in the shards
-(``operators/range_min/zone_stream.py``).
+(``operators/range_min/zone_stream.py``).  A RANGE_TOPK group's zones paint past their cuts too, but only as deep as
+kmax (002 §II-B): each keeps a halo of the objects beyond its cuts, built from its state store and refilled when a
+micro-batch could wear it below kmax (``operators/topk/zone_stream.py``), and its messages merge as an aggregate's.
 """
 from __future__ import annotations
 
