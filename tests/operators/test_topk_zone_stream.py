@@ -155,3 +155,27 @@ def test_a_zones_seed_is_its_own_rows():
     k = np.array([3, 2, 3, 1, 2])
     merged = TopkGroup.merge_seeds([z.group.shard_seed(x1, x2, k) for z in zones], True, k)
     assert list(merged) == list(whole.shard_seed(x1, x2, k))
+
+
+def test_replays_wear_the_halo_to_nothing_and_the_next_painting_refills():
+    """Zones left behind replay micro-batches (no message, no state store to read): zone 1's west guarantee falls
+    below zero and that side is pruned to nothing; the next painting refills it from the rows and the zones' messages
+    are the whole operator's."""
+    rows = {k: (float(k % 10), float(k % 4)) for k in range(40)}
+    whole = _snapshot(rows, False, [2]).build()
+    zones = [TopkStreamZone(_snapshot(rows, False, [2]), z, (5.0,), margin_floor=0) for z in range(2)]
+    for b in range(3):   # every west row made worse: each lowers an object of zone 1's west halo
+        updates = [(k, False, float(k % 10), 9.0 + b) for k in range(40) if k % 10 < 5]
+        batch = _table(updates, 100 * (b + 1))
+        for z in [whole, *zones]:
+            z.apply(batch, "none")
+        _applied(rows, updates)
+    assert zones[1].sides[0].guarantee < 0 and zones[1].halo_sizes() == [0]
+    updates = [(3, True, None, None), (12, False, 4.0, 0.0), (1, False, 6.0, 1.0)]
+    batch = _table(updates, 1000)
+    want = whole.apply(batch, "reformulated")
+    assert [z.ensure(batch, lambda: _arrays(rows)) for z in zones] == [False, True]
+    assert merge_zone_messages([z.apply(batch, "reformulated") for z in zones]).to_pylist() == want.to_pylist()
+    _applied(rows, updates)
+    for z in zones:
+        check_index(z, rows)

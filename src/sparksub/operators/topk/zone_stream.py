@@ -176,7 +176,7 @@ class TopkStreamZone(TopkRowsZone):
         self.refills += 1
         return True
 
-    def apply(self, batch, mode: str = "reformulated", halo_west=None, halo_east=None) -> pa.Table:
+    def apply(self, batch, mode: str = "reformulated") -> pa.Table:
         """The group's whole ``batch`` applied to the index (its own rows and its halos), painting the steps at the
         X the zone owns (``mode='none'``: no message, a replay); each side's guarantee lowered by its ``R``, a side
         pruned when it outgrew its last refill (module docstring).  Painting needs :meth:`ensure` first."""
@@ -186,7 +186,7 @@ class TopkStreamZone(TopkRowsZone):
         if mode != "none" and any(s.guarantee - r < self.kmax for s, r in zip(self.sides, lowered)):
             raise RuntimeError(f"top-k zone {self.zone}: its halos are too shallow for this batch (ensure() first)")
         self.group.deletion_halves.clear()
-        out = self.group.apply(batch, "none" if mode == "none" else mode)
+        out = self.group.apply(batch, mode)
         for side, r in zip(self.sides, lowered):
             side.guarantee -= r
             self._prune(side)
@@ -198,8 +198,9 @@ class TopkStreamZone(TopkRowsZone):
         outside = self._outside(side)
         if len(outside) <= PRUNE_FACTOR * max(side.kept, self.margin_floor):
             return
-        # depth within the index <= true depth: every object of true depth < G stays
-        kept = _shallow(outside, side.toward, max(side.guarantee, 0))
+        # depth within the index <= true depth: every object of true depth < G stays (none when replays without a
+        # refill wore G down to nothing: the next painting refills)
+        kept = _shallow(outside, side.toward, side.guarantee) if side.guarantee > 0 else []
         self._replace(side, kept)
         side.kept = len(kept)
         self.prunes += 1
