@@ -13,8 +13,9 @@ own halo from them and keeps it across micro-batches, reading the state store ag
 * Before a micro-batch of ``B`` updates the zone counts, per side, ``R``: the updates that remove or lower an
   object its index holds beyond that cut -- a delete, an X-move away from the cut or out of that side, a Y made
   worse (:func:`lowering`).  Each lowers other objects' depth by one at most; an update of a key the index does not
-  hold there moves no object of depth < ``G`` (the old row had ``G`` better objects nearer, each one better than
-  anything behind it) and is an insert; an insert, a raise or a move toward the cut lowers nobody's depth.  So the
+  hold there moves no object of depth < ``G`` (its old row was ``G`` deep at least, and an object it counted for
+  counts every object it did, itself too: deeper still) and is an insert; an insert, a raise or a move toward the cut
+  lowers nobody's depth (a refined count, :meth:`HaloSide.no_lower`).  So the
   index holds every object of depth < ``G - R`` at every step, and the micro-batch paints exactly (002 §II-B: first_k
   and min_y read objects of depth < kmax only; ``topk/zones.py``) iff ``G - R >= kmax`` on both sides.  If not, the
   zone **refills** first: every row of its state store, the objects of depth < ``kmax + B + margin`` beyond each cut
