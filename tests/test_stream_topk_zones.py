@@ -54,7 +54,7 @@ from test_stream_range_shards_classes import check_views, rows_of  # noqa: E402
 SHARDS, ZONES = 2, 3   # (3: the cuts test_stream_agg_zones.zone_batch moves keys across; a middle zone)
 TOPK = "SELECT k, y FROM t WHERE x BETWEEN :lo AND :hi ORDER BY y LIMIT :k"
 #: more updates making one row worse than a halo's margin past kmax: every zone beyond it refills
-WORSE = zone_stream.MARGIN_FLOOR + 20
+WORSE = zone_stream.MARGIN + 20
 
 
 def subscribe(e: Engine, subs: dict, prefix: str, ranges: list, ks: list) -> None:
@@ -194,7 +194,7 @@ def test_zones_stage_one_merged_equals_the_whole_group(start, batches, n_zones, 
     snap = _snapshot(table, descending, [k])
     whole = snap.build()
     cuts = zone_cuts(snap.xs, n_zones)
-    with mock.patch.object(zone_stream, "MARGIN_FLOOR", 1):
+    with mock.patch.object(zone_stream, "MARGIN", 1):
         zones = [spark_stream._built(spark_stream.GroupSpec(
             f"g#r{i}", "x", "y", None, zone=StreamZone("g", i, len(cuts) + 1, cuts, TopkGroup, descending)), snap)
             for i in range(len(cuts) + 1)]
