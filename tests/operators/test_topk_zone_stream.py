@@ -33,7 +33,7 @@ _SET = settings(max_examples=120, deadline=None, suppress_health_check=list(Heal
 _X = st.one_of(st.integers(0, 12).map(float), st.just(None))
 _Y = st.one_of(st.integers(0, 4).map(float), st.just(None))
 #: (key, delete?, x, y): keys repeat within and across batches (X-moves, Y changes, deletes, unknown-key deletes)
-_UPDATE = st.tuples(st.integers(0, 24), st.integers(0, 9).map(lambda r: r == 0), _X, _Y)
+_UPDATE = st.tuples(st.integers(0, 64), st.integers(0, 9).map(lambda r: r == 0), _X, _Y)
 
 
 def _arrays(rows: dict) -> tuple:
@@ -114,7 +114,7 @@ def run_zones(start: dict, batches: list, cuts: tuple, descending: bool, ks: lis
 
 
 @_SET
-@given(start=st.dictionaries(st.integers(0, 24), st.tuples(_X, _Y), min_size=1, max_size=20),
+@given(start=st.dictionaries(st.integers(0, 59), st.tuples(_X, _Y), min_size=1, max_size=45),
        batches=st.lists(st.lists(_UPDATE, min_size=1, max_size=14), min_size=1, max_size=4),
        cuts=st.lists(st.integers(1, 11).map(float), max_size=3, unique=True).map(lambda c: tuple(sorted(c))),
        descending=st.booleans(), ks=st.lists(st.integers(1, 3), min_size=1, max_size=2, unique=True),
