@@ -94,16 +94,22 @@ def cuts_of(rows: dict) -> tuple:
     return zone_cuts([np.nan if r[0] is None else r[0] for r in rows.values()], ZONES)
 
 
-def setup(spark, zones: int):
-    """An engine over t with SUM, COUNT(*) and AVG groups in 2 subscription shards, their rows in ``zones`` X zones
-    (``Engine.range_zones``; 0: whole), and the oracle's rows and subscriptions."""
-    rnd = random.Random(16)
+def zoned_engine(spark, zones: int) -> tuple:
+    """An engine over t holding :func:`start_rows`, a range group in 2 subscription shards with its rows in ``zones`` X
+    zones (``Engine.range_zones``; 0: whole); (the engine, the rows, their cuts)."""
     e = Engine(spark)
     e.range_subscription_shards, e.range_zones = SHARDS, zones
     e.sql("CREATE TABLE t (k STRING PRIMARY KEY, x DOUBLE, y DOUBLE, tag STRING)")
     rows = start_rows()
     e.load("t", [{"k": k, "x": x, "y": y, "tag": tag} for k, (x, y, tag) in rows.items()])
-    cut = cuts_of(rows)
+    return e, rows, cuts_of(rows)
+
+
+def setup(spark, zones: int):
+    """An engine over t with SUM, COUNT(*) and AVG groups in 2 subscription shards, their rows in ``zones`` X zones
+    (``Engine.range_zones``; 0: whole), and the oracle's rows and subscriptions."""
+    rnd = random.Random(16)
+    e, rows, cut = zoned_engine(spark, zones)
     ranges = [(float(lo), float(lo + rnd.randint(0, 7))) for lo in (rnd.randint(-2, X_MAX) for _ in range(8))]
     ranges += [(c, c) for c in cut] + [(c - 1.0, c) for c in cut] + [(c, c + 2.0) for c in cut]   # on the cuts
     ranges += [(4.0, 4.0), (-math.inf, math.inf), (-math.inf, 5.0), (40.0, 50.0)]   # 40-50: no row

@@ -48,6 +48,7 @@ from test_stream_agg_zones import (  # noqa: E402
     same_shard_logs,
     start_rows,
     zone_batch,
+    zoned_engine,
 )
 from test_stream_range_shards_classes import check_views, rows_of  # noqa: E402
 
@@ -67,12 +68,7 @@ def setup(spark, zones: int):
     """An engine over t with a top-k group in 2 subscription shards, its rows in ``zones`` X zones (0: whole), and
     the oracle's rows and subscriptions ``{id: ('topk', lo, hi, k)}``."""
     rnd = random.Random(16)
-    e = Engine(spark)
-    e.range_subscription_shards, e.range_zones = SHARDS, zones
-    e.sql("CREATE TABLE t (k STRING PRIMARY KEY, x DOUBLE, y DOUBLE, tag STRING)")
-    rows = start_rows()
-    e.load("t", [{"k": k, "x": x, "y": y, "tag": tag} for k, (x, y, tag) in rows.items()])
-    cut = cuts_of(rows)
+    e, rows, cut = zoned_engine(spark, zones)
     ranges = [(float(lo), float(lo + rnd.randint(0, 7))) for lo in (rnd.randint(-2, 14) for _ in range(8))]
     ranges += [(c, c) for c in cut] + [(c - 1.0, c) for c in cut] + [(c - 3.0, c + 3.0) for c in cut]
     ranges += [(-math.inf, math.inf), (-math.inf, 5.0), (40.0, 50.0)]
