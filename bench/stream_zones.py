@@ -1,7 +1,8 @@
-"""A two-stage RANGE_AGG, RANGE_DISTINCT or RANGE_MIN group of ``stream()`` with its rows in X zones against the same
-two-stage group with its rows in one state partition (issue 16 item 4; runtime/stream.py, "a two-stage RANGE_AGG
-group's rows in X zones", "... RANGE_DISTINCT ...", "... RANGE_MIN / RANGE_MAX ...": RANGE_DISTINCT's zones answer each
-other's open Mar ends beside their messages, RANGE_MIN's run DS-CN's round 1 and the shards round 2).
+"""A two-stage RANGE_AGG, RANGE_DISTINCT, RANGE_MIN or RANGE_TOPK group of ``stream()`` with its rows in X zones
+against the same two-stage group with its rows in one state partition (issue 16 item 4; runtime/stream.py, "a
+two-stage RANGE_AGG group's rows in X zones", "... RANGE_DISTINCT ...", "... RANGE_MIN / RANGE_MAX ...":
+RANGE_DISTINCT's zones answer each other's open Mar ends beside their messages, RANGE_MIN's run DS-CN's round 1 and
+the shards round 2, RANGE_TOPK's keep halos built from their state stores).
 
     flock /tmp/sparksub-bench.lock nice -n 10 python bench/stream_zones.py --zones 2
     flock /tmp/sparksub-bench.lock nice -n 10 python bench/stream_zones.py --klass RANGE_DISTINCT --zones 2
@@ -9,17 +10,18 @@ other's open Mar ends beside their messages, RANGE_MIN's run DS-CN's round 1 and
         --rows 500000 --subs 50000 --batch 10000 --batches 3
     python bench/stream_zones.py --quick
 
-Both forms run the group in two stages (``Engine.range_subscription_shards`` = ``--shards``); the "sharded" form
-keeps stage 1's rows in ``--zones`` X zones (``Engine.range_zones``), the "whole" form in one state partition. Each
-form in a child process of its own (a fresh Spark session): load ``--rows`` rows, subscribe ``--subs`` ``SUM``
-(``--klass RANGE_DISTINCT``: ``DISTINCT sector``, 40 sectors; ``RANGE_MIN``: ``MIN(per)``) subscriptions (narrow X
-ranges -- centres ~U(0, 10,000), lengths ~|N(20, 20)| -- so that an update reaches tens of subscriptions, not
-thousands: every update changes every range holding its old or new X), then one bounded file stream of
-``--batches`` + 1 micro-batches of ``--batch`` upserts of existing keys (each moves its row in X and Y) into a
-``noop`` sink (``RANGE_MIN``: a parquet sink, whose rows' order-free digest -- their count and the sum of each row's
-xxhash64 -- says whether both forms' outputs are equal): each micro-batch's ``triggerExecution`` time (the first,
-which seeds the state store, reported apart), each Python worker's PSS at the end, the notifications the sink got
-(equal in both forms). Writes ``docs/benchmarks/stream_zones[_distinct|_range_min]_<zones>.md``, its JSON and PNG.
+Both forms run the group in two stages (``Engine.range_subscription_shards`` = ``--shards``); the "sharded" form keeps
+stage 1's rows in ``--zones`` X zones (``Engine.range_zones``), the "whole" form in one state partition. Each form in
+a child process of its own (a fresh Spark session): load ``--rows`` rows, subscribe ``--subs`` ``SUM`` (``--klass
+RANGE_DISTINCT``: ``DISTINCT sector``, 40 sectors; ``RANGE_MIN``: ``MIN(per)``; ``RANGE_TOPK``: ``ORDER BY per LIMIT
+5``) subscriptions (narrow X ranges -- centres ~U(0, 10,000), lengths ~|N(20, 20)| -- so that an update reaches tens
+of subscriptions, not thousands: every update changes every range holding its old or new X), then one bounded file
+stream of ``--batches`` + 1 micro-batches of ``--batch`` upserts of existing keys (each moves its row in X and Y) into
+a ``noop`` sink (``RANGE_MIN``, ``RANGE_TOPK``: a parquet sink, whose rows' order-free digest -- their count and the
+sum of each row's xxhash64 -- says whether both forms' outputs are equal): each micro-batch's ``triggerExecution``
+time (the first, which seeds the state store, reported apart), each Python worker's PSS at the end, the notifications
+the sink got (equal in both forms). Writes
+``docs/benchmarks/stream_zones[_distinct|_range_min|_range_topk]_<zones>.md``, its JSON and PNG.
 """
 from __future__ import annotations
 
@@ -41,8 +43,13 @@ OUT_DIR = REPO / "docs" / "benchmarks"
 DOMAIN = 10_000.0
 TEMPLATES = {"RANGE_AGG": "SELECT SUM(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
              "RANGE_DISTINCT": "SELECT DISTINCT sector FROM stock WHERE risk BETWEEN :lo AND :hi",
-             "RANGE_MIN": "SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi"}
-STEMS = {"RANGE_AGG": "stream_zones", "RANGE_DISTINCT": "stream_zones_distinct", "RANGE_MIN": "stream_zones_range_min"}
+             "RANGE_MIN": "SELECT MIN(per) FROM stock WHERE risk BETWEEN :lo AND :hi",
+             "RANGE_TOPK": "SELECT sym, per FROM stock WHERE risk BETWEEN :lo AND :hi ORDER BY per LIMIT 5"}
+STEMS = {"RANGE_AGG": "stream_zones", "RANGE_DISTINCT": "stream_zones_distinct", "RANGE_MIN": "stream_zones_range_min",
+         "RANGE_TOPK": "stream_zones_range_topk"}
+#: the classes whose outputs go to a parquet sink, both forms' rows compared by an order-free digest of these columns
+DIGESTS = {"RANGE_MIN": "subscription_id, seq, value",
+           "RANGE_TOPK": "subscription_id, seq, op, value, item_key, item_x"}
 
 
 def subscriptions(m: int) -> dict:
@@ -72,7 +79,7 @@ def child(args) -> dict:
     out = {"form": args.form, "klass": args.klass, "zones": args.zones if args.form == "sharded" else 0,
            "rows": args.rows,
            "subs": args.subs, "batch": args.batch, "batches": args.batches}
-    if args.klass == "RANGE_MIN":   # the outputs to parquet: both forms' rows compared by their digest
+    if args.klass in DIGESTS:   # the outputs to parquet: both forms' rows compared by their digest
         from pyspark.sql.streaming import DataStreamWriter
         sink, original = Path(tempfile.mkdtemp(prefix="stream-zones-out-")), DataStreamWriter.format
 
@@ -82,7 +89,7 @@ def child(args) -> dict:
             got = _stream(spark, e, batches)
         rows = spark.read.parquet(str(sink)).where("op <> 'rejected'")
         digest = rows.selectExpr("count(*) AS n",   # (a decimal sum: a long one would overflow)
-                                 "sum(CAST(xxhash64(subscription_id, seq, value) AS DECIMAL(38, 0))) AS h").first()
+                                 f"sum(CAST(xxhash64({DIGESTS[args.klass]}) AS DECIMAL(38, 0))) AS h").first()
         out["output_digest"] = [int(digest["n"]), int(digest["h"] or 0)]
     else:
         got = _stream(spark, e, batches)
@@ -98,8 +105,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--zones", type=int, default=2, help="the zoned form's X zones (Engine.range_zones)")
     ap.add_argument("--klass", choices=sorted(TEMPLATES), default="RANGE_AGG",
-                    help="the group's class: RANGE_AGG (SUM), RANGE_DISTINCT or RANGE_MIN (DS-CN's two rounds across "
-                         "the stages)")
+                    help="the group's class: RANGE_AGG (SUM), RANGE_DISTINCT, RANGE_MIN (DS-CN's two rounds across "
+                         "the stages) or RANGE_TOPK (LIMIT 5; each zone's halos from its state store)")
     started = forms.parent_or_child(ap, __file__, child, OUT_DIR, ("zones", "klass"))
     if started is None:
         return
@@ -109,7 +116,7 @@ def main() -> None:
     same = "equal" if len({str(n) for n in notes}) == 1 else "NOT EQUAL"
     m = machine()
     klass = "" if args.klass == "RANGE_AGG" else f" --klass {args.klass}"
-    minimum = args.klass == "RANGE_MIN"
+    minimum = args.klass in DIGESTS
     sink = "a parquet sink" if minimum else "a `noop` sink"
     what = "rows and the sum of their xxhash64" if minimum else "notifications"
     title = f"{args.klass} in a stream: stage 1's rows in {args.zones} X zones vs one state partition"

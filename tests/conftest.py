@@ -68,7 +68,7 @@ LONG_FILES = ("test_durable.py", "test_connect.py", "test_cluster.py", "test_ser
               "test_stream_range_shards_classes.py", "test_box_shards_engine.py", "test_stream_box_shards.py",
               "test_topk_zones_engine.py", "test_stream_agg_zones.py",
               "test_stream_distinct_zones.py", "test_stream_min_zones.py", "test_stream_reopen.py",
-              "test_explain_splits.py")
+              "test_explain_splits.py", "test_stream_topk_zones.py")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -94,16 +94,22 @@ def cuts_of(rows: dict) -> tuple:
     return zone_cuts([np.nan if r[0] is None else r[0] for r in rows.values()], ZONES)
 
 
-def setup(spark, zones: int):
-    """An engine over t with SUM, COUNT(*) and AVG groups in 2 subscription shards, their rows in ``zones`` X zones
-    (``Engine.range_zones``; 0: whole), and the oracle's rows and subscriptions."""
-    rnd = random.Random(16)
+def zoned_engine(spark, zones: int) -> tuple:
+    """An engine over t holding :func:`start_rows`, a range group in 2 subscription shards with its rows in ``zones`` X
+    zones (``Engine.range_zones``; 0: whole); (the engine, the rows, their cuts)."""
     e = Engine(spark)
     e.range_subscription_shards, e.range_zones = SHARDS, zones
     e.sql("CREATE TABLE t (k STRING PRIMARY KEY, x DOUBLE, y DOUBLE, tag STRING)")
     rows = start_rows()
     e.load("t", [{"k": k, "x": x, "y": y, "tag": tag} for k, (x, y, tag) in rows.items()])
-    cut = cuts_of(rows)
+    return e, rows, cuts_of(rows)
+
+
+def setup(spark, zones: int):
+    """An engine over t with SUM, COUNT(*) and AVG groups in 2 subscription shards, their rows in ``zones`` X zones
+    (``Engine.range_zones``; 0: whole), and the oracle's rows and subscriptions."""
+    rnd = random.Random(16)
+    e, rows, cut = zoned_engine(spark, zones)
     ranges = [(float(lo), float(lo + rnd.randint(0, 7))) for lo in (rnd.randint(-2, X_MAX) for _ in range(8))]
     ranges += [(c, c) for c in cut] + [(c - 1.0, c) for c in cut] + [(c, c + 2.0) for c in cut]   # on the cuts
     ranges += [(4.0, 4.0), (-math.inf, math.inf), (-math.inf, 5.0), (40.0, 50.0)]   # 40-50: no row
@@ -272,7 +278,15 @@ def test_each_shard_got_the_whole_groups_messages_and_changes(run):
     up -- is the whole group's stage 1's, row for row and in order (an aggregate subscriber adds a seq's deltas in
     any order: the rows alone would not tell a shard that skipped the merge)."""
     zoned, whole = run["logs"][ZONES], run["logs"][0]
-    assert set(zoned) == set(whole) and len(zoned) == 2 * len(TEMPLATES) * SHARDS
+    assert len(zoned) == 2 * len(TEMPLATES) * SHARDS
+    assert same_shard_logs(zoned, whole, lambda seed: [np.asarray(a).tolist() for a in seed]) == \
+        len(TEMPLATES) * SHARDS
+
+
+def same_shard_logs(zoned: dict, whole: dict, seed_rows) -> int:
+    """Assert the zoned stream's shards logged what the whole one's did (``shard_logs``): the messages row for row,
+    the changes' ids and their seeds (``seed_rows(seed)``: comparable); the changes."""
+    assert set(zoned) == set(whole)
     changes = 0
     for where, entry in whole.items():
         got = zoned[where]
@@ -282,9 +296,8 @@ def test_each_shard_got_the_whole_groups_messages_and_changes(run):
             changes += 1
             assert got.change.ids.tolist() == entry.change.ids.tolist(), where
             assert got.change.added_ids.tolist() == entry.change.added_ids.tolist(), where
-            assert [np.asarray(a).tolist() for a in got.change.seed or ()] == \
-                [np.asarray(a).tolist() for a in entry.change.seed or ()], where
-    assert changes == len(TEMPLATES) * SHARDS
+            assert seed_rows(got.change.seed or ()) == seed_rows(entry.change.seed or ()), where
+    return changes
 
 
 @pytest.mark.spark

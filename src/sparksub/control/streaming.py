@@ -310,7 +310,7 @@ class Streaming:
         base = spark_replicas.write_value(f"{where}/range-{n}.pickle", rows_only)
         ids, x1, x2, k = snap.sub_ids, snap.sub_x1, snap.sub_x2, snap.sub_k
         key_type = family_key_type(state.definition)
-        zones = self._stream_zones(entry, snap.xs, type(snap).group_class, partitions)
+        zones = self._stream_zones(entry, snap.xs, type(snap).group_class, partitions, snap.option)
         del snap, rows_only
         paths = [f"{where}/range-{n}-q{j}.pickle" for j in range(shards)]
         if zones:
@@ -324,11 +324,11 @@ class Streaming:
         part = (x, y, base, y_is_text, x2_column, zones) if zones else (x, y, base, y_is_text, x2_column)
         return part, (None, stored, ks), stream_control.RangeClassShards(shards, record)
 
-    def _stream_zones(self, entry, xs, group_class: type, partitions: int) -> dict:
+    def _stream_zones(self, entry, xs, group_class: type, partitions: int, option=None) -> dict:
         """``{state partition key: StreamZone}`` of a two-stage group's X zones in a stream (``Engine.range_zones``
         over the table's rows now, as publish's ``range_zone_count``; the classes of ``ZONED_STREAM_CLASSES``),
         cut at equal-count points of ``xs`` (fewer zones when values repeat; ``group_class`` merges their partial
-        states); {} for one."""
+        states, ranked by ``option``: top-k's descending); {} for one."""
         if entry.physical.klass not in ZONED_STREAM_CLASSES:
             return {}
         wanted = range_zone_count(getattr(self, "range_zones", None), len(xs), self._parallelism())
@@ -336,7 +336,8 @@ class Streaming:
         if not cuts:
             return {}
         keys = zone_keys(entry.group_id, len(cuts) + 1, partitions)
-        return {key: StreamZone(entry.group_id, i, len(cuts) + 1, cuts, group_class) for i, key in enumerate(keys)}
+        return {key: StreamZone(entry.group_id, i, len(cuts) + 1, cuts, group_class, option)
+                for i, key in enumerate(keys)}
 
     def _box_stream_shards(self, state: TableState, entry, shards: int, where, n: int, live, partitions: int) -> dict:
         """A BOX_MIN / BOX_MAX / BOX_TOPK group the stream runs in ``shards`` subscription shards

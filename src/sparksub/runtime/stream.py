@@ -171,6 +171,17 @@ group (few: the steps whose walk reaches a cut) and keeps what visits it, then m
 Y, so the union of the shards' rows is the whole two-stage group's, row for row.  Subscription changes go to the
 shards alone, as for the whole group.
 
+**A two-stage RANGE_TOPK group's rows in X zones** (issue 16 item 4; the same setting, rule and keys; the pure part in
+``operators/topk/zone_stream.py``).  A top-k step reads past its zone (its first_k walks, a lowering step's sweep, 002
+§II-B, §III-A), but only objects of depth < kmax from a cut (``topk/zones.py``), and each zone's state store holds
+every row: so each zone (``zone_stream.TopkStreamZone``, :func:`_built` from every row -- a rebuild reads them all)
+keeps in its index its own rows and a halo beyond each cut of a guaranteed depth, which it keeps across
+micro-batches.  Before a micro-batch (:func:`stage_one_topk_zone`) it counts the updates that could lower its halo's
+objects; if the halo could then fall below kmax it refills it from its state store's rows (``stream_stats``:
+``halo_refills``).  It applies the whole micro-batch, paints the steps at the X it owns, and tags each message with its
+zone and half, which the shards merge as the aggregate zones' (``merged_messages``); an added subscription's seed is
+the best k of the zones' lists over their own rows (``TopkGroup.merge_seeds``, ``StreamZone.option`` its order).
+
 **A large BOX_MIN / BOX_MAX / BOX_TOPK group in subscription shards** (issue 16 item 4; the same setting, decided
 when the stream starts, in either mode; the pure parts in ``operators/box/stream_shards.py``).  Publish's box shards
 (``operators/box/shards.py``) as state partitions: the group is Q keys of the stateful operator, ``<group>#b<j>``
@@ -251,6 +262,7 @@ from sparksub.operators.shared.range_zone_stream import (
     zoned_shard_bases,
 )
 from sparksub.operators.shared.range_zones import (
+    HALO_CLASSES,
     PART_COLUMN,
     RowsZone,
     zone_bounds,
@@ -264,6 +276,7 @@ from sparksub.operators.shared.schemas import (
     UPSERT,
     with_reason,
 )
+from sparksub.operators.topk.zone_stream import TopkStreamZone
 from sparksub.process_memory import BULK_ROWS, release_freed_memory
 from sparksub.runtime import shard_stage, stateful, stream_control
 from sparksub.runtime.replicas import CounterFile, StoredValue, write_value
@@ -275,7 +288,7 @@ __all__ = ["run_stream", "stream_stats", "output_schema", "checked_updates", "va
 REJECTED = row_validation.REJECTED
 STAT_NAMES = ("micro_batches", "seeded", "cache_hits", "caught_up", "rebuilt", "updates", "rejected",
               "notifications", "subscription_changes", "groups_added", "shard_builds", "shard_cache_hits",
-              "shard_caught_up", "shard_compactions", "zones", "zone_builds", "zone_batches")
+              "shard_caught_up", "shard_compactions", "zones", "zone_builds", "zone_batches", "halo_refills")
 #: Micro-batches of valid rows kept in the state (a ring of ListStates), to bring a stale cached index
 #: up to date instead of rebuilding it: Spark hands a group's task to any idle Python worker.
 LOG_SLOTS = 4
@@ -404,9 +417,9 @@ class GroupSpec:
     # subscription shard j of a BOX_MIN / BOX_MAX / BOX_TOPK group (its key ``<group>#b<j>``: every row of the table,
     # the subscriptions whose id hashes to j, ``operators/box/stream_shards.py``); None: not a box shard
     box_shard: int | None = None
-    # an X zone of a two-stage RANGE_AGG / RANGE_DISTINCT / RANGE_MIN / RANGE_MAX group (its key ``<group>#r<i>``: every
-    # row of the table in its state store, the zone's rows in its index; ``operators/shared/range_zone_stream.py``);
-    # None: not a zone
+    # an X zone of a two-stage RANGE_AGG / RANGE_DISTINCT / RANGE_MIN / RANGE_MAX / RANGE_TOPK group (its key
+    # ``<group>#r<i>``: every row of the table in its state store, the zone's rows in its index -- a top-k zone's with
+    # its halos; ``operators/shared/range_zone_stream.py``); None: not a zone
     zone: StreamZone | None = None
 
     def snapshot(self):
@@ -998,7 +1011,7 @@ def _class_shard_rows(spec: StreamSpec, gid: str, j: int, mine: pa.Table) -> pa.
         change = spec.control.shard_change(gid, j, batch)
     else:   # each zone's change, its partial seeds, added up: the whole group's stage 1 would have sent this
         change = merged_change([spec.control.shard_change(gid, j, batch, zone=i) for i in range(zone.n_zones)],
-                               zone.group_class.merge_seeds)
+                               zone.group_class.merge_seeds, zone.option)
     if change is not None:
         shard.change(change)
     mine = mine.filter(pc.is_null(mine.column("m_shard")))
@@ -1154,9 +1167,10 @@ def stream_stats(df_or_id) -> dict:
     DISTINCT or aggregate shard brought up to date from its logs / given a new base, :func:`_class_shard`; a box
     group's shard partition counts its build, cache hit and catch-up as ``shard_builds`` / ``shard_cache_hits`` /
     ``shard_caught_up`` too), zones / zone_batches / zone_builds (a two-stage RANGE_AGG / RANGE_DISTINCT / RANGE_MIN /
-    RANGE_MAX group's X zones: the zone partitions the stream started with, the micro-batches they applied, a zone's
-    index seeded or rebuilt).  Read from the stream's counter files (``replicas.CounterFile``), which every task adds
-    to."""
+    RANGE_MAX / RANGE_TOPK group's X zones: the zone partitions the stream started with, the micro-batches they
+    applied, a zone's index seeded or rebuilt), halo_refills (a top-k zone's halos read anew from its state store
+    before a micro-batch they were too shallow for, ``topk/zone_stream.py``).  Read from the stream's counter files
+    (``replicas.CounterFile``), which every task adds to."""
     sid = df_or_id if isinstance(df_or_id, str) else df_or_id.sparksub_stream_id
     counters = _STATS.get(sid)
     value = counters.read() if counters is not None else {}
@@ -1257,8 +1271,10 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
     # (a zone's index holds its zone's rows; its state store every row: a key held elsewhere is read there)
     # (read once per key: the delete check and a DISTINCT zone's old rows ask the same keys, before the writes)
     stored = functools.cache(lambda k: state.rows.getValue((k,))) if gspec.zone is not None else None
+    refills = getattr(group, "refills", 0)   # a top-k zone's halos read anew from every row (the state store's)
     done = _apply_frame(spec, gid, gspec, group, null_keys, pdf.iloc[:0] if skip else pdf, applied, spec.mode,
-                        stored)
+                        stored, lambda: _stored_rows(state.rows, gspec.text)[:3])
+    stats["halo_refills"] = getattr(group, "refills", 0) - refills
     if signals is not None:
         done.notes = signals if done.notes is None else pa.concat_tables([signals, done.notes],
                                                                          promote_options="default")
@@ -1281,11 +1297,12 @@ def apply_micro_batch(spec: StreamSpec, gid: str, pdf: pd.DataFrame, state: Grou
 
 
 def _apply_frame(spec: StreamSpec, gid: str, gspec: GroupSpec, group, null_keys: set, pdf: pd.DataFrame,
-                 applied: int, mode: str, stored=None) -> _Applied:
+                 applied: int, mode: str, stored=None, every_row=None) -> _Applied:
     """Apply ``pdf``'s rows (in ``ord`` order) to ``group`` in ``mode``: a delete of a key the group does not
     hold is rejected (emitted by the primary group alone); returns what :class:`_Applied` holds.  ``stored(key)``:
     the table's row ``(x, y, t, x2)`` of a key the group's index may not hold (an X zone's: held by another zone)
-    before the micro-batch, None if none."""
+    before the micro-batch, None if none; ``every_row()``: every row of the table then, (keys, xs, ys) (a top-k
+    zone's halos refilled, :func:`stage_one_topk_zone`)."""
     n = len(pdf)
     keys = pdf["key"].tolist()
     xs = pdf["x"].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -1330,6 +1347,8 @@ def _apply_frame(spec: StreamSpec, gid: str, gspec: GroupSpec, group, null_keys:
         notes = None
     elif gspec.staged(mode) and isinstance(group, MinStreamZone):   # a zoned RANGE_MIN group: DS-CN's round 1
         notes = stage_one_min_zone(group, batch)
+    elif gspec.staged(mode) and isinstance(group, TopkStreamZone):   # a zoned top-k group: its halos, its steps
+        notes = stage_one_topk_zone(group, batch, every_row)
     elif gspec.staged(mode) and gspec.zone is not None:   # stage 1 of a zoned DISTINCT / aggregate group: its part
         notes = stage_one_distinct_zone(group, batch, stored, gspec.text) if group.group.kind == "RANGE_DISTINCT" \
             else stage_one_zone(group, batch)
@@ -1398,6 +1417,15 @@ def stage_one_distinct_zone(zone, batch: pa.Table, stored, text: bool) -> pa.Tab
     return pa.concat_tables([messages, answers], promote_options="default")
 
 
+def stage_one_topk_zone(zone: TopkStreamZone, batch: pa.Table, every_row) -> pa.Table:
+    """Stage 1 of one X zone of a two-stage RANGE_TOPK group: its halos made deep enough for the group's whole
+    micro-batch -- refilled from ``every_row()``, the state store's rows, only when they are not
+    (``topk/zone_stream.TopkStreamZone.ensure``) -- then :func:`stage_one_zone`'s messages: the Paint-Dense messages
+    (002 §III-A) of the steps at the X the zone owns, each with its zone and half."""
+    zone.ensure(batch, every_row)
+    return stage_one_zone(zone, batch)
+
+
 def _distinct_row(row, text: bool):
     """A state store row ``(x, y, t, x2)`` as a DISTINCT core holds it, ``(x, value)``; None: none, or in no range."""
     if row is None:
@@ -1450,15 +1478,15 @@ def _stage_one_change(spec: StreamSpec, gid: str, gspec: GroupSpec, group, since
     shard telling it so (``op`` :data:`SHARD_CHANGE`, ``m_shard``; ``m_msg_no`` -1: before the messages)."""
     logical, zone = gspec.logical_id, gspec.zone
     members = spec.control.subscriptions(logical, version) if version else None
-    if zone is None and group.kind == "RANGE_TOPK":
-        group.core.paint_for(painted_ks(members, gspec.ks))
+    # an X zone seeds the added from its own rows: the shard adds the zones' partial states up (merged_change)
+    rows_group = group if zone is None else group.group
+    if rows_group.kind == "RANGE_TOPK":   # (a top-k zone paints for them too: its halo follows the largest k)
+        rows_group.core.paint_for(painted_ks(members, gspec.ks))
     if version == since or members is None:
         return None
     if batch is None:
         raise RuntimeError("a subscription change of a two-stage group applies in a streaming task only")
     n = len(gspec.shards)
-    # an X zone seeds the added from its own rows: the shard adds the zones' partial states up (merged_change)
-    rows_group = group if zone is None else group.group
     for j, change in shard_changes(rows_group, members, since, version, n).items():
         spec.control.write_shard_change(logical, j, batch, change, zone=None if zone is None else zone.zone)
     signals = {"group_id": pa.array([logical] * n, pa.string()), "seq": pa.nulls(n, pa.int64()),
@@ -1605,18 +1633,13 @@ def _rebuild(group_spec: GroupSpec, rows_state, subs=None):
     change's snapshot, when given)."""
     snap = subs if subs is not None else group_spec.snapshot()
     text = group_spec.text
-    keys, xs, ys, x2s = [], [], [], []
     # an X zone keeps the rows it owns (and the NULL-X rows, in no zone's index but deletable) as it reads the
-    # state store, which holds every row: its worker never holds the table's rows at once
-    lo, hi = zone_bounds(group_spec.zone.cuts, group_spec.zone.zone) if group_spec.zone is not None else \
-        (-np.inf, np.inf)
-    for (k,), (x, y, t, x2) in rows_state.iterator():
-        if x is not None and not lo <= x < hi:
-            continue
-        keys.append(k)
-        xs.append(np.nan if x is None else x)
-        ys.append(t if text else (np.nan if y is None else y))
-        x2s.append(np.nan if x2 is None else x2)
+    # state store, which holds every row: its worker never holds the table's rows at once (a top-k zone reads
+    # them all: its halos, ``topk/zone_stream.py``)
+    zone = group_spec.zone
+    lo, hi = zone_bounds(zone.cuts, zone.zone) if zone is not None and zone.group_class.kind not in HALO_CLASSES \
+        else (-np.inf, np.inf)
+    keys, xs, ys, x2s = _stored_rows(rows_state, text, lo, hi)
     xs_a = np.asarray(xs, dtype=np.float64)
     ys_a = np.empty(len(ys), dtype=object) if text else np.asarray(ys, dtype=np.float64)
     if text:
@@ -1629,6 +1652,20 @@ def _rebuild(group_spec: GroupSpec, rows_state, subs=None):
     group, rows = _built(group_spec, snap), len(keys)
     del snap, keys, xs, ys, x2s, xs_a, ys_a, keys_a
     return _released(group, rows), null_keys
+
+
+def _stored_rows(rows_state, text: bool, lo: float = -np.inf, hi: float = np.inf) -> tuple:
+    """(keys, xs, ys, x2s) of the state store's rows with ``lo <= x < hi`` or a NULL X (NaN for a NULL; ys the text
+    column's for a ``text`` group)."""
+    keys, xs, ys, x2s = [], [], [], []
+    for (k,), (x, y, t, x2) in rows_state.iterator():
+        if x is not None and not lo <= x < hi:
+            continue
+        keys.append(k)
+        xs.append(np.nan if x is None else x)
+        ys.append(t if text else (np.nan if y is None else y))
+        x2s.append(np.nan if x2 is None else x2)
+    return keys, xs, ys, x2s
 
 
 def _built(group_spec: GroupSpec, snap):

@@ -30,7 +30,9 @@ check is the table's in every zone and the first key alone emits a rejection).
 
 A RANGE_MIN / RANGE_MAX group's zones share the keys, the cuts and :class:`StreamZone`, but their messages are S-CN's
 (000 §2.3.1), whose FIND walks cross the cuts: DS-CN's round 1 in the zones, round 2 in the shards
-(``operators/range_min/zone_stream.py``).
+(``operators/range_min/zone_stream.py``).  A RANGE_TOPK group's zones paint past their cuts too, but only as deep as
+kmax (002 §II-B): each keeps a halo of the objects beyond its cuts, built from its state store and refilled when a
+micro-batch could wear it below kmax (``operators/topk/zone_stream.py``), and its messages merge as an aggregate's.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ from sparksub.operators.range_min.zone_stream import min_stream_zone
 from sparksub.operators.shared.range_shard_stream import ShardChange
 from sparksub.operators.shared.range_shards import shard_bases
 from sparksub.operators.shared.range_zones import (
+    HALO_CLASSES,
     PART_COLUMN,
     SECOND_ROUND_CLASSES,
     RowsZoneSnapshot,
@@ -57,15 +60,16 @@ from sparksub.operators.shared.range_zones import (
     merge_zone_messages,
     zone_rows,
 )
+from sparksub.operators.topk.zone_stream import TopkStreamZone
 
 __all__ = ["ZONED_STREAM_CLASSES", "ZONE_ANSWER", "ZONE_COLUMN", "PART_MESSAGE_COLUMN", "StreamZone", "answer_rows",
            "merged_change", "merged_messages", "zone_key", "zone_keys", "zone_operator", "zoned_shard_bases"]
 
 #: the classes whose two-stage stream group keeps its rows in X zones (module docstring; RANGE_MIN / RANGE_MAX run
 #: DS-CN's round 1 in the zones and round 2 in the subscription shards, ``range_min/zone_stream.py``; RANGE_DISTINCT's
-#: zones answer each other's open Mar ends beside their messages, ``distinct/zone_stream.py``; RANGE_TOPK's zones read
-#: a halo of their neighbours before the batch, ``topk/zones.py``, which one stateful stage cannot give them)
-ZONED_STREAM_CLASSES = ("RANGE_AGG", "RANGE_DISTINCT", "RANGE_MIN", "RANGE_MAX")
+#: zones answer each other's open Mar ends beside their messages, ``distinct/zone_stream.py``; RANGE_TOPK's zones
+#: build their halos from their state stores, which hold every row, and keep them, ``topk/zone_stream.py``)
+ZONED_STREAM_CLASSES = ("RANGE_AGG", "RANGE_DISTINCT", "RANGE_MIN", "RANGE_MAX", "RANGE_TOPK")
 #: stage 1's columns of a zoned group's message beyond the class's: its zone and its half of the update
 ZONE_COLUMN, PART_MESSAGE_COLUMN = "m_zone", "m_part"
 #: stage 1's ``op`` of a DISTINCT zone's answer to another zone's open Mar end (:func:`answer_rows`)
@@ -83,6 +87,7 @@ class StreamZone:
     n_zones: int
     cuts: tuple
     group_class: type
+    option: object = None   # the group's subscriber option (top-k: descending), which ``merge_seeds`` ranks by
 
 
 def zone_key(group_id: str, zone: int) -> str:
@@ -103,6 +108,8 @@ def zone_operator(snap, zone: StreamZone):
     (``range_min/zone_stream.MinStreamZone``: round 1 here, round 2 in the shards)."""
     if isinstance(snap, GroupSnapshot):
         return min_stream_zone(snap, zone.zone, zone.cuts)
+    if snap.kind in HALO_CLASSES:   # top-k: its own rows and a halo of every row beyond each cut (topk/zone_stream.py)
+        return TopkStreamZone(snap, zone.zone, zone.cuts)
     keys, xs, ys = zone_rows(snap.keys, snap.xs, snap.ys, zone.cuts, zone.zone)
     base = DistinctZoneSnapshot if snap.kind in SECOND_ROUND_CLASSES else RowsZoneSnapshot
     return base(replace(snap, keys=keys, xs=xs, ys=ys), zone.zone, zone.cuts).build()
@@ -154,16 +161,17 @@ def merged_messages(mine: pa.Table, names: Iterable[str]) -> pa.Table:
     return merged.rename_columns(["m_msg_no" if n == "msg_no" else n for n in merged.column_names]).select(names)
 
 
-def merged_change(changes: list, merge_seeds: Callable) -> ShardChange | None:
+def merged_change(changes: list, merge_seeds: Callable, option=None) -> ShardChange | None:
     """One shard's ``ShardChange`` of a micro-batch from each zone's (in zone order): the same ids and added
     subscriptions in every zone (each zone read the same change), the seeds -- each zone's exact partial states of
-    the added ranges -- added up by the class (``merge_seeds``).  None when no zone sent one."""
+    the added ranges -- added up by the class (``merge_seeds``; top-k: the best k of the zones' lists, ranked by
+    ``option``).  None when no zone sent one."""
     changes = [c for c in changes if c is not None]
     if not changes:
         return None
     first = changes[0]
     seeds = [c.seed for c in changes if c.seed is not None]
-    return replace(first, seed=merge_seeds(seeds) if seeds else None)
+    return replace(first, seed=merge_seeds(seeds, option, first.added_k) if seeds else None)
 
 
 def zoned_shard_bases(zone_groups: Iterable, group_id: str, ids, x1, x2, k, shards: int, key_type: Callable,

@@ -47,6 +47,7 @@ import pickle
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 from sortedcontainers import SortedList
 
@@ -148,6 +149,13 @@ class _ZoneTopkGroup(TopkGroup):
         if len(steps) == 2 and steps[1].kind == ZoneTopkCore.ELSEWHERE and steps[0].kind != ZoneTopkCore.ELSEWHERE:
             self.deletion_halves.add(int(seq))
         return super()._notifications(outcome, seq, mode)
+
+    def shard_seed(self, x1, x2, k):
+        # the zone's own rows' lists: a stream's zone keeps its halos in its index between micro-batches
+        # (``topk/zone_stream.py``), whose objects are other zones' to report (``TopkGroup.merge_seeds``)
+        lo, hi = self.core.lo, np.nextafter(self.core.hi, -np.inf)
+        return super().shard_seed(np.maximum(np.asarray(x1, np.float64), lo),
+                                  np.minimum(np.asarray(x2, np.float64), hi), k)
 
 
 @dataclass
