@@ -21,7 +21,7 @@ from sparksub.operators.shared.families import key_type as family_key_type
 from sparksub.operators.shared.range_shard_stream import members_after
 from sparksub.operators.shared.range_shards import RANGE_SHARD_CLASSES, rows_extra
 from sparksub.operators.shared.range_zone_stream import ZONED_STREAM_CLASSES, StreamZone, zone_keys
-from sparksub.operators.shared.range_zones import zone_cuts
+from sparksub.operators.shared.range_zones import HALO_CLASSES, zone_cuts
 from sparksub.operators.contract import ONE, ROW_PARTITIONS, SUBSCRIPTION_SHARDS
 from sparksub.operators.range_min.group import RangeMinGroup
 from sparksub.operators.range_min.subscription_shards import shard_bases, shard_bases_at, shard_digest
@@ -119,7 +119,8 @@ class Streaming:
         its rows in X zones, a state partition each, whose messages the shards merge (a DISTINCT message's Mar ends
         closed there with the zones' answers: ``operators/shared/range_zone_stream.py``); a RANGE_MIN / RANGE_MAX
         group too, each zone running DS-CN's round 1 and the shards round 2 and the merge
-        (``operators/range_min/zone_stream.py``).  A
+        (``operators/range_min/zone_stream.py``); a RANGE_TOPK group when ``Engine.range_zones`` names a count, each
+        zone keeping halos of the objects beyond its cuts (``operators/topk/zone_stream.py``).  A
         BOX_MIN / BOX_MAX / BOX_TOPK group past the same setting (either mode) runs as one state partition per
         subscription shard, each every row and the subscriptions whose id hashes to it, as publish's box shards.
 
@@ -328,10 +329,15 @@ class Streaming:
         """``{state partition key: StreamZone}`` of a two-stage group's X zones in a stream (``Engine.range_zones``
         over the table's rows now, as publish's ``range_zone_count``; the classes of ``ZONED_STREAM_CLASSES``),
         cut at equal-count points of ``xs`` (fewer zones when values repeat; ``group_class`` merges their partial
-        states, ranked by ``option``: top-k's descending); {} for one."""
+        states, ranked by ``option``: top-k's descending); {} for one.  Top-k zones only when asked for (the
+        setting a count), as publish's: each zone applies every update and keeps its halos, and on one executor the
+        zones measured no gain (docs/parallelism.md, "RANGE_TOPK's rows in X zones in a stream")."""
         if entry.physical.klass not in ZONED_STREAM_CLASSES:
             return {}
-        wanted = range_zone_count(getattr(self, "range_zones", None), len(xs), self._parallelism())
+        setting = getattr(self, "range_zones", None)
+        if entry.physical.klass in HALO_CLASSES and setting is None:
+            return {}
+        wanted = range_zone_count(setting, len(xs), self._parallelism())
         cuts = zone_cuts(xs, wanted) if wanted else ()
         if not cuts:
             return {}
