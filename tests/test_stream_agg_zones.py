@@ -224,6 +224,25 @@ def run(spark, tmp_path_factory):
                                change_all, got)
 
 
+def run_class_zones(spark, tmp_path_factory, setup, change, batch_of) -> dict:
+    """A zoned class's module run (the DISTINCT and top-k zones' tests): ``setup(spark, zones)`` -> (engine, rows,
+    subs) for the zoned engine (:data:`ZONES`) and the whole one (0), ``change(engine, subs)`` to each before
+    micro-batch 1, ``batch_of(rnd, f, rows)`` the micro-batches (:func:`run_zoned_and_whole`); ``end``: the table
+    after them."""
+    engines = {n: setup(spark, n) for n in (ZONES, 0)}
+    got = {"batches": [], "whole": [], "stats": []}
+    _, rows, subs = engines[ZONES]
+    rnd = random.Random(7)
+
+    def change_all():
+        for other, _, other_subs in engines.values():
+            change(other, other_subs)
+    run_zoned_and_whole(spark, tmp_path_factory, engines, rows, subs, lambda f: batch_of(rnd, f, rows), change_all,
+                        got)
+    got["end"] = dict(rows)
+    return got
+
+
 def run_zoned_and_whole(spark, tmp_path_factory, engines: dict, rows: dict, subs: dict, batch_of, change_all,
                         got: dict) -> dict:
     """Two micro-batches (``batch_of(f)``) through the zoned stream (``engines[zones]``, its key the zone count) and

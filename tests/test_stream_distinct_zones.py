@@ -36,7 +36,7 @@ from sparksub.operators.shared.schemas import DELETE, UPSERT
 from sparksub.runtime import stream as spark_stream
 
 sys.path.insert(0, str(Path(__file__).parent))   # the zoned aggregate stream's test: its streams, batches, logs
-from test_stream_agg_zones import cuts_of, run_zoned_and_whole, start_rows, zone_batch  # noqa: E402
+from test_stream_agg_zones import cuts_of, run_class_zones, start_rows, zone_batch  # noqa: E402
 from test_stream_range_shards_classes import apply_update, rows_of  # noqa: E402
 
 SHARDS, ZONES = 2, 3   # (3: the cuts test_stream_agg_zones.zone_batch moves keys across; a middle zone)
@@ -121,18 +121,7 @@ def check_views(rows: dict, subs: dict, batch: list, seq0: int, notes: list) -> 
 def run(spark, tmp_path_factory):
     """Two streams over the same files (rows in 3 X zones, whole); before micro-batch 1 a change, and the streams
     stopped and restarted from their checkpoints."""
-    engines = {n: setup(spark, n) for n in (ZONES, 0)}
-    got = {"batches": [], "whole": [], "stats": []}
-    _, rows, subs = engines[ZONES]
-    rnd = random.Random(7)
-
-    def change_all():
-        for other, _, other_subs in engines.values():
-            change(other, other_subs)
-    run_zoned_and_whole(spark, tmp_path_factory, engines, rows, subs, lambda f: distinct_batch(rnd, f, rows),
-                        change_all, got)
-    got["end"] = dict(rows)
-    return got
+    return run_class_zones(spark, tmp_path_factory, setup, change, distinct_batch)
 
 
 @pytest.mark.spark

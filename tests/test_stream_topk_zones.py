@@ -44,7 +44,7 @@ from sparksub.runtime import stream as spark_stream
 sys.path.insert(0, str(Path(__file__).parent))   # the zoned aggregate stream's test: its streams, batches, logs
 from test_stream_agg_zones import (  # noqa: E402
     cuts_of,
-    run_zoned_and_whole,
+    run_class_zones,
     same_shard_logs,
     start_rows,
     zone_batch,
@@ -104,17 +104,7 @@ def topk_batch(rnd: random.Random, f: int, rows: dict) -> list:
 def run(spark, tmp_path_factory):
     """Two streams over the same files (rows in 3 X zones, whole); before micro-batch 1 a change, and the streams
     stopped and restarted from their checkpoints."""
-    engines = {n: setup(spark, n) for n in (ZONES, 0)}
-    got = {"batches": [], "whole": [], "stats": []}
-    _, rows, subs = engines[ZONES]
-    rnd = random.Random(7)
-
-    def change_all():
-        for other, _, other_subs in engines.values():
-            change(other, other_subs)
-    run_zoned_and_whole(spark, tmp_path_factory, engines, rows, subs, lambda f: topk_batch(rnd, f, rows),
-                        change_all, got)
-    return got
+    return run_class_zones(spark, tmp_path_factory, setup, change, topk_batch)
 
 
 @pytest.mark.spark
