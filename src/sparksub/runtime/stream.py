@@ -262,7 +262,6 @@ from sparksub.operators.shared.range_zone_stream import (
     zoned_shard_bases,
 )
 from sparksub.operators.shared.range_zones import (
-    HALO_CLASSES,
     PART_COLUMN,
     RowsZone,
     zone_bounds,
@@ -1637,7 +1636,7 @@ def _rebuild(group_spec: GroupSpec, rows_state, subs=None):
     # state store, which holds every row: its worker never holds the table's rows at once (a top-k zone reads
     # them all: its halos, ``topk/zone_stream.py``)
     zone = group_spec.zone
-    lo, hi = zone_bounds(zone.cuts, zone.zone) if zone is not None and zone.group_class.kind not in HALO_CLASSES \
+    lo, hi = zone_bounds(zone.cuts, zone.zone) if zone is not None and not zone.keeps_halos \
         else (-np.inf, np.inf)
     keys, xs, ys, x2s = _stored_rows(rows_state, text, lo, hi)
     xs_a = np.asarray(xs, dtype=np.float64)

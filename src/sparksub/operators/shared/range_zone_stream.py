@@ -89,6 +89,12 @@ class StreamZone:
     group_class: type
     option: object = None   # the group's subscriber option (top-k: descending), which ``merge_seeds`` ranks by
 
+    @property
+    def keeps_halos(self) -> bool:
+        """A top-k zone: its index holds, beside its own rows, halos of the rows beyond its cuts
+        (``topk/zone_stream.py``), so a rebuild reads every row (a RANGE_MIN group class has no ``kind``)."""
+        return getattr(self.group_class, "kind", None) in HALO_CLASSES
+
 
 def zone_key(group_id: str, zone: int) -> str:
     """Zone ``zone``'s state partition key (unsalted), as publish names the zone's replica."""
