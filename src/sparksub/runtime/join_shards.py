@@ -45,8 +45,7 @@ from sparksub.runtime.groups import (
 from sparksub.runtime.replicas import Replica, keep_one_per_group, materialize, remember
 
 __all__ = ["ShardPart", "answer_file", "messages_in", "output_frame", "publish_folder", "row_partitions_frame",
-           "run_row_partitions",
-           "zone_messages"]
+           "run_row_partitions", "zone_messages"]
 
 _STAGE1_SCHEMA = pa.schema([("replica", pa.string()), ("error", pa.string()), ("messages", pa.int64())])
 
