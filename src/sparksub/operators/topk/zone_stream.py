@@ -114,6 +114,7 @@ class TopkStreamZone(TopkRowsZone):
         super().__init__(replace(rows, keys=keys, xs=xs, ys=ys), zone, cuts)
         self.margin = MARGIN if margin is None else int(margin)
         self.refills = self.prunes = 0
+        self._counted = None   # (batch, its R per side) from ensure(), for apply()
         self.sides = ([HaloSide("west", self.lo)] if zone > 0 else []) + \
                      ([HaloSide("east", self.hi)] if zone < len(self.cuts) else [])
         self._fill(rows.keys, rows.xs, rows.ys, self.kmax + self.margin)
@@ -161,21 +162,20 @@ class TopkStreamZone(TopkRowsZone):
         tree = self.group.core.tree
         return [lowering(side, tree.get, batch, self._sign) for side in self.sides]
 
-    def exact(self, batch: pa.Table) -> bool:
-        """Whether the index paints ``batch`` exactly: ``G - R >= kmax`` on every side."""
-        return all(side.guarantee - r >= self.kmax for side, r in zip(self.sides, self._lowering(batch)))
-
     def ensure(self, batch, rows) -> bool:
         """Before painting ``batch``: refill the halos from ``rows()`` -- every row of the table as (keys, xs, ys), the
         state store's before the batch -- unless the index paints it exactly as it is; whether it refilled."""
         if not isinstance(batch, pa.Table):
             return False
-        if self.exact(batch):
-            return False
-        keys, xs, ys = rows()
-        self._fill(keys, xs, ys, self.kmax + batch.num_rows + self.margin)
-        self.refills += 1
-        return True
+        lowered = self._lowering(batch)
+        refilled = any(side.guarantee - r < self.kmax for side, r in zip(self.sides, lowered))
+        if refilled:
+            keys, xs, ys = rows()
+            self._fill(keys, xs, ys, self.kmax + batch.num_rows + self.margin)
+            self.refills += 1
+            lowered = self._lowering(batch)   # (against the refilled halos)
+        self._counted = (batch, lowered)   # what apply() lowers the guarantees by: one pass over the batch
+        return refilled
 
     def apply(self, batch, mode: str = "reformulated") -> pa.Table:
         """The group's whole ``batch`` applied to the index (its own rows and its halos), painting the steps at the
@@ -183,7 +183,8 @@ class TopkStreamZone(TopkRowsZone):
         pruned when it outgrew its last refill (module docstring).  Painting needs :meth:`ensure` first."""
         if not isinstance(batch, pa.Table):   # a log entry of another kind (``PaintedKs``)
             return self.group.apply(batch, mode)
-        lowered = self._lowering(batch)
+        counted, self._counted = self._counted, None
+        lowered = counted[1] if counted is not None and counted[0] is batch else self._lowering(batch)
         if mode != "none" and any(s.guarantee - r < self.kmax for s, r in zip(self.sides, lowered)):
             raise RuntimeError(f"top-k zone {self.zone}: its halos are too shallow for this batch (ensure() first)")
         self.group.deletion_halves.clear()
